@@ -1,0 +1,55 @@
+"""The ``ddptui`` command line: a click group whose commands live one module each in
+``ddptui.commands`` and are imported only when called, so ``ddptui --help`` and the TUI start fast.
+
+With no command, ``ddptui`` opens the Textual app.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import click
+
+# command name -> (module in ddptui.commands, attribute, one-line help shown by --help)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "run": ("run", "run_command", "Launch a preset and follow it to the end."),
+    "presets": ("presets", "presets_command", "List presets and whether each can run here."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None:
+            return None
+        module, attribute, _ = entry
+        command: click.Command = getattr(importlib.import_module(f"ddptui.commands.{module}"), attribute)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Uses the registry's help lines, so --help does not import every command module.
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="ddptui")
+@click.pass_context
+def main(ctx: click.Context, **_: Any) -> None:
+    """Launch, watch, compare and clean up PyTorch data-parallel training runs.
+
+    \b
+    Quick start (no GPU needed):
+      ddptui run cpu-demo          train the embedded default on 2 CPU ranks
+      ddptui presets               what can run on this machine
+      ddptui                       open the terminal UI
+    """
+    if ctx.invoked_subcommand is None:
+        from ddptui.app import run_app
+
+        run_app()

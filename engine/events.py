@@ -1,0 +1,272 @@
+"""The typed event protocol between the engine and everything that watches it.
+
+Plain, frozen dataclasses of plain values. Each serialises to one JSON line
+``{"v": SCHEMA_VERSION, "type": "<type>", ...fields}`` in ``events/rank-<r>.jsonl`` (rank events) or
+``events/launcher.jsonl`` (launcher events), and reads back to an equal object. Readers skip a
+torn last line (a writer mid-append) and count lines they cannot understand instead of failing.
+Plain Python only: the UI imports this module.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import IO, Any, ClassVar
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Event:
+    type: ClassVar[str] = "event"
+    time: float = field(default_factory=time.time, kw_only=True)
+
+    def to_json(self) -> str:
+        return json.dumps({"v": SCHEMA_VERSION, "type": self.type, **asdict(self)}, allow_nan=True)
+
+
+# ---- rank events -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RankStarted(Event):
+    type: ClassVar[str] = "rank_started"
+    rank: int
+    world_size: int
+    pid: int
+    host: str
+    device: str  # "cpu", "cuda:0" (CUDA index inside CUDA_VISIBLE_DEVICES)
+    gpu_index: int | None = None  # NVML index of the card, None on CPU
+
+
+@dataclass(frozen=True)
+class EpochStarted(Event):
+    type: ClassVar[str] = "epoch_started"
+    rank: int
+    epoch: int
+    steps: int  # steps this epoch will run on this rank
+
+
+@dataclass(frozen=True)
+class StepProgress(Event):
+    """Throttled: a few a second per rank at most."""
+
+    type: ClassVar[str] = "step"
+    rank: int
+    epoch: int
+    step: int  # steps done in this epoch
+    steps: int
+    global_step: int
+    loss: float
+    images_per_s: float  # this rank, since the previous report
+    step_seconds: float  # mean seconds per step since the previous report
+    lr: float
+
+
+@dataclass(frozen=True)
+class EpochEnded(Event):
+    """Per-rank figures; the ``global_*`` fields are reduced across ranks (max time, summed images)."""
+
+    type: ClassVar[str] = "epoch_ended"
+    rank: int
+    epoch: int
+    steps: int
+    images: int
+    seconds: float  # device-synchronised wall seconds of the epoch, data loading included
+    data_wait_seconds: float  # of those, seconds spent waiting for the next batch
+    warmup_steps: int  # steps left out of the steady-state figure
+    steady_images_per_s: float  # this rank, after the warm-up steps
+    train_loss: float  # mean over the epoch, this rank
+    global_images: int
+    global_seconds: float
+    global_data_wait_seconds: float
+    global_steady_images_per_s: float
+    global_train_loss: float
+
+
+@dataclass(frozen=True)
+class Evaluation(Event):
+    """Full test set, counts all-reduced across ranks: identical on every rank."""
+
+    type: ClassVar[str] = "evaluation"
+    rank: int
+    epoch: int
+    accuracy: float
+    loss: float
+    samples: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class CheckpointSaved(Event):
+    type: ClassVar[str] = "checkpoint"
+    rank: int
+    path: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class RankFailed(Event):
+    type: ClassVar[str] = "rank_failed"
+    rank: int
+    error: str
+    traceback: str
+
+
+@dataclass(frozen=True)
+class RankFinished(Event):
+    type: ClassVar[str] = "rank_finished"
+    rank: int
+
+
+# ---- launcher events -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunStarted(Event):
+    type: ClassVar[str] = "run_started"
+    run_id: str
+    world_size: int
+    launcher_pid: int
+    devices: str
+
+
+@dataclass(frozen=True)
+class RankExited(Event):
+    type: ClassVar[str] = "rank_exited"
+    rank: int
+    pid: int
+    exitcode: int | None  # None when ended by a signal
+    signal: str | None  # "SIGKILL" ...
+
+
+@dataclass(frozen=True)
+class RankStalled(Event):
+    """The launcher saw no event from this rank for ``silent_seconds``."""
+
+    type: ClassVar[str] = "rank_stalled"
+    rank: int
+    silent_seconds: float
+
+
+@dataclass(frozen=True)
+class RankStraggling(Event):
+    type: ClassVar[str] = "rank_straggling"
+    rank: int
+    step_seconds: float
+    others_median_step_seconds: float
+
+
+@dataclass(frozen=True)
+class RunFinished(Event):
+    type: ClassVar[str] = "run_finished"
+    status: str  # completed | failed | killed
+    reason: str = ""
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.type: cls
+    for cls in (
+        RankStarted,
+        EpochStarted,
+        StepProgress,
+        EpochEnded,
+        Evaluation,
+        CheckpointSaved,
+        RankFailed,
+        RankFinished,
+        RunStarted,
+        RankExited,
+        RankStalled,
+        RankStraggling,
+        RunFinished,
+    )
+}
+
+
+class UnknownEvent(ValueError):
+    pass
+
+
+def event_from_json(line: str) -> Event:
+    """Parse one line; raises UnknownEvent for a newer schema, an unknown type or bad fields."""
+    try:
+        data: dict[str, Any] = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise UnknownEvent(f"not JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise UnknownEvent("not a JSON object")
+    version = data.pop("v", None)
+    if version != SCHEMA_VERSION:
+        raise UnknownEvent(f"event schema {version!r}, this ddptui reads {SCHEMA_VERSION}")
+    cls = EVENT_TYPES.get(data.pop("type", None))
+    if cls is None:
+        raise UnknownEvent("unknown event type")
+    known = {f.name for f in fields(cls)}
+    try:
+        return cls(**{k: v for k, v in data.items() if k in known})
+    except TypeError as err:
+        raise UnknownEvent(str(err)) from None
+
+
+class EventWriter:
+    """Appends events to one JSONL file, one flushed line each; producers never wait on readers."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file: IO[str] = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
+    def write(self, event: Event) -> None:
+        self._file.write(event.to_json() + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> EventWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class EventTail:
+    """Incremental reader of one JSONL file: each ``read_new`` returns the events appended since.
+
+    A partial last line is left for the next call; unreadable lines are counted in ``skipped``.
+    """
+
+    path: Path
+    offset: int = 0
+    skipped: int = 0
+    _partial: bytes = b""
+
+    def read_new(self) -> list[Event]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(chunk)
+        data = self._partial + chunk
+        lines = data.split(b"\n")
+        self._partial = lines.pop()  # empty when the chunk ended on a newline
+        events = []
+        for raw in lines:
+            if not raw.strip():
+                continue
+            try:
+                events.append(event_from_json(raw.decode("utf-8", errors="replace")))
+            except UnknownEvent:
+                self.skipped += 1
+        return events
+
+
+def read_events(path: Path) -> list[Event]:
+    """Every complete event in one file."""
+    return EventTail(path).read_new()

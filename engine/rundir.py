@@ -1,0 +1,253 @@
+"""The run directory: the one channel between the engine (writer) and the UI (reader).
+
+Layout (see DESIGN.md)::
+
+    runs/<run-id>/config.toml            resolved preset        (launcher)
+                  run.json               ids, pids, state       (launcher)
+                  events/rank-<r>.jsonl  rank events            (rank r)
+                  events/launcher.jsonl  launcher events        (launcher)
+                  logs/rank-<r>.log      stdout + stderr        (rank r)
+                  logs/launcher.log      launcher output        (launcher)
+                  summary.json           final status, figures  (launcher, always)
+                  checkpoint.pt          state_dict             (rank 0)
+
+Plain Python only. JSON files are replaced atomically (write to a temp file, then rename), so a
+reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+RUN_SCHEMA_VERSION = 1
+DEFAULT_RUNS_DIR = Path("runs")
+RUN_MARKER_ENV = "DDPTUI_RUN_ID"
+
+# run.json "state" and summary.json "status" values
+STARTING, RUNNING, COMPLETED, FAILED, KILLED = "starting", "running", "completed", "failed", "killed"
+FINAL_STATES = (COMPLETED, FAILED, KILLED)
+
+
+class RunDirError(ValueError):
+    """A run directory that cannot be used; the message is one sentence naming the path."""
+
+
+def new_run_id(preset: str) -> str:
+    """Sortable, unique and readable: ``20261202-105133-cpu-demo-3f9a``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{preset}-{secrets.token_hex(2)}"
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _read_versioned_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RunDirError(f"{path}: no {what} here") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise RunDirError(f"{path}: {what} is corrupt ({err})") from None
+    if not isinstance(data, dict):
+        raise RunDirError(f"{path}: {what} is corrupt (not a JSON object)")
+    version = data.get("schema")
+    if not isinstance(version, int):
+        raise RunDirError(f"{path}: {what} is corrupt (no schema version)")
+    if version > RUN_SCHEMA_VERSION:
+        raise RunDirError(
+            f"{path}: {what} was written by a newer ddptui (schema {version}, this one reads "
+            f"{RUN_SCHEMA_VERSION}); upgrade ddptui to read it"
+        )
+    return data
+
+
+@dataclass(frozen=True)
+class ProcessRef:
+    """A process identified by pid *and* start time, so a reused pid is never mistaken for it."""
+
+    pid: int
+    start_time: float  # psutil.Process.create_time()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "start_time": self.start_time}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProcessRef:
+        return cls(pid=int(data["pid"]), start_time=float(data["start_time"]))
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """run.json: who is (or was) running this run."""
+
+    run_id: str
+    preset: str
+    host: str
+    created: float
+    state: str
+    world_size: int
+    devices: str
+    launcher: ProcessRef | None = None
+    pgid: int | None = None
+    ranks: tuple[ProcessRef, ...] = ()
+    node_rank: int = 0
+    nnodes: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": RUN_SCHEMA_VERSION,
+            "run_id": self.run_id,
+            "preset": self.preset,
+            "host": self.host,
+            "created": self.created,
+            "state": self.state,
+            "world_size": self.world_size,
+            "devices": self.devices,
+            "launcher": self.launcher.to_json() if self.launcher else None,
+            "pgid": self.pgid,
+            "ranks": [r.to_json() for r in self.ranks],
+            "node_rank": self.node_rank,
+            "nnodes": self.nnodes,
+            "marker_env": RUN_MARKER_ENV,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunInfo:
+        launcher = data.get("launcher")
+        return cls(
+            run_id=str(data["run_id"]),
+            preset=str(data.get("preset", "")),
+            host=str(data.get("host", "")),
+            created=float(data.get("created", 0.0)),
+            state=str(data.get("state", STARTING)),
+            world_size=int(data.get("world_size", 0)),
+            devices=str(data.get("devices", "")),
+            launcher=ProcessRef.from_json(launcher) if launcher else None,
+            pgid=data.get("pgid"),
+            ranks=tuple(ProcessRef.from_json(r) for r in data.get("ranks", [])),
+            node_rank=int(data.get("node_rank", 0)),
+            nnodes=int(data.get("nnodes", 1)),
+        )
+
+
+class RunDir:
+    """Paths and readers/writers of one run directory."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    # paths
+    @property
+    def config_path(self) -> Path:
+        return self.path / "config.toml"
+
+    @property
+    def run_json_path(self) -> Path:
+        return self.path / "run.json"
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / "summary.json"
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.path / "checkpoint.pt"
+
+    @property
+    def events_dir(self) -> Path:
+        return self.path / "events"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.path / "logs"
+
+    def rank_events_path(self, rank: int) -> Path:
+        return self.events_dir / f"rank-{rank}.jsonl"
+
+    @property
+    def launcher_events_path(self) -> Path:
+        return self.events_dir / "launcher.jsonl"
+
+    def rank_log_path(self, rank: int) -> Path:
+        return self.logs_dir / f"rank-{rank}.log"
+
+    @property
+    def launcher_log_path(self) -> Path:
+        return self.logs_dir / "launcher.log"
+
+    def rank_event_paths(self) -> dict[int, Path]:
+        """Existing rank event files by rank."""
+        found = {}
+        for p in self.events_dir.glob("rank-*.jsonl"):
+            suffix = p.stem.removeprefix("rank-")
+            if suffix.isdigit():
+                found[int(suffix)] = p
+        return dict(sorted(found.items()))
+
+    def create(self) -> None:
+        if self.path.exists():
+            raise RunDirError(f"{self.path}: a run directory of that name exists already")
+        self.events_dir.mkdir(parents=True)
+        self.logs_dir.mkdir()
+
+    # run.json
+    def write_run_info(self, info: RunInfo) -> None:
+        write_json_atomic(self.run_json_path, info.to_json())
+
+    def read_run_info(self) -> RunInfo:
+        data = _read_versioned_json(self.run_json_path, "run.json")
+        try:
+            return RunInfo.from_json(data)
+        except (KeyError, TypeError, ValueError) as err:
+            raise RunDirError(f"{self.run_json_path}: run.json is corrupt ({err!r})") from None
+
+    # summary.json
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        write_json_atomic(self.summary_path, {"schema": RUN_SCHEMA_VERSION, **summary})
+
+    def read_summary(self) -> dict[str, Any] | None:
+        """The summary, or None while the run has not finished."""
+        if not self.summary_path.exists():
+            return None
+        return _read_versioned_json(self.summary_path, "summary.json")
+
+
+def this_host() -> str:
+    return socket.gethostname()
+
+
+def find_run(runs_dir: Path, run_id: str) -> RunDir:
+    """A run by id (or a unique prefix of one) under ``runs_dir``; RunDirError names what is missing."""
+    exact = runs_dir / run_id
+    if (exact / "run.json").exists() or (exact / "config.toml").exists():
+        return RunDir(exact)
+    if runs_dir.is_dir():
+        matches = sorted(p for p in runs_dir.iterdir() if p.is_dir() and p.name.startswith(run_id))
+        if len(matches) == 1:
+            return RunDir(matches[0])
+        if len(matches) > 1:
+            raise RunDirError(
+                f"run id {run_id!r} matches {len(matches)} runs in {runs_dir}; give more of it"
+            )
+    raise RunDirError(f"no run {run_id!r} in {runs_dir}")
+
+
+def list_runs(runs_dir: Path) -> list[RunDir]:
+    """Run directories under ``runs_dir``, oldest first."""
+    if not runs_dir.is_dir():
+        return []
+    return [RunDir(p) for p in sorted(runs_dir.iterdir()) if (p / "config.toml").exists()]

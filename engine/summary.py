@@ -1,0 +1,138 @@
+"""summary.json: the final status and figures of a run, built from its event files.
+
+Plain Python. The launcher writes it whatever happens (completed, failed, killed); ``ddptui kill``
+writes it when the launcher is gone; the bench table and the UI read it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from engine.events import EpochEnded, Evaluation, Event, RankFailed, RunStarted
+from engine.rundir import RunDir, RunInfo
+
+
+@dataclass(frozen=True)
+class EpochFigures:
+    """One epoch, reduced across ranks (slowest rank's seconds, all ranks' images)."""
+
+    epoch: int
+    seconds: float  # device-synchronised wall seconds, data loading included
+    data_wait_seconds: float
+    images: int
+    steps: int
+    warmup_steps: int  # left out of the steady-state figures
+    steady_images_per_s: float
+    steady_epoch_seconds: float  # images / steady_images_per_s: the epoch without warm-up
+    train_loss: float
+    test_accuracy: float | None = None
+    test_loss: float | None = None
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The root cause of a failed run: the first rank to fail."""
+
+    rank: int | None
+    exitcode: int | None = None
+    signal: str | None = None
+    error: str = ""
+    traceback: str = ""
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    preset: str
+    status: str  # completed | failed | killed
+    strategy: str
+    precision: str
+    model: str
+    dataset: str
+    devices: str  # "cpu:2", "gpu:0,1"
+    device_count: int
+    world_size: int
+    global_batch: int
+    started: float
+    finished: float = field(default_factory=time.time)
+    elapsed_seconds: float = 0.0
+    epochs: tuple[EpochFigures, ...] = ()
+    failure: Failure | None = None
+    reason: str = ""  # one sentence for killed / failed runs
+
+    # figures of the last epoch, the ones a speedup table shows
+    @property
+    def last_epoch(self) -> EpochFigures | None:
+        return self.epochs[-1] if self.epochs else None
+
+    @property
+    def test_accuracy(self) -> float | None:
+        return self.last_epoch.test_accuracy if self.last_epoch else None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["epochs"] = [asdict(e) for e in self.epochs]
+        data["test_accuracy"] = self.test_accuracy
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunSummary:
+        values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        values["epochs"] = tuple(EpochFigures(**e) for e in data.get("epochs", []))
+        failure = data.get("failure")
+        values["failure"] = Failure(**failure) if failure else None
+        return cls(**values)
+
+
+def epoch_figures(rank0_events: list[Event]) -> list[EpochFigures]:
+    """Per-epoch figures from rank 0's events (its EpochEnded carries the reduced figures)."""
+    evaluations = {e.epoch: e for e in rank0_events if isinstance(e, Evaluation)}
+    figures = []
+    for e in rank0_events:
+        if not isinstance(e, EpochEnded):
+            continue
+        ev = evaluations.get(e.epoch)
+        steady = e.global_steady_images_per_s
+        figures.append(
+            EpochFigures(
+                epoch=e.epoch,
+                seconds=e.global_seconds,
+                data_wait_seconds=e.global_data_wait_seconds,
+                images=e.global_images,
+                steps=e.steps,
+                warmup_steps=e.warmup_steps,
+                steady_images_per_s=steady,
+                steady_epoch_seconds=e.global_images / steady if steady > 0 else e.global_seconds,
+                train_loss=e.global_train_loss,
+                test_accuracy=ev.accuracy if ev else None,
+                test_loss=ev.loss if ev else None,
+            )
+        )
+    return figures
+
+
+def first_rank_failure(run_dir: RunDir) -> Failure | None:
+    """The earliest RankFailed event of any rank (the root cause), if a rank reported one."""
+    from engine.events import read_events
+
+    failures = [
+        e
+        for path in run_dir.rank_event_paths().values()
+        for e in read_events(path)
+        if isinstance(e, RankFailed)
+    ]
+    if not failures:
+        return None
+    first = min(failures, key=lambda e: e.time)
+    return Failure(rank=first.rank, error=first.error, traceback=first.traceback)
+
+
+def started_time(run_dir: RunDir, info: RunInfo) -> float:
+    from engine.events import read_events
+
+    for e in read_events(run_dir.launcher_events_path):
+        if isinstance(e, RunStarted):
+            return e.time
+    return info.created

@@ -1,0 +1,86 @@
+"""Shared fixtures. Every test that starts processes ends them here, even when it fails."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _marked_processes(marker_prefix: str) -> list[psutil.Process]:
+    """Processes whose environment carries a DDPTUI_RUN_ID / DDPTUI_TEST_ID under this test."""
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid == os.getpid():
+            continue
+        try:
+            env = proc.environ()
+        except (psutil.Error, OSError):
+            continue
+        if env.get("DDPTUI_TEST_ID", "").startswith(marker_prefix):
+            found.append(proc)
+    return found
+
+
+def _end(processes: list[psutil.Process], grace: float = 3.0) -> None:
+    for proc in processes:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(processes, timeout=grace)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=grace)
+
+
+@pytest.fixture(autouse=True)
+def process_reaper(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Marks every process a test starts (``DDPTUI_TEST_ID`` is inherited through the environment)
+    and ends the ones still alive afterwards; a test that leaves one behind fails."""
+    marker = f"{os.getpid()}-{request.node.nodeid}"
+    monkeypatch.setenv("DDPTUI_TEST_ID", marker)
+    yield marker
+    children = psutil.Process().children(recursive=True)
+    leftovers = {p.pid: p for p in [*children, *_marked_processes(marker)]}
+    if leftovers:
+        # Give processes that are exiting on their own a moment before calling them leftovers.
+        _, alive = psutil.wait_procs(list(leftovers.values()), timeout=2.0)
+        if alive:
+            described = ", ".join(f"{p.pid}" for p in alive)
+            _end(alive)
+            pytest.fail(f"test left processes running: {described}")
+
+
+@pytest.fixture
+def runs_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "runs"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make NVML report no GPU, whatever machine the tests run on."""
+    from engine import gpus
+
+    monkeypatch.setattr(gpus, "gpu_count", lambda: 0)
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.1) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())
