@@ -27,7 +27,9 @@ class LazyGroup(click.Group):
         if entry is None:
             return None
         module, attribute, _ = entry
-        command: click.Command = getattr(importlib.import_module(f"ddptui.commands.{module}"), attribute)
+        command: click.Command = getattr(
+            importlib.import_module(f"ddptui.commands.{module}"), attribute
+        )
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -37,7 +39,11 @@ class LazyGroup(click.Group):
             formatter.write_dl(rows)
 
 
-@click.group(cls=LazyGroup, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup,
+    invoke_without_command=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(package_name="ddptui")
 @click.pass_context
 def main(ctx: click.Context, **_: Any) -> None:

@@ -245,7 +245,9 @@ def _build_section(where: str, section: str, cls: type, values: Mapping[str, Any
         if key not in hints:
             known = ", ".join(hints)
             raise ConfigError(f"{where}: unknown key {section}.{key} (known keys: {known})")
-        kwargs[key] = _coerce(where, f"{section}.{key}" if key != "spec" else key, value, hints[key])
+        kwargs[key] = _coerce(
+            where, f"{section}.{key}" if key != "spec" else key, value, hints[key]
+        )
     try:
         return cls(**kwargs)
     except ConfigError as err:

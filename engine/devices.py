@@ -100,7 +100,8 @@ def resolve_devices(spec_text: str, strategy: str, gpu_count: int) -> DevicePlan
     if missing:
         raise ConfigError(
             f"devices.spec {spec_text!r} names GPU {missing[0]}, but this machine has GPUs "
-            f"0 to {gpu_count - 1}" if gpu_count > 1 else
-            f"devices.spec {spec_text!r} names GPU {missing[0]}, but this machine has only GPU 0"
+            f"0 to {gpu_count - 1}"
+            if gpu_count > 1
+            else f"devices.spec {spec_text!r} names GPU {missing[0]}, but this machine has only GPU 0"
         )
     return DevicePlan(kind="cuda", gpu_indices=spec.gpu_indices)

@@ -114,7 +114,9 @@ def _sample_one(nvml: Any, index: int) -> GpuSample:
         memory_used_bytes=int(memory.used),
         memory_total_bytes=int(memory.total),
         utilization_percent=int(util.gpu),
-        temperature_c=_try(lambda: int(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))),
+        temperature_c=_try(
+            lambda: int(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))
+        ),
         power_watts=power_mw / 1000.0 if power_mw is not None else None,
         processes=tuple(processes),
     )

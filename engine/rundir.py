@@ -31,7 +31,13 @@ DEFAULT_RUNS_DIR = Path("runs")
 RUN_MARKER_ENV = "DDPTUI_RUN_ID"
 
 # run.json "state" and summary.json "status" values
-STARTING, RUNNING, COMPLETED, FAILED, KILLED = "starting", "running", "completed", "failed", "killed"
+STARTING, RUNNING, COMPLETED, FAILED, KILLED = (
+    "starting",
+    "running",
+    "completed",
+    "failed",
+    "killed",
+)
 FINAL_STATES = (COMPLETED, FAILED, KILLED)
 
 

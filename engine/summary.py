@@ -136,3 +136,63 @@ def started_time(run_dir: RunDir, info: RunInfo) -> float:
         if isinstance(e, RunStarted):
             return e.time
     return info.created
+
+
+def build_summary(
+    run_dir: RunDir, status: str, failure: Failure | None = None, reason: str = ""
+) -> RunSummary:
+    """The summary of a run from its config, run.json (when there) and rank 0's events.
+
+    Works on whatever the run left: a run killed before rank 0 wrote anything gets a summary with
+    no epochs. ``failure`` defaults to the first RankFailed event when ``status`` is failed.
+    """
+    from engine.config import load_config
+    from engine.events import read_events
+
+    config = load_config(run_dir.config_path)
+    try:
+        info: RunInfo | None = run_dir.read_run_info()
+    except Exception:  # a summary must be written even next to a broken run.json
+        info = None
+    rank0 = read_events(run_dir.rank_events_path(0))
+    started = started_time(run_dir, info) if info else _first_time(rank0)
+    world_size = info.world_size if info else 1
+    devices = info.devices if info else config.devices.spec
+    device_count = _device_count(devices)
+    global_batch = config.training.batch_size * (world_size if config.strategy.name == "ddp" else 1)
+    if failure is None and status == "failed":
+        failure = first_rank_failure(run_dir)
+    finished = time.time()
+    return RunSummary(
+        run_id=run_dir.run_id,
+        preset=config.name,
+        status=status,
+        strategy=config.strategy.name,
+        precision=config.precision.mode,
+        model=config.model.name,
+        dataset=config.data.dataset,
+        devices=devices,
+        device_count=device_count,
+        world_size=world_size,
+        global_batch=global_batch,
+        started=started,
+        finished=finished,
+        elapsed_seconds=max(0.0, finished - started),
+        epochs=tuple(epoch_figures(rank0)),
+        failure=failure,
+        reason=reason,
+    )
+
+
+def _first_time(events: list[Event]) -> float:
+    return events[0].time if events else time.time()
+
+
+def _device_count(devices: str) -> int:
+    """'cpu:2' -> 2, 'gpu:0,2' -> 2."""
+    kind, _, rest = devices.partition(":")
+    if kind == "cpu":
+        return int(rest) if rest.isdigit() else 1
+    if kind == "gpu":
+        return len([p for p in rest.split(",") if p])
+    return 1

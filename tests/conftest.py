@@ -45,7 +45,9 @@ def _end(processes: list[psutil.Process], grace: float = 3.0) -> None:
 
 
 @pytest.fixture(autouse=True)
-def process_reaper(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def process_reaper(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
     """Marks every process a test starts (``DDPTUI_TEST_ID`` is inherited through the environment)
     and ends the ones still alive afterwards; a test that leaves one behind fails."""
     marker = f"{os.getpid()}-{request.node.nodeid}"
