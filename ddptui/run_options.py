@@ -1,0 +1,84 @@
+"""The override options shared by ``ddptui run`` and ``ddptui bench``: ``--set section.key=value``
+plus shortcuts, turned into one overrides mapping for ``engine.config.apply_overrides``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# option name -> config key
+SHORTCUTS = {
+    "devices": "devices.spec",
+    "epochs": "training.epochs",
+    "max_steps": "training.max_steps",
+    "batch_size": "training.batch_size",
+    "precision": "precision.mode",
+    "data": "data.dataset",
+    "model": "model.name",
+    "seed": "training.seed",
+}
+
+
+def default_runs_dir() -> Path:
+    return Path(os.environ.get("DDPTUI_RUNS_DIR", "runs"))
+
+
+def override_options(func: F) -> F:
+    """Add --set, the shortcuts and --runs-dir to a command."""
+    options = [
+        click.option(
+            "--set",
+            "set_values",
+            multiple=True,
+            metavar="SECTION.KEY=VALUE",
+            help="Override any preset key, e.g. --set optimizer.lr=0.1 (repeatable).",
+        ),
+        click.option(
+            "--devices",
+            help="auto, all, a GPU count (2), GPU indices in NVML/PCI order (0,2), cpu or cpu:N.",
+        ),
+        click.option("--epochs", type=int, help="Epochs to train."),
+        click.option("--max-steps", type=int, help="Steps per epoch, for quick runs (0 = all)."),
+        click.option("--batch-size", type=int, help="Batch per process."),
+        click.option(
+            "--precision", type=click.Choice(["fp32", "fp16", "bf16"]), help="Numeric precision."
+        ),
+        click.option("--data", type=click.Choice(["synthetic", "cifar10"]), help="Data set."),
+        click.option(
+            "--model",
+            type=click.Choice(["small_cnn", "resnet18", "resnet34", "resnet50"]),
+            help="Model.",
+        ),
+        click.option("--seed", type=int, help="Training seed."),
+        click.option(
+            "--runs-dir",
+            type=click.Path(file_okay=False, path_type=Path),
+            default=default_runs_dir,
+            show_default="runs, or $DDPTUI_RUNS_DIR",
+            help="Where run directories are made.",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def collect_overrides(set_values: tuple[str, ...], **shortcuts: Any) -> dict[str, Any]:
+    """Overrides in command-line order: --set first, then the shortcuts (which win)."""
+    overrides: dict[str, Any] = {}
+    for item in set_values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.UsageError(f"--set {item!r} is not SECTION.KEY=VALUE")
+        overrides[key.strip()] = value.strip()
+    for name, key in SHORTCUTS.items():
+        value = shortcuts.get(name)
+        if value is not None:
+            overrides[key] = value
+    return overrides

@@ -1,0 +1,93 @@
+"""Start a run the way DESIGN.md says: validate, make the run directory, start the launcher.
+
+Plain Python: the CLI and the UI call this, and it never imports torch. The launcher
+(``python -m engine.launch RUN_DIR``) runs as a child in a new session, so a closed terminal, a
+dropped SSH link or a crashed UI does not kill training.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine import gpus
+from engine.config import RunConfig, to_toml
+from engine.plan import RunPlan, plan_run
+from engine.rundir import STARTING, RunDir, RunInfo, new_run_id, this_host
+
+
+@dataclass
+class StartedRun:
+    """A launcher this process started. ``wait`` / ``poll`` give its exit code."""
+
+    run_dir: RunDir
+    plan: RunPlan
+    process: subprocess.Popen[bytes]
+
+    @property
+    def run_id(self) -> str:
+        return self.run_dir.run_id
+
+    def poll(self) -> int | None:
+        return self.process.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.process.wait(timeout)
+
+
+def prepare_run(
+    config: RunConfig, runs_dir: Path, *, gpu_count: int | None = None, run_id: str | None = None
+) -> tuple[RunDir, RunPlan]:
+    """Check the config for this machine, then create the run directory with config.toml and
+    run.json (state ``starting``). Raises ConfigError before creating anything."""
+    plan = plan_run(config, gpus.gpu_count() if gpu_count is None else gpu_count)
+    run_dir = RunDir(Path(runs_dir) / (run_id or new_run_id(config.name)))
+    run_dir.create()
+    run_dir.config_path.write_text(to_toml(config), encoding="utf-8")
+    run_dir.write_run_info(
+        RunInfo(
+            run_id=run_dir.run_id,
+            preset=config.name,
+            host=this_host(),
+            created=time.time(),
+            state=STARTING,
+            world_size=plan.world_size,
+            devices=plan.devices.describe(),
+        )
+    )
+    return run_dir, plan
+
+
+def launcher_command(run_dir: RunDir, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "engine.launch", str(run_dir.path), *extra]
+
+
+def start_run(
+    config: RunConfig,
+    runs_dir: Path,
+    *,
+    gpu_count: int | None = None,
+    run_id: str | None = None,
+    launcher_args: tuple[str, ...] = (),
+) -> StartedRun:
+    """Validate ``config``, make its run directory and start its launcher in a new session.
+
+    Returns at once; the run goes on without this process. Raises ConfigError (nothing started,
+    nothing created) when the config cannot run here.
+    """
+    run_dir, plan = prepare_run(config, runs_dir, gpu_count=gpu_count, run_id=run_id)
+    # The launcher's own output (before it redirects the ranks) goes to logs/launcher.log.
+    with open(run_dir.launcher_log_path, "ab") as log:
+        process = subprocess.Popen(
+            launcher_command(run_dir, *launcher_args),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    return StartedRun(run_dir=run_dir, plan=plan, process=process)
