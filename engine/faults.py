@@ -18,7 +18,11 @@ def parse_fault(text: str) -> Fault:
     from engine.config import ConfigError
 
     parts = text.split(":")
-    if len(parts) != 3 or parts[0] not in FAULT_KINDS or not (parts[1].isdigit() and parts[2].isdigit()):
+    if (
+        len(parts) != 3
+        or parts[0] not in FAULT_KINDS
+        or not (parts[1].isdigit() and parts[2].isdigit())
+    ):
         raise ConfigError(
             f"fault {text!r} is not KIND:RANK:STEP with KIND one of {', '.join(FAULT_KINDS)}"
         )

@@ -1,0 +1,1 @@
+"""One module per ``ddptui`` command; ``ddptui.cli`` imports a module only when its command runs."""

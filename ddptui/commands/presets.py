@@ -1,0 +1,56 @@
+"""``ddptui presets``: every preset, what it does, and whether it can run on this machine."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from engine import gpus
+from engine.config import ConfigError
+from engine.plan import plan_run
+from engine.presets import list_presets, load_preset
+
+
+@click.command("presets")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable list.")
+def presets_command(as_json: bool) -> None:
+    """List bundled and user presets (~/.config/ddptui/presets or $DDPTUI_PRESETS), each with a
+    one-line description and whether it can run here, and why not."""
+    inventory = gpus.sample_gpus()
+    rows = []
+    for preset in list_presets():
+        description, runnable = "", False
+        try:
+            config = load_preset(preset.name)
+            description = config.description
+            reason = f"runs on {plan_run(config, inventory.count).devices.describe()}"
+            runnable = True
+        except ConfigError as err:
+            reason = str(err)
+        rows.append(
+            {
+                "name": preset.name,
+                "source": "bundled" if preset.bundled else "user",
+                "path": str(preset.path),
+                "description": description,
+                "runnable": runnable,
+                "reason": reason,
+            }
+        )
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    machine = (
+        f"{inventory.count} GPU(s)"
+        if inventory.count
+        else f"no GPU ({inventory.error or 'none found'})"
+    )
+    click.echo(f"This machine: {machine}\n")
+    width = max(len(r["name"]) for r in rows) if rows else 10
+    for r in rows:
+        mark = "ok " if r["runnable"] else "no "
+        user = "" if r["source"] == "bundled" else " [user]"
+        click.echo(f"{mark} {r['name']:<{width}}  {r['description']}{user}")
+        if not r["runnable"]:
+            click.echo(f"    {'':<{width}}  cannot run here: {r['reason']}")

@@ -1,0 +1,117 @@
+"""``ddptui run PRESET``: launch a run and follow it to its result line."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ddptui import exit_codes
+from ddptui.run_options import collect_overrides, override_options
+from ddptui.terminal_progress import ProgressPrinter, result_line
+from engine.config import ConfigError, apply_overrides
+from engine.presets import load_preset
+from engine.run_start import start_run
+from engine.rundir import COMPLETED, RunDirError
+from engine.summary import RunSummary
+
+
+@click.command("run")
+@click.argument("preset")
+@override_options
+@click.option(
+    "--fault",
+    "faults",
+    multiple=True,
+    metavar="KIND:RANK:STEP",
+    help="Inject a fault for testing: crash, exit, hang or slow on RANK at global STEP (repeatable).",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print summary.json instead of the progress and result line.",
+)
+@click.option(
+    "--detach", is_flag=True, help="Start the run, print its id and return; it keeps running."
+)
+def run_command(
+    preset: str,
+    set_values: tuple[str, ...],
+    runs_dir: Path,
+    faults: tuple[str, ...],
+    as_json: bool,
+    detach: bool,
+    **shortcuts: Any,
+) -> None:
+    """Launch PRESET (a name from `ddptui presets` or a .toml path) and follow it.
+
+    \b
+    Examples:
+      ddptui run cpu-demo
+      ddptui run cpu-demo --devices cpu:4 --epochs 1 --max-steps 50
+      ddptui run seed-ddp --devices 0,2 --set optimizer.lr_scaling=linear
+      ddptui run cpu-demo --fault crash:1:3        # watch a rank fail on purpose
+
+    The run starts in its own session: closing this terminal does not stop it (see `ddptui runs`).
+    Ctrl-C stops the run. Exit code 0 when the run completed, 1 when it failed or was killed,
+    2 for bad input (nothing started).
+    """
+    try:
+        overrides = collect_overrides(set_values, **shortcuts)
+        if faults:
+            overrides["faults"] = list(faults)
+        config = apply_overrides(load_preset(preset), overrides)
+        started = start_run(config, runs_dir)
+    except (ConfigError, RunDirError) as err:
+        click.echo(f"ddptui: {err}", err=True)
+        sys.exit(exit_codes.BAD_INPUT)
+    if detach:
+        click.echo(started.run_id)
+        return
+    out = sys.stderr if as_json else sys.stdout
+    if not as_json:
+        click.echo(
+            f"run {started.run_id}: {config.strategy.name} {config.precision.mode} on "
+            f"{started.plan.devices.describe()}, global batch {started.plan.global_batch}",
+            file=out,
+        )
+    printer = ProgressPrinter(started.run_dir, config.training.epochs, out=out)
+    stopping = False
+    previous = signal.getsignal(signal.SIGINT)
+
+    def stop(_signum: int, _frame: object) -> None:
+        nonlocal stopping
+        if not stopping:
+            stopping = True
+            click.echo(
+                "\nstopping the run (Ctrl-C again does not detach; wait for the summary)", file=out
+            )
+            started.process.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGINT, stop)
+    try:
+        while started.poll() is None:
+            printer.poll()
+            time.sleep(0.2)
+        printer.finish()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    data = started.run_dir.read_summary()
+    if data is None:
+        click.echo(
+            f"ddptui: the launcher exited without writing {started.run_dir.summary_path}; see {started.run_dir.launcher_log_path}",
+            err=True,
+        )
+        sys.exit(exit_codes.FAILED)
+    summary = RunSummary.from_json(data)
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+    else:
+        click.echo(result_line(summary, started.run_dir))
+    sys.exit(exit_codes.OK if summary.status == COMPLETED else exit_codes.FAILED)

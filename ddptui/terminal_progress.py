@@ -1,0 +1,110 @@
+"""Follow a run's event files and print its progress on a plain terminal (``ddptui run``).
+
+One status line rewritten in place on a terminal, a line every few seconds when the output is a
+file or pipe, and one line per finished epoch either way.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from engine.events import EpochEnded, Evaluation, EventTail, RankFailed, StepProgress
+from engine.rundir import RunDir
+from engine.summary import RunSummary
+
+
+class ProgressPrinter:
+    def __init__(self, run_dir: RunDir, epochs: int, out: TextIO = sys.stdout) -> None:
+        self.run_dir = run_dir
+        self.epochs = epochs
+        self.out = out
+        self.tty = out.isatty()
+        self.tails: dict[int, EventTail] = {}
+        self.latest: dict[int, StepProgress] = {}
+        self.epoch_lines: dict[int, str] = {}
+        self.last_plain_print = 0.0
+        self.line_open = False
+
+    def poll(self) -> None:
+        for rank, path in self.run_dir.rank_event_paths().items():
+            tail = self.tails.setdefault(rank, EventTail(path))
+            for event in tail.read_new():
+                if isinstance(event, StepProgress):
+                    self.latest[rank] = event
+                elif isinstance(event, EpochEnded) and rank == 0:
+                    share = (
+                        event.global_data_wait_seconds / event.global_seconds
+                        if event.global_seconds
+                        else 0
+                    )
+                    self.epoch_lines[event.epoch] = (
+                        f"epoch {event.epoch + 1}/{self.epochs}: {event.global_seconds:.1f} s "
+                        f"(data wait {share:.0%}), {event.global_steady_images_per_s:,.0f} img/s steady, "
+                        f"train loss {event.global_train_loss:.3f}"
+                    )
+                elif isinstance(event, Evaluation) and rank == 0:
+                    line = self.epoch_lines.pop(
+                        event.epoch, f"epoch {event.epoch + 1}/{self.epochs}"
+                    )
+                    self._print_line(f"{line}, test accuracy {event.accuracy:.1%}")
+                elif isinstance(event, RankFailed):
+                    self._print_line(f"rank {event.rank} failed: {event.error}")
+        for epoch in sorted(self.epoch_lines):
+            # without evaluation, the epoch line stands alone once the next epoch is under way
+            if any(p.epoch > epoch for p in self.latest.values()):
+                self._print_line(self.epoch_lines.pop(epoch))
+        self._status()
+
+    def _status(self) -> None:
+        if not self.latest:
+            return
+        parts = [
+            f"r{r} {p.step}/{p.steps} loss {p.loss:.3f} {p.images_per_s:,.0f} img/s"
+            for r, p in sorted(self.latest.items())
+        ]
+        epoch = max(p.epoch for p in self.latest.values()) + 1
+        line = f"epoch {epoch}/{self.epochs}  " + " | ".join(parts)
+        if self.tty:
+            self.out.write("\r\x1b[2K" + line[:200])
+            self.out.flush()
+            self.line_open = True
+        elif time.monotonic() - self.last_plain_print >= 5.0:
+            self._print_line(line)
+            self.last_plain_print = time.monotonic()
+
+    def _print_line(self, text: str) -> None:
+        if self.line_open:
+            self.out.write("\r\x1b[2K")
+            self.line_open = False
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def finish(self) -> None:
+        self.poll()
+        for epoch in sorted(self.epoch_lines):
+            self._print_line(self.epoch_lines.pop(epoch))
+        if self.line_open:
+            self.out.write("\n")
+            self.line_open = False
+
+
+def result_line(summary: RunSummary, run_dir: RunDir) -> str:
+    """The one line that ends ``ddptui run``."""
+    head = f"{summary.status}: {summary.preset} ({summary.strategy}, {summary.precision}) on {summary.devices}"
+    last = summary.last_epoch
+    figures = []
+    if last is not None:
+        if last.test_accuracy is not None:
+            figures.append(f"test accuracy {last.test_accuracy:.1%}")
+        figures.append(f"{last.steady_images_per_s:,.0f} img/s steady")
+        figures.append(f"epoch {last.steady_epoch_seconds:.1f} s without warm-up")
+    figures.append(f"elapsed {summary.elapsed_seconds:.1f} s")
+    text = f"{head}: " + ", ".join(figures)
+    if summary.failure is not None:
+        where = f"rank {summary.failure.rank}" if summary.failure.rank is not None else "launcher"
+        text += f"\n  root cause ({where}): {summary.failure.error}"
+    elif summary.reason:
+        text += f"\n  {summary.reason}"
+    return text + f"\n  run directory: {run_dir.path}"
