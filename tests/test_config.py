@@ -1,0 +1,164 @@
+"""Presets: typed, validated where they are read, one clear sentence per mistake."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.config import ConfigError, RunConfig, apply_overrides, load_config, to_toml
+from engine.devices import DevicePlan, resolve_devices
+from engine.plan import lr_at_step, plan_run
+from engine.presets import list_presets, load_preset
+
+BUNDLED = ["cpu-demo", "fast-ddp", "seed-dataparallel", "seed-ddp", "seed-ddp-amp", "seed-single"]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "p.toml"
+    path.write_text(text)
+    return path
+
+
+def test_every_bundled_preset_loads_and_round_trips_through_toml(tmp_path: Path) -> None:
+    names = [p.name for p in list_presets()]
+    assert set(BUNDLED) <= set(names)
+    for name in BUNDLED:
+        config = load_preset(name)
+        assert config.description, f"{name} has no description"
+        again = load_config(write(tmp_path, to_toml(config)), name=name)
+        assert again == config
+
+
+def test_seed_presets_are_the_tutorial_setups() -> None:
+    for name in ("seed-single", "seed-dataparallel", "seed-ddp", "seed-ddp-amp"):
+        c = load_preset(name)
+        assert (c.model.name, c.model.imagenet_head) == ("resnet50", True)
+        assert (c.optimizer.lr, c.optimizer.momentum, c.training.epochs) == (0.001, 0.9, 1)
+        assert (c.data.dataset, c.data.pipeline) == ("cifar10", "torchvision")
+    assert load_preset("seed-ddp").ddp.sync_batchnorm
+    assert load_preset("seed-ddp-amp").precision.mode == "fp16"
+    assert load_preset("seed-single").training.batch_size == 256
+    # DataParallel: one process, the tutorial's 4 x 256 batch split over 4 GPUs
+    dp = load_preset("seed-dataparallel")
+    assert (dp.strategy.name, dp.training.batch_size, dp.devices.spec) == ("dataparallel", 1024, "4")
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("[training]\nepochz = 2\n", "unknown key training.epochz"),
+        ("[trainig]\nepochs = 2\n", "unknown section or key 'trainig'"),
+        ('[training]\nepochs = "two"\n', "training.epochs is 'two' (str); expected a whole number"),
+        ("[training]\nbatch_size = 0\n", "training.batch_size is 0; it must be > 0"),
+        ('[strategy]\nname = "horovod"\n', "strategy.name is 'horovod'; expected one of single, dataparallel, ddp"),
+        ('[devices]\nspec = "gpu0"\n', "devices.spec is 'gpu0'"),
+        ("[model]\nchannels_last = 1\n", "model.channels_last is 1 (int); expected true or false"),
+        ("[training\nepochs = 2\n", "not valid TOML"),
+        ('faults = ["boom:0:1"]\n', "fault 'boom:0:1' is not KIND:RANK:STEP"),
+    ],
+)
+def test_broken_preset_is_one_sentence_naming_file_and_key(tmp_path: Path, text: str, fragment: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    message = str(err.value)
+    assert str(path) in message
+    assert fragment in message
+    assert "\n" not in message
+
+
+def test_overrides_are_typed_and_validated() -> None:
+    config = load_preset("cpu-demo")
+    changed = apply_overrides(
+        config, {"training.epochs": "3", "optimizer.lr": "0.2", "devices.spec": "cpu:4", "model.channels_last": "true"}
+    )
+    assert changed.training.epochs == 3
+    assert changed.optimizer.lr == 0.2
+    assert changed.devices.spec == "cpu:4"
+    assert changed.model.channels_last is True
+    assert config.training.epochs == 2  # frozen original untouched
+    with pytest.raises(ConfigError, match=r"unknown key training\.epoch "):
+        apply_overrides(config, {"training.epoch": "3"})
+    with pytest.raises(ConfigError, match=r"training\.epochs is 'x'"):
+        apply_overrides(config, {"training.epochs": "x"})
+    with pytest.raises(ConfigError, match="expected section.key"):
+        apply_overrides(config, {"nosuch": "1"})
+
+
+@pytest.mark.parametrize(
+    ("spec", "strategy", "gpus", "expected"),
+    [
+        ("auto", "ddp", 0, DevicePlan("cpu", cpu_ranks=2)),
+        ("auto", "single", 0, DevicePlan("cpu", cpu_ranks=1)),
+        ("auto", "ddp", 4, DevicePlan("cuda", gpu_indices=(0, 1, 2, 3))),
+        ("auto", "single", 4, DevicePlan("cuda", gpu_indices=(0,))),
+        ("all", "ddp", 2, DevicePlan("cuda", gpu_indices=(0, 1))),
+        ("2", "ddp", 4, DevicePlan("cuda", gpu_indices=(0, 1))),
+        ("0,2", "ddp", 4, DevicePlan("cuda", gpu_indices=(0, 2))),
+        ("cpu", "single", 4, DevicePlan("cpu", cpu_ranks=1)),
+        ("cpu:3", "ddp", 0, DevicePlan("cpu", cpu_ranks=3)),
+    ],
+)
+def test_device_specs_resolve(spec: str, strategy: str, gpus: int, expected: DevicePlan) -> None:
+    assert resolve_devices(spec, strategy, gpus) == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "gpus", "fragment"),
+    [
+        ("0,4", 4, "names GPU 4, but this machine has GPUs 0 to 3"),
+        ("3", 2, "asks for 3 GPUs, but this machine has 2"),
+        ("all", 0, "this machine has none visible to NVML"),
+        ("1,1", 4, "names a GPU twice"),
+        ("cpu:0", 0, "expected auto, all"),
+    ],
+)
+def test_impossible_device_sets_are_refused(spec: str, gpus: int, fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        resolve_devices(spec, "ddp", gpus)
+
+
+def cfg(**overrides: str) -> RunConfig:
+    return apply_overrides(load_preset("cpu-demo"), overrides)
+
+
+def test_plan_refuses_what_cannot_run_here() -> None:
+    with pytest.raises(ConfigError, match="fp16 needs CUDA"):
+        plan_run(cfg(**{"precision.mode": "fp16"}), gpu_count=0)
+    with pytest.raises(ConfigError, match="dataparallel needs CUDA"):
+        plan_run(cfg(**{"strategy.name": "dataparallel", "devices.spec": "auto"}), gpu_count=0)
+    with pytest.raises(ConfigError, match="batch_size 250 does not divide by the 4 GPUs"):
+        plan_run(
+            cfg(**{"strategy.name": "dataparallel", "devices.spec": "4", "training.batch_size": "250"}), gpu_count=4
+        )
+    with pytest.raises(ConfigError, match="single uses one device"):
+        plan_run(cfg(**{"strategy.name": "single", "devices.spec": "2"}), gpu_count=4)
+    with pytest.raises(ConfigError, match="nccl needs CUDA"):
+        plan_run(cfg(**{"ddp.backend": "nccl"}), gpu_count=0)
+
+
+def test_missing_cifar_names_the_path_and_the_alternatives(tmp_path: Path) -> None:
+    config = cfg(**{"data.dataset": "cifar10", "data.root": str(tmp_path / "nowhere")})
+    with pytest.raises(ConfigError) as err:
+        plan_run(config, gpu_count=0)
+    assert str(tmp_path / "nowhere" / "cifar-10-batches-py") in str(err.value)
+    assert "--data synthetic" in str(err.value)
+    # asking to download is allowed: the check is left to the download
+    plan_run(apply_overrides(config, {"data.download": "true"}), gpu_count=0)
+
+
+def test_plan_figures_and_linear_lr_scaling() -> None:
+    plan = plan_run(cfg(), gpu_count=0)
+    assert (plan.world_size, plan.global_batch, plan.backend) == (2, 256, "gloo")
+    dp = plan_run(cfg(**{"strategy.name": "dataparallel", "devices.spec": "2", "training.batch_size": "512"}), 2)
+    assert (dp.world_size, dp.global_batch, dp.backend) == (1, 512, None)
+    scaled = plan_run(
+        cfg(**{"optimizer.lr_scaling": "linear", "optimizer.reference_batch": "128", "optimizer.warmup_steps": "4"}),
+        gpu_count=0,
+    )
+    assert scaled.base_lr == pytest.approx(0.05 * 256 / 128)
+    assert [lr_at_step(scaled, s) for s in range(5)] == pytest.approx(
+        [0.025, 0.05, 0.075, 0.1, 0.1]
+    )
+    assert lr_at_step(plan, 0) == 0.05
