@@ -78,7 +78,7 @@ def collect_overrides(set_values: tuple[str, ...], **shortcuts: Any) -> dict[str
             raise click.UsageError(f"--set {item!r} is not SECTION.KEY=VALUE")
         overrides[key.strip()] = value.strip()
     for name, key in SHORTCUTS.items():
-        value = shortcuts.get(name)
-        if value is not None:
-            overrides[key] = value
+        shortcut = shortcuts.get(name)
+        if shortcut is not None:
+            overrides[key] = shortcut
     return overrides

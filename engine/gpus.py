@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -103,8 +104,11 @@ def _sample_one(nvml: Any, index: int) -> GpuSample:
         return GpuSample(index=index, name=name, error=_reason(err))
     power_mw = _try(lambda: nvml.nvmlDeviceGetPowerUsage(handle))
     processes: list[GpuProcess] = []
-    for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
-        for p in _try(lambda g=getter: getattr(nvml, g)(handle)) or ():
+    for getter in (
+        nvml.nvmlDeviceGetComputeRunningProcesses,
+        nvml.nvmlDeviceGetGraphicsRunningProcesses,
+    ):
+        for p in _try(partial(getter, handle)) or ():
             used = getattr(p, "usedGpuMemory", None)
             processes.append(GpuProcess(pid=int(p.pid), used_memory_bytes=used))
     return GpuSample(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
@@ -18,7 +19,7 @@ def presets_command(as_json: bool) -> None:
     """List bundled and user presets (~/.config/ddptui/presets or $DDPTUI_PRESETS), each with a
     one-line description and whether it can run here, and why not."""
     inventory = gpus.sample_gpus()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for preset in list_presets():
         description, runnable = "", False
         try:
