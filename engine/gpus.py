@@ -104,11 +104,9 @@ def _sample_one(nvml: Any, index: int) -> GpuSample:
         return GpuSample(index=index, name=name, error=_reason(err))
     power_mw = _try(lambda: nvml.nvmlDeviceGetPowerUsage(handle))
     processes: list[GpuProcess] = []
-    for getter in (
-        nvml.nvmlDeviceGetComputeRunningProcesses,
-        nvml.nvmlDeviceGetGraphicsRunningProcesses,
-    ):
-        for p in _try(partial(getter, handle)) or ():
+    for name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+        getter = getattr(nvml, name, None)
+        for p in (_try(partial(getter, handle)) if getter else None) or ():
             used = getattr(p, "usedGpuMemory", None)
             processes.append(GpuProcess(pid=int(p.pid), used_memory_bytes=used))
     return GpuSample(
