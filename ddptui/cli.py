@@ -15,6 +15,8 @@ import click
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "run": ("run", "run_command", "Launch a preset and follow it to the end."),
     "presets": ("presets", "presets_command", "List presets and whether each can run here."),
+    "bench": ("bench", "bench_command", "Run a suite of presets and print the speedup table."),
+    "results": ("results", "results_command", "Recorded benches: list, show one, compare two."),
 }
 
 

@@ -267,8 +267,11 @@ def build_speedup_table(
     measured = [_measure(r) for r in results]
     notes: list[str] = []
     base: SpeedupRow | None
+    # Global batches compare with the baseline's even when it did not run: its plan says it.
+    batch_reference = 0
     if baseline is not None:
         base = next(m for m in measured if m.label == baseline)
+        batch_reference = base.global_batch
         if not base.ok:
             notes.append(
                 f"The baseline row {baseline!r} {_did_not_complete(base)}, so no row has a speedup."
@@ -278,9 +281,10 @@ def build_speedup_table(
         base = next((m for m in measured if m.ok), None)
         if base is None and measured:
             notes.append("No row completed, so there is no baseline and no speedup.")
-    rows = [_relate(m, base) for m in measured]
+        batch_reference = base.global_batch if base else 0
+    rows = [_relate(m, base, batch_reference) for m in measured]
     rows = _flag_slower_with_more_devices(rows)
-    notes = _explain(rows, base, explicit_baseline=baseline is not None) + notes
+    notes = _explain(rows, base, batch_reference, explicit_baseline=baseline is not None) + notes
     return SpeedupTable(
         title=title,
         rows=tuple(rows),
@@ -374,11 +378,11 @@ def _failure_reason(summary: RunSummary) -> str:
     return f"the run ended {status}"
 
 
-def _relate(row: SpeedupRow, base: SpeedupRow | None) -> SpeedupRow:
+def _relate(row: SpeedupRow, base: SpeedupRow | None, batch_reference: int) -> SpeedupRow:
+    differs = batch_reference > 0 and row.global_batch > 0 and row.global_batch != batch_reference
     if base is None:
-        return row
+        return _replace(row, batch_differs=differs)
     is_base = row.label == base.label
-    differs = row.global_batch != base.global_batch and row.global_batch > 0
     if not row.ok or row.images_per_s is None or not base.images_per_s:
         return _replace(row, baseline=is_base, batch_differs=differs)
     speedup = row.images_per_s / base.images_per_s
@@ -413,7 +417,11 @@ def _replace(row: SpeedupRow, **changes: Any) -> SpeedupRow:
 
 
 def _explain(
-    rows: list[SpeedupRow], base: SpeedupRow | None, *, explicit_baseline: bool
+    rows: list[SpeedupRow],
+    base: SpeedupRow | None,
+    batch_reference: int,
+    *,
+    explicit_baseline: bool,
 ) -> list[str]:
     """The footer: what the figures mean and where rows are not comparable."""
     done = [r for r in rows if r.ok]
@@ -434,14 +442,14 @@ def _explain(
             "is speedup divided by the row's devices over the baseline's "
             f"({base.device_count} device{'s' if base.device_count != 1 else ''})."
         )
-        differing = [r.label for r in rows if r.batch_differs]
-        if differing:
-            notes.append(
-                f"{BATCH_MARK} Global batch differs from the baseline's ({base.global_batch}) in "
-                f"{_names(differing)}: an epoch takes fewer or more optimiser steps, so their test "
-                "accuracy is not directly comparable with the baseline's unless the learning rate "
-                "was scaled to match."
-            )
+    differing = [r.label for r in rows if r.batch_differs]
+    if differing:
+        notes.append(
+            f"{BATCH_MARK} Global batch differs from the baseline's ({batch_reference}) in "
+            f"{_names(differing)}: an epoch takes fewer or more optimiser steps, so their test "
+            "accuracy is not directly comparable with the baseline's unless the learning rate "
+            "was scaled to match."
+        )
     slow = [r for r in rows if r.slower_than]
     if slow:
         pairs = "; ".join(

@@ -1,0 +1,142 @@
+"""``ddptui results``: the benches recorded so far, one again, or two side by side."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ddptui import exit_codes
+from engine.result_history import BenchRecord, HistoryError, ResultHistory, default_db_path
+from engine.speedup_table import FORMATS, comparison_markdown, markdown_table
+
+DB_OPTION = click.option(
+    "--db",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Results database (default: results.sqlite3 in $DDPTUI_DATA_DIR, $XDG_DATA_HOME/ddptui "
+    "or ~/.local/share/ddptui).",
+)
+
+
+def _open(db: Path | None) -> ResultHistory:
+    try:
+        return ResultHistory(db if db is not None else default_db_path(), create=False)
+    except HistoryError as err:
+        click.echo(f"ddptui: {err}", err=True)
+        sys.exit(exit_codes.BAD_INPUT)
+
+
+def _get(history: ResultHistory, bench_id: int) -> BenchRecord:
+    try:
+        return history.get(bench_id)
+    except HistoryError as err:
+        click.echo(f"ddptui: {err}", err=True)
+        sys.exit(exit_codes.BAD_INPUT)
+
+
+def _when(created: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(created))
+
+
+@click.group("results", invoke_without_command=True)
+@DB_OPTION
+@click.pass_context
+def results_command(ctx: click.Context, db: Path | None) -> None:
+    """Benches recorded by `ddptui bench`, with the machine each ran on.
+
+    \b
+      ddptui results                   list them (the same as `ddptui results list`)
+      ddptui results show 3            print bench 3's table again
+      ddptui results compare 3 7       benches 3 and 7 side by side
+    """
+    ctx.obj = db
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(list_command, db=db)
+
+
+@results_command.command("list")
+@DB_OPTION
+@click.pass_context
+def list_command(ctx: click.Context, db: Path | None) -> None:
+    """List recorded benches, newest first."""
+    db = db if db is not None else ctx.obj
+    path = db if db is not None else default_db_path()
+    if not path.exists():
+        click.echo(f"no benches recorded yet ({path} does not exist); run `ddptui bench`")
+        return
+    with _open(db) as history:
+        listings = history.list()
+    if not listings:
+        click.echo(f"no benches recorded yet in {path}")
+        return
+    rows = [
+        (
+            str(b.id),
+            _when(b.created),
+            b.title,
+            b.host,
+            b.gpus,
+            f"{b.completed_rows}/{b.rows}",
+        )
+        for b in listings
+    ]
+    for line in markdown_table(("id", "when", "bench", "host", "GPUs", "rows done"), rows):
+        click.echo(line)
+
+
+@results_command.command("show")
+@click.argument("bench_id", type=int)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="markdown", show_default=True)
+@DB_OPTION
+@click.pass_context
+def show_command(ctx: click.Context, bench_id: int, fmt: str, db: Path | None) -> None:
+    """Print bench BENCH_ID's table again, with the machine it ran on."""
+    with _open(db if db is not None else ctx.obj) as history:
+        record = _get(history, bench_id)
+    if fmt != "markdown":
+        click.echo(record.table.render(fmt), nl=False)
+        return
+    click.echo(f"# bench {record.id}: {record.title}, {_when(record.created)}\n")
+    click.echo(record.table.to_markdown(), nl=False)
+    click.echo("\nMachine:\n")
+    for line in markdown_table(("", ""), record.machine.describe()):
+        click.echo(line)
+    if record.runs:
+        click.echo("\nRuns: " + ", ".join(f"{r.row_label}: {r.run_dir}" for r in record.runs))
+
+
+@results_command.command("compare")
+@click.argument("a_id", type=int)
+@click.argument("b_id", type=int)
+@DB_OPTION
+@click.pass_context
+def compare_command(ctx: click.Context, a_id: int, b_id: int, db: Path | None) -> None:
+    """Two benches side by side: A = A_ID, B = B_ID; rows are matched by label."""
+    with _open(db if db is not None else ctx.obj) as history:
+        a = _get(history, a_id)
+        b = _get(history, b_id)
+    click.echo(f"# A = bench {a.id} ({a.title}, {_when(a.created)})")
+    click.echo(f"# B = bench {b.id} ({b.title}, {_when(b.created)})\n")
+    machines: list[Any] = [
+        (name, value_a, value_b, "" if value_a == value_b else "differs")
+        for (name, value_a), (_, value_b) in zip(
+            a.machine.describe(), b.machine.describe(), strict=True
+        )
+    ]
+    for line in markdown_table(("machine", "A", "B", ""), machines):
+        click.echo(line)
+    click.echo("")
+    for line in comparison_markdown(a.table, b.table):
+        click.echo(line)
+    click.echo(
+        "\n- B vs A is B's images/s over A's, minus 1; speedups are each bench's own, over its "
+        "own baseline."
+    )
+    if a.table.baseline != b.table.baseline:
+        click.echo(
+            f"- The baselines differ (A: {a.table.baseline!r}, B: {b.table.baseline!r}), so the "
+            "speedup columns are not comparable."
+        )
