@@ -1,0 +1,501 @@
+"""Data sets and input pipelines: what a rank trains and evaluates on.
+
+Data sets (``data.dataset``):
+
+- ``synthetic``: embedded, CIFAR-shaped (uint8 3x32x32, 10 classes), made in well under a second
+  from a fixed seed that is *not* the training seed, so every run and every rank sees the same images.
+  Each class is a smooth random colour-field template; an image is its class template, shifted by a
+  few pixels, in one of several colour casts shared by every class, plus pixel noise. The mean colour
+  of an image says nothing about its class, so a model has to learn spatial patterns, and the random
+  crop (4-pixel padding) + flip augmentation keeps the class signal.
+- ``cifar10``: ``torchvision.datasets.CIFAR10`` under ``engine.plan.dataset_root(config)``.
+
+Pipelines (``data.pipeline``):
+
+- ``torchvision``: the tutorial's PIL transforms in a DataLoader (train: RandomCrop(32, padding=4),
+  RandomHorizontalFlip, ToTensor, Normalize(0.5, 0.5); test: ToTensor + Normalize only).
+- ``tensor``: the whole split as one uint8 tensor on the training device; each batch is indexed from
+  it and augmented with batched tensor ops. The augmentation of a sample is a function of
+  (seed, epoch, sample index) only, so it does not depend on how samples are split across ranks.
+
+Sampling is a ``DistributedSampler(shuffle=True, seed=training.seed, drop_last=True)`` with
+``set_epoch`` every epoch, for every strategy: ``single`` and ``dataparallel`` use one replica, so a
+single process with batch 2b sees, step for step, exactly the union of what two DDP ranks with
+batch b see. Incomplete last batches are dropped, so every step has the full batch.
+
+Evaluation covers the whole test set once: rank r takes samples r, r + world_size, ... (no padding,
+no duplicates), and the training loop all-reduces the counts.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
+
+from engine.config import RunConfig
+from engine.plan import dataset_root
+
+NUM_CLASSES = 10
+IMAGE_SHAPE = (3, 32, 32)
+CROP_PADDING = 4
+
+# The synthetic data set is a fixed data set, not a function of the training seed.
+SYNTHETIC_SEED = 20_240_601
+_SYNTHETIC_SPLIT_SEEDS = {True: 1, False: 2}  # train, test
+# Spatial frequencies (cycles per 32 pixels) the class textures are made of; each class mixes two.
+_SYNTHETIC_FREQUENCIES = (
+    (1, 2), (2, 1), (3, 0), (0, 3), (2, 3), (3, 2), (1, 4), (4, 1), (2, 2), (4, 0), (1, 1), (3, 3)
+)  # fmt: skip
+_SYNTHETIC_SHIFT_STRIDE = 2  # texture phases: every second pixel shift of the 32-pixel period
+_SYNTHETIC_TEXTURE_AMPLITUDE = 50  # grey levels, each side of the cast colour
+_SYNTHETIC_NOISE_HALF_RANGE = 40  # pixel noise, clipped to +-this many grey levels
+_SYNTHETIC_NOISE_STD = 35.0
+_SYNTHETIC_NOISE_BANK = 1024
+_SYNTHETIC_CASTS = 16  # colour casts, shared by all classes
+_SYNTHETIC_CAST_RANGE = 255 - 2 * (_SYNTHETIC_TEXTURE_AMPLITUDE + _SYNTHETIC_NOISE_HALF_RANGE)
+
+Batch = tuple[torch.Tensor, torch.Tensor]  # float images (B, 3, 32, 32) normalised, int64 labels
+
+
+@dataclass(frozen=True)
+class ImageSplit:
+    """One split of a data set in memory: uint8 images (N, 3, 32, 32) and int64 labels (N,)."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    def to(self, device: torch.device) -> ImageSplit:
+        return ImageSplit(self.images.to(device), self.labels.to(device))
+
+
+# ---- synthetic -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _SyntheticBank:
+    """Building blocks whose uint8 sum is an image; three adds never overflow 255."""
+
+    textures: torch.Tensor  # (classes * phases, 3, 32, 32): 0 .. 2 * amplitude
+    phases: int  # texture variants per class
+    noise: torch.Tensor  # (bank, 3, 32, 32): 0 .. 2 * noise half range
+    casts: torch.Tensor  # (casts, 3, 1, 1): 0 .. cast range
+
+
+@functools.lru_cache(maxsize=1)
+def _synthetic_bank() -> _SyntheticBank:
+    """Made once per process from SYNTHETIC_SEED.
+
+    A class is a texture: two plane waves, each with its mirror image (so a horizontal flip keeps the
+    class) and a colour of its own. Every 32-pixel-periodic shift of it is a phase variant, so the
+    position of a stripe says nothing, and the colour casts are shared by all classes, so the mean
+    colour says nothing either: a model has to learn the spatial pattern.
+    """
+    gen = torch.Generator().manual_seed(SYNTHETIC_SEED)
+    size = IMAGE_SHAPE[1]
+    grid = torch.arange(size, dtype=torch.float32)
+    yy, xx = torch.meshgrid(grid, grid, indexing="ij")
+    order = torch.randperm(len(_SYNTHETIC_FREQUENCIES), generator=gen).tolist()
+    fields = torch.zeros(NUM_CLASSES, *IMAGE_SHAPE)
+    for cls in range(NUM_CLASSES):
+        for wave in range(2):
+            fx, fy = _SYNTHETIC_FREQUENCIES[order[(cls + 3 * wave) % len(order)]]
+            colour = torch.rand(3, 1, 1, generator=gen) * 2 - 1
+            phase = float(torch.rand((), generator=gen)) * 2 * math.pi
+            for mirrored_fx in (fx, -fx):
+                angle = 2 * math.pi * (mirrored_fx * xx + fy * yy) / size + phase
+                fields[cls] += colour * torch.cos(angle)
+    amplitude = _SYNTHETIC_TEXTURE_AMPLITUDE
+    fields = fields / fields.abs().amax(dim=(1, 2, 3), keepdim=True) * amplitude
+    quantised = (fields + amplitude).round_().clamp_(0, 2 * amplitude).to(torch.uint8)
+    # Phase variants: 32 x 32 windows of the texture tiled 2 x 2, every stride-th pixel shift.
+    stride = _SYNTHETIC_SHIFT_STRIDE
+    steps = size // stride
+    windows = quantised.repeat(1, 1, 2, 2).unfold(2, size, stride).unfold(3, size, stride)
+    windows = windows[:, :, :steps, :steps]  # (class, channel, dy, dx, 32, 32)
+    textures = windows.permute(0, 2, 3, 1, 4, 5).reshape(-1, *IMAGE_SHAPE).contiguous()
+    half = _SYNTHETIC_NOISE_HALF_RANGE
+    noise = torch.randn(_SYNTHETIC_NOISE_BANK, *IMAGE_SHAPE, generator=gen) * _SYNTHETIC_NOISE_STD
+    noise = (noise + half).round_().clamp_(0, 2 * half).to(torch.uint8)
+    casts = torch.rand(_SYNTHETIC_CASTS, 3, 1, 1, generator=gen) * _SYNTHETIC_CAST_RANGE
+    return _SyntheticBank(
+        textures=textures,
+        phases=steps * steps,
+        noise=noise,
+        casts=casts.round_().to(torch.uint8),
+    )
+
+
+def synthetic_split(train: bool, size: int) -> ImageSplit:
+    """The synthetic train or test split with ``size`` images; the same for the same arguments.
+
+    The train and test splits are independent draws from the same distribution.
+    """
+    bank = _synthetic_bank()
+    gen = torch.Generator().manual_seed(SYNTHETIC_SEED * 10 + _SYNTHETIC_SPLIT_SEEDS[train])
+    labels = torch.randint(0, NUM_CLASSES, (size,), generator=gen)
+    phase = torch.randint(0, bank.phases, (size,), generator=gen)
+    noise = torch.randint(0, bank.noise.shape[0], (size,), generator=gen)
+    cast = torch.randint(0, bank.casts.shape[0], (size,), generator=gen)
+    images = bank.textures.index_select(0, labels * bank.phases + phase)
+    images.add_(bank.noise.index_select(0, noise))
+    images.add_(bank.casts.index_select(0, cast))
+    return ImageSplit(images=images, labels=labels)
+
+
+# ---- CIFAR-10 --------------------------------------------------------------------------------
+
+
+def cifar10_dataset(
+    config: RunConfig,
+    train: bool,
+    *,
+    transform: Any = None,
+    rank: int = 0,
+    distributed: bool = False,
+) -> Any:
+    """``torchvision.datasets.CIFAR10`` for one split.
+
+    With ``data.download``, rank 0 downloads (once) while the others wait at a barrier, then every
+    rank opens the files on disk.
+    """
+    from torchvision.datasets import CIFAR10
+
+    root = str(dataset_root(config))
+    if config.data.download and distributed:
+        if rank == 0:
+            CIFAR10(root, train=train, download=True)
+        dist.barrier()
+        return CIFAR10(root, train=train, transform=transform, download=False)
+    return CIFAR10(root, train=train, transform=transform, download=config.data.download)
+
+
+def cifar10_split(
+    config: RunConfig, train: bool, *, rank: int = 0, distributed: bool = False
+) -> ImageSplit:
+    dataset = cifar10_dataset(config, train, rank=rank, distributed=distributed)
+    images = torch.from_numpy(np.ascontiguousarray(dataset.data)).permute(0, 3, 1, 2).contiguous()
+    return ImageSplit(images=images, labels=torch.as_tensor(dataset.targets, dtype=torch.int64))
+
+
+def load_split(
+    config: RunConfig, train: bool, *, rank: int = 0, distributed: bool = False
+) -> ImageSplit:
+    """One split of the configured data set, in host memory."""
+    if config.data.dataset == "synthetic":
+        size = config.data.train_size if train else config.data.test_size
+        return synthetic_split(train, size)
+    return cifar10_split(config, train, rank=rank, distributed=distributed)
+
+
+# ---- sampling --------------------------------------------------------------------------------
+
+
+def epoch_indices(size: int, epoch: int, seed: int, rank: int, world_size: int) -> list[int]:
+    """The samples rank ``rank`` of ``world_size`` trains on in ``epoch``, in order.
+
+    Exactly what ``DistributedSampler(shuffle=True, seed=seed, drop_last=True)`` yields after
+    ``set_epoch(epoch)``; with world_size 1 it is the whole permutation that the ranks share out.
+    """
+    sampler = make_train_sampler(size, seed, rank, world_size)
+    sampler.set_epoch(epoch)
+    return list(sampler)
+
+
+def make_train_sampler(size: int, seed: int, rank: int, world_size: int) -> DistributedSampler[int]:
+    # DistributedSampler only needs len(); a range stands in for the data set.
+    return DistributedSampler(
+        cast(Dataset[int], range(size)),
+        num_replicas=world_size,
+        rank=rank,
+        shuffle=True,
+        seed=seed,
+        drop_last=True,
+    )
+
+
+def test_shard(size: int, rank: int, world_size: int) -> range:
+    """Test samples evaluated by one rank: every sample exactly once across the ranks."""
+    return range(rank, size, world_size)
+
+
+# ---- tensor-pipeline augmentation ------------------------------------------------------------
+
+_HASH_MASK = 0x7FFF_FFFF  # 31 bits: products of two masked values stay inside int64
+
+
+def _mix(values: torch.Tensor) -> torch.Tensor:
+    """An integer hash (int64 tensor in, 31-bit values out) that is identical on every device."""
+    h = values & _HASH_MASK
+    for multiplier in (0x2C1B3C6D, 0x297A2D39, 0x3C6EF372):
+        h = ((h ^ (h >> 15)) * multiplier) & _HASH_MASK
+    return h ^ (h >> 13)
+
+
+def augmentation_params(
+    indices: torch.Tensor, seed: int, epoch: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Crop offsets (0 .. 2 * padding, in padded coordinates) and flip flags of each sample.
+
+    A pure function of (seed, epoch, sample index): the same sample gets the same crop and flip
+    on any rank and any device.
+    """
+    key = (seed * 1_000_003 + epoch) & _HASH_MASK
+    h = _mix(indices.to(torch.int64) * 0x9E37 + _mix(torch.tensor(key, device=indices.device)))
+    span = 2 * CROP_PADDING + 1
+    dy = h % span
+    dx = (h // span) % span
+    flip = ((h // (span * span)) % 2).bool()
+    return dy, dx, flip
+
+
+def normalize(images: torch.Tensor) -> torch.Tensor:
+    """uint8 -> float in [-1, 1]: ToTensor followed by Normalize(mean 0.5, std 0.5)."""
+    return images.float().div_(127.5).sub_(1.0)
+
+
+def augment(images: torch.Tensor, indices: torch.Tensor, seed: int, epoch: int) -> torch.Tensor:
+    """Random crop with 4-pixel zero padding + horizontal flip of a uint8 batch, then normalise.
+
+    Matches ``RandomCrop(32, padding=4)`` + ``RandomHorizontalFlip`` (padding is black, as in the
+    PIL pipeline), done as one gather on the images' device.
+    """
+    batch, channels, height, width = images.shape
+    dy, dx, flip = augmentation_params(indices, seed, epoch)
+    padded = F.pad(images, (CROP_PADDING, CROP_PADDING, CROP_PADDING, CROP_PADDING))
+    ar_h = torch.arange(height, device=images.device)
+    ar_w = torch.arange(width, device=images.device)
+    rows = dy[:, None] + ar_h  # (B, H)
+    cols = dx[:, None] + torch.where(flip[:, None], width - 1 - ar_w, ar_w)  # (B, W)
+    b = torch.arange(batch, device=images.device)[:, None, None, None]
+    c = torch.arange(channels, device=images.device)[None, :, None, None]
+    cropped = padded[b, c, rows[:, None, :, None], cols[:, None, None, :]]
+    return normalize(cropped)
+
+
+# ---- pipelines -------------------------------------------------------------------------------
+
+
+class TrainBatches:
+    """The training batches of one rank, epoch by epoch. ``epoch(e)`` yields batches on the device."""
+
+    steps_per_epoch: int
+    batch_size: int
+
+    def epoch(self, epoch: int) -> Iterator[Batch]:
+        raise NotImplementedError
+
+
+class TensorTrainBatches(TrainBatches):
+    """The whole split on the device as uint8; batches indexed and augmented there."""
+
+    def __init__(
+        self,
+        split: ImageSplit,
+        *,
+        batch_size: int,
+        seed: int,
+        rank: int,
+        world_size: int,
+        device: torch.device,
+        max_steps: int = 0,
+    ) -> None:
+        self.split = split.to(device)
+        self.batch_size = batch_size
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.device = device
+        self.sampler = make_train_sampler(len(split), seed, rank, world_size)
+        steps = len(self.sampler) // batch_size
+        self.steps_per_epoch = min(steps, max_steps) if max_steps > 0 else steps
+
+    def epoch(self, epoch: int) -> Iterator[Batch]:
+        self.sampler.set_epoch(epoch)
+        order = torch.tensor(list(self.sampler), dtype=torch.int64, device=self.device)
+        for step in range(self.steps_per_epoch):
+            indices = order[step * self.batch_size : (step + 1) * self.batch_size]
+            images = augment(self.split.images[indices], indices, self.seed, epoch)
+            yield images, self.split.labels[indices]
+
+
+class _PilImages(Dataset[tuple[Any, int]]):
+    """An in-memory split served as PIL images, like ``torchvision.datasets.CIFAR10`` does."""
+
+    def __init__(self, split: ImageSplit, transform: Any) -> None:
+        self.data = split.images.permute(0, 2, 3, 1).contiguous().numpy()  # HWC, as CIFAR10.data
+        self.targets = split.labels.tolist()
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        from PIL import Image
+
+        return self.transform(Image.fromarray(self.data[index])), self.targets[index]
+
+
+def torchvision_transform(train: bool) -> Any:
+    from torchvision import transforms
+
+    normalize_t = transforms.Normalize((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+    if train:
+        return transforms.Compose(
+            [
+                transforms.RandomCrop(32, padding=CROP_PADDING),
+                transforms.RandomHorizontalFlip(),
+                transforms.ToTensor(),
+                normalize_t,
+            ]
+        )
+    return transforms.Compose([transforms.ToTensor(), normalize_t])
+
+
+def torchvision_dataset(
+    config: RunConfig, train: bool, *, rank: int = 0, distributed: bool = False
+) -> Dataset[Any]:
+    transform = torchvision_transform(train)
+    if config.data.dataset == "synthetic":
+        return _PilImages(load_split(config, train), transform)
+    return cast(
+        Dataset[Any],
+        cifar10_dataset(config, train, transform=transform, rank=rank, distributed=distributed),
+    )
+
+
+def _loader_options(config: RunConfig, device: torch.device) -> dict[str, Any]:
+    workers = config.data.num_workers
+    return {
+        "num_workers": workers,
+        "pin_memory": config.data.pin_memory and device.type == "cuda",
+        "persistent_workers": workers > 0,
+    }
+
+
+class TorchvisionTrainBatches(TrainBatches):
+    """The tutorial's DataLoader with PIL transforms, copied to the device batch by batch."""
+
+    def __init__(
+        self,
+        dataset: Dataset[Any],
+        config: RunConfig,
+        *,
+        batch_size: int,
+        rank: int,
+        world_size: int,
+        device: torch.device,
+    ) -> None:
+        seed = config.training.seed
+        self.device = device
+        self.batch_size = batch_size
+        self.sampler = make_train_sampler(len(cast(Sequence[Any], dataset)), seed, rank, world_size)
+        self.loader = DataLoader(
+            dataset,
+            batch_size=batch_size,
+            sampler=self.sampler,
+            drop_last=True,
+            # Worker augmentation seeds differ per rank but repeat from run to run.
+            generator=torch.Generator().manual_seed(seed * 1_000 + rank),
+            **_loader_options(config, device),
+        )
+        steps = len(self.loader)
+        max_steps = config.training.max_steps
+        self.steps_per_epoch = min(steps, max_steps) if max_steps > 0 else steps
+        self._non_blocking = device.type == "cuda"
+
+    def epoch(self, epoch: int) -> Iterator[Batch]:
+        self.sampler.set_epoch(epoch)
+        batches = iter(self.loader)
+        for _ in range(self.steps_per_epoch):
+            images, labels = next(batches)
+            yield (
+                images.to(self.device, non_blocking=self._non_blocking),
+                labels.to(self.device, non_blocking=self._non_blocking),
+            )
+        del batches  # with persistent workers, the next epoch's iterator resets them
+
+
+def make_train_batches(
+    config: RunConfig,
+    *,
+    batch_size: int,
+    rank: int,
+    world_size: int,
+    device: torch.device,
+    distributed: bool,
+) -> TrainBatches:
+    """The configured training pipeline for one rank. ``world_size`` 1 for single / dataparallel."""
+    if config.data.pipeline == "tensor":
+        split = load_split(config, True, rank=rank, distributed=distributed)
+        return TensorTrainBatches(
+            split,
+            batch_size=batch_size,
+            seed=config.training.seed,
+            rank=rank,
+            world_size=world_size,
+            device=device,
+            max_steps=config.training.max_steps,
+        )
+    dataset = torchvision_dataset(config, True, rank=rank, distributed=distributed)
+    return TorchvisionTrainBatches(
+        dataset, config, batch_size=batch_size, rank=rank, world_size=world_size, device=device
+    )
+
+
+class TestBatches:
+    """One rank's shard of the full test set, without augmentation, as device batches."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(
+        self,
+        config: RunConfig,
+        *,
+        batch_size: int,
+        rank: int,
+        world_size: int,
+        device: torch.device,
+        distributed: bool,
+    ) -> None:
+        self.device = device
+        self.batch_size = batch_size
+        self.loader: DataLoader[Any] | None = None
+        self.split: ImageSplit | None = None
+        if config.data.pipeline == "tensor":
+            split = load_split(config, False, rank=rank, distributed=distributed)
+            self.size = len(split)
+            shard = torch.tensor(test_shard(self.size, rank, world_size), dtype=torch.int64)
+            self.split = ImageSplit(split.images[shard], split.labels[shard]).to(device)
+        else:
+            dataset = torchvision_dataset(config, False, rank=rank, distributed=distributed)
+            self.size = len(cast(Sequence[Any], dataset))
+            shard_set = Subset(dataset, list(test_shard(self.size, rank, world_size)))
+            options = _loader_options(config, device)
+            options["persistent_workers"] = False  # evaluation runs once an epoch
+            self.loader = DataLoader(shard_set, batch_size=batch_size, shuffle=False, **options)
+
+    def __iter__(self) -> Iterator[Batch]:
+        if self.split is not None:
+            for start in range(0, len(self.split), self.batch_size):
+                stop = start + self.batch_size
+                yield normalize(self.split.images[start:stop]), self.split.labels[start:stop]
+            return
+        assert self.loader is not None
+        non_blocking = self.device.type == "cuda"
+        for images, labels in self.loader:
+            yield (
+                images.to(self.device, non_blocking=non_blocking),
+                labels.to(self.device, non_blocking=non_blocking),
+            )
