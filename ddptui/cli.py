@@ -15,6 +15,11 @@ import click
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "run": ("run", "run_command", "Launch a preset and follow it to the end."),
     "presets": ("presets", "presets_command", "List presets and whether each can run here."),
+    "runs": ("runs", "runs_command", "List runs: state, age, devices, stalled ranks."),
+    "show": ("runs", "show_command", "One run: config, per-rank states, summary, failure."),
+    "ps": ("processes", "ps_command", "Distributed-training processes here, grouped into jobs."),
+    "kill": ("processes", "kill_command", "Stop exactly the processes of one run."),
+    "clean": ("processes", "clean_command", "Stop orphaned training jobs (asks first)."),
     "bench": ("bench", "bench_command", "Run a suite of presets and print the speedup table."),
     "results": ("results", "results_command", "Recorded benches: list, show one, compare two."),
 }

@@ -1,0 +1,347 @@
+"""``ddptui ps``, ``ddptui kill`` and ``ddptui clean``: find, stop and clean up training processes.
+
+Exit codes (all three): 0 done (or nothing to do), 1 the operation failed (a process survived
+SIGKILL, or clean was declined), 2 bad input (unknown run id, unreadable run.json, a process that
+is not yours to stop): nothing was signalled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from ddptui import exit_codes
+from ddptui.run_options import default_runs_dir
+from engine.process_kill import (
+    CleanPlan,
+    KillRefused,
+    KillResult,
+    clean_orphans,
+    kill_run,
+    plan_clean,
+)
+from engine.process_table import ProcessTable, TrainingJob, TrainingProcess, scan_processes
+from engine.rundir import RunDirError, find_run
+
+runs_dir_option = click.option(
+    "--runs-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=default_runs_dir,
+    show_default="runs, or $DDPTUI_RUNS_DIR",
+    help="Where run directories are.",
+)
+
+
+def _fail(message: str, code: int = exit_codes.BAD_INPUT) -> NoReturn:
+    click.echo(f"ddptui: {message}", err=True)
+    sys.exit(code)
+
+
+# ---- formatting ------------------------------------------------------------------------------
+
+
+def format_age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+
+
+def format_bytes(value: int | None) -> str:
+    if value is None:
+        return "-"
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if value >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value} B"
+
+
+def _gpu_cell(p: TrainingProcess, gpu_error: str | None) -> str:
+    if gpu_error:
+        return "n/a"
+    if not p.gpu:
+        return "-"
+    return " ".join(f"{g.gpu_index}:{format_bytes(g.used_bytes)}" for g in p.gpu)
+
+
+def _rank_cell(p: TrainingProcess) -> str:
+    if p.rank is None:
+        return "-"
+    return f"{p.rank}/{p.world_size}" if p.world_size else str(p.rank)
+
+
+def _job_header(job: TrainingJob) -> str:
+    return f"{job.label}  [{job.state}] {job.reason}"
+
+
+def render_table(table: ProcessTable, width: int = 120) -> str:
+    lines: list[str] = []
+    if not table.jobs:
+        lines.append("No distributed-training processes found on this machine.")
+    for job in table.jobs:
+        lines.append(_job_header(job))
+        if job.run_dir:
+            lines.append(f"  run directory: {job.run_dir}")
+        rows = [("PID", "USER", "ROLE", "RANK", "AGE", "CPU%", "RSS", "GPU MEM", "STATE")]
+        for p in job.processes:
+            rows.append(
+                (
+                    str(p.pid),
+                    p.user,
+                    p.role,
+                    _rank_cell(p),
+                    format_age(p.age_seconds),
+                    f"{p.cpu_percent:.0f}" if p.cpu_percent is not None else "-",
+                    format_bytes(p.rss_bytes),
+                    _gpu_cell(p, table.gpu_error),
+                    p.state,
+                )
+            )
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        for row, shown in zip(rows, [None, *job.processes], strict=True):
+            cells = "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
+            tail = "COMMAND" if shown is None else shown.command
+            room = max(20, width - len(cells) - 4)
+            tail = tail if len(tail) <= room else tail[: room - 3] + "..."
+            lines.append(f"  {cells}  {tail}")
+            if shown is not None and shown.note:
+                lines.append(f"  {'':<{len(cells)}}  ({shown.note})")
+        lines.append("")
+    if table.notes:
+        lines.append("Not visible from here:")
+        lines.extend(f"  - {note}" for note in table.notes)
+    return "\n".join(lines).rstrip()
+
+
+# ---- ddptui ps -------------------------------------------------------------------------------
+
+
+@click.command("ps")
+@runs_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output for scripts.")
+def ps_command(runs_dir: Path, as_json: bool) -> None:
+    """List the distributed-training processes on this machine, grouped into jobs.
+
+    \b
+    Ours are found by their run marker (DDPTUI_RUN_ID); foreign ones (torchrun,
+    torch.distributed.launch, torch.multiprocessing.spawn) by their environment (RANK /
+    LOCAL_RANK with WORLD_SIZE, MASTER_ADDR + MASTER_PORT, TORCHELASTIC_RUN_ID) or command line.
+    Each process shows pid, user, role, rank, age, CPU, host memory, GPU memory per GPU (where
+    NVML is there) and a state: running, orphaned (its launcher or agent is gone), stalled (a
+    ddptui rank silent too long; foreign jobs report no progress, so they are never stalled)
+    or zombie. What cannot be seen (another user's process, a GPU pid from another namespace)
+    is listed at the end. `ddptui clean` stops the orphaned jobs.
+    """
+    table = scan_processes(runs_dir)
+    if as_json:
+        click.echo(json.dumps(table.to_json(), indent=2))
+        return
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 160
+    click.echo(render_table(table, width))
+
+
+# ---- ddptui kill -----------------------------------------------------------------------------
+
+
+def _kill_report(result: KillResult, grace: float) -> list[str]:
+    lines = []
+    if result.outcome == "already-finished":
+        lines.append(
+            f"run {result.run_id} already finished ({result.status_before}); nothing to stop."
+        )
+    elif result.outcome == "nothing-running":
+        lines.append(
+            f"run {result.run_id}: no process of it is left (state was {result.status_before}); "
+            "recorded it as killed."
+        )
+    else:
+        roles = ", ".join(f"{t.role} (pid {t.pid})" for t in result.targets)
+        lines.append(f"run {result.run_id}: stopping {roles}")
+        if result.status_before in ("completed", "failed", "killed"):
+            lines.append(
+                f"  it had already finished ({result.status_before}); these were leftovers"
+            )
+        stop = result.stop
+        if stop is not None:
+            extra = len(stop.stopped) - len(result.targets)
+            if extra > 0:
+                lines.append(f"  and {extra} of their child processes")
+            lines.append(
+                f"  SIGTERM: {len(stop.terminated)} ended within the {grace:g} s grace period; "
+                f"SIGKILL: {len(stop.killed)}; {stop.seconds:.1f} s in all"
+            )
+            if stop.survivors:
+                lines.append(f"  still alive after SIGKILL: {', '.join(map(str, stop.survivors))}")
+            else:
+                lines.append("  none left")
+            lines.extend(f"  not stopped: {why}" for _, why in stop.refused)
+    lines.extend(f"  {s}" for s in result.skipped)
+    if result.gpu_check:
+        lines.append(f"  {result.gpu_check}")
+    if result.summary_written:
+        lines.append("  summary.json: killed")
+    return lines
+
+
+@click.command("kill")
+@click.argument("run_id")
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="Seconds between SIGTERM and SIGKILL.",
+)
+@click.option(
+    "--all-users",
+    is_flag=True,
+    help="As root: also stop processes of the run that belong to other users.",
+)
+@runs_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable result.")
+def kill_command(run_id: str, grace: float, all_users: bool, runs_dir: Path, as_json: bool) -> None:
+    """Stop exactly the processes of run RUN_ID (an id or a unique prefix of one).
+
+    \b
+    The launcher and ranks named in run.json (by pid and start time, so a reused pid is never
+    hit), every process carrying the run's marker, and all their children: SIGTERM, SIGKILL
+    after --grace seconds, then a check that none is left (and, with NVML, that their GPU memory
+    was released). summary.json records the run as killed. A finished run is left alone.
+
+    Exit codes: 0 stopped (or nothing to stop), 1 a process survived, 2 bad input (unknown run,
+    unreadable run.json, another user's process): nothing was signalled.
+    """
+    if all_users and os.getuid() != 0:
+        _fail("--all-users needs root: only root may stop other users' processes")
+    try:
+        run_dir = find_run(runs_dir, run_id)
+        result = kill_run(run_dir, grace, allow_other_users=all_users)
+    except (RunDirError, KillRefused) as err:
+        _fail(str(err))
+    if as_json:
+        click.echo(json.dumps(_kill_json(result), indent=2))
+    else:
+        click.echo("\n".join(_kill_report(result, grace)))
+    sys.exit(exit_codes.OK if result.ok else exit_codes.FAILED)
+
+
+def _kill_json(result: KillResult) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    data = asdict(result)
+    data["ok"] = result.ok
+    return data
+
+
+# ---- ddptui clean ----------------------------------------------------------------------------
+
+
+def _plan_lines(plan: CleanPlan) -> list[str]:
+    lines = []
+    for job in plan.jobs:
+        pids = ", ".join(str(p.pid) for p in job.live_processes)
+        lines.append(f"stop {job.label}: {job.reason}")
+        lines.append(f"  pids {pids}")
+    for job, why in plan.left_alone:
+        lines.append(f"leave {job.label} alone: {why}")
+    return lines
+
+
+@click.command("clean")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask; for scripts.")
+@click.option("--dry-run", is_flag=True, help="Only show what would be stopped.")
+@click.option("--all-users", is_flag=True, help="As root: also stop orphaned jobs of other users.")
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="Seconds between SIGTERM and SIGKILL.",
+)
+@runs_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable plan and result.")
+def clean_command(
+    yes: bool, dry_run: bool, all_users: bool, grace: float, runs_dir: Path, as_json: bool
+) -> None:
+    """Stop orphaned training jobs (those whose launcher or agent is gone), after showing what it
+    will do and asking.
+
+    \b
+    Running jobs, live ddptui runs, this process and its parent shell are never touched, nor
+    other users' processes unless run as root with --all-users.
+    Exit codes: 0 done or nothing to do, 1 declined or a process survived, 2 bad input.
+    """
+    if all_users and os.getuid() != 0:
+        _fail("--all-users needs root: only root may stop other users' processes")
+    table = scan_processes(runs_dir, cpu_interval=0.0)
+    plan = plan_clean(table, all_users=all_users)
+    if as_json and (dry_run or not plan.jobs):
+        click.echo(json.dumps(_clean_json(plan, None), indent=2))
+        return
+    if not as_json:
+        if not plan.jobs:
+            click.echo("No orphaned jobs to stop.")
+            for line in _plan_lines(plan):
+                click.echo(line)
+            return
+        for line in _plan_lines(plan):
+            click.echo(line)
+    if dry_run:
+        return
+    if not yes and not click.confirm(
+        f"Stop {plan.process_count} processes of {len(plan.jobs)} orphaned job(s)?",
+        default=False,
+        err=as_json,
+    ):
+        click.echo("Nothing stopped.", err=as_json)
+        sys.exit(exit_codes.FAILED)
+    started = time.monotonic()
+    cleaned = clean_orphans(plan, grace, all_users=all_users)
+    ok = all(c.stop.ok for c in cleaned)
+    if as_json:
+        click.echo(json.dumps(_clean_json(plan, cleaned), indent=2))
+    else:
+        for c in cleaned:
+            state = (
+                "none left"
+                if c.stop.ok
+                else f"still alive: {', '.join(map(str, c.stop.survivors))}"
+            )
+            click.echo(
+                f"{c.job.label}: {len(c.stop.terminated)} ended on SIGTERM, "
+                f"{len(c.stop.killed)} needed SIGKILL; {state}"
+            )
+            for line in c.skipped:
+                click.echo(f"  {line}")
+        click.echo(f"done in {time.monotonic() - started:.1f} s")
+    sys.exit(exit_codes.OK if ok else exit_codes.FAILED)
+
+
+def _clean_json(plan: CleanPlan, cleaned: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return {
+        "stop": [j.key for j in plan.jobs],
+        "left_alone": [{"job": j.key, "reason": why} for j, why in plan.left_alone],
+        "jobs": [asdict(j) for j in plan.jobs],
+        "result": None
+        if cleaned is None
+        else [
+            {"job": c.job.key, "ok": c.stop.ok, **asdict(c.stop), "skipped": list(c.skipped)}
+            for c in cleaned
+        ],
+        "dry_run": cleaned is None,
+    }

@@ -1,0 +1,202 @@
+"""``ddptui runs`` (every run in the runs directory) and ``ddptui show RUN_ID`` (one run in full).
+
+Both read only the run directories (and check whether a launcher is still alive), so they work
+while a run goes on, after it ended, and after the UI that started it is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ddptui import exit_codes
+from ddptui.commands.processes import format_age, runs_dir_option
+from engine.rank_states import RankState, RunProgress, read_run_progress
+from engine.rundir import RunDirError, find_run, list_runs
+
+
+def _stalled_cell(progress: RunProgress) -> str:
+    parts = []
+    if progress.stalled_ranks:
+        parts.append("stalled " + ",".join(map(str, progress.stalled_ranks)))
+    if progress.straggler_ranks:
+        parts.append("straggling " + ",".join(map(str, progress.straggler_ranks)))
+    return "; ".join(parts) or "-"
+
+
+@click.command("runs")
+@runs_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable list.")
+def runs_command(runs_dir: Path, as_json: bool) -> None:
+    """List the runs in the runs directory, oldest first: id, preset, state, age, devices, ranks,
+    and which ranks are stalled or straggling.
+
+    \b
+    States: starting, running, completed, failed, killed; orphaned (its launcher is gone but
+    ranks are still alive: see `ddptui ps` / `ddptui clean`); lost (the launcher is gone and
+    left no summary); unreadable (run.json is corrupt).
+    """
+    now = time.time()
+    runs = [read_run_progress(r, now) for r in list_runs(runs_dir)]
+    if as_json:
+        click.echo(json.dumps([r.to_json() for r in runs], indent=2))
+        return
+    if not runs:
+        where = "" if runs_dir.is_dir() else " (it does not exist)"
+        click.echo(f"No runs in {runs_dir}{where}.")
+        return
+    rows = [("RUN ID", "PRESET", "STATE", "AGE", "DEVICES", "RANKS", "STALLED / STRAGGLING")]
+    for r in runs:
+        rows.append(
+            (
+                r.run_id,
+                r.preset or "-",
+                r.state,
+                format_age(now - r.created) if r.created else "-",
+                r.devices or "-",
+                str(r.world_size or "-"),
+                _stalled_cell(r),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    problems = [r for r in runs if r.problem]
+    for r in problems:
+        click.echo(f"  {r.run_id}: {r.problem}")
+
+
+def _num(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _rank_rows(ranks: tuple[RankState, ...], now: float) -> list[str]:
+    rows = [("RANK", "PID", "STATE", "EPOCH", "STEP", "LOSS", "IMG/S", "LAST EVENT", "NOTE")]
+    for r in ranks:
+        step = "-" if r.step is None else f"{r.step}/{r.steps if r.steps is not None else '?'}"
+        last = "-" if r.last_event_time is None else f"{format_age(now - r.last_event_time)} ago"
+        rows.append(
+            (
+                str(r.rank),
+                str(r.pid or "-"),
+                r.state,
+                "-" if r.epoch is None else str(r.epoch),
+                step,
+                _num(r.loss, ".4f"),
+                _num(r.images_per_s, ",.0f"),
+                last,
+                r.reason,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+
+
+def _config_lines(progress: RunProgress) -> list[str]:
+    from engine.config import ConfigError, load_config
+
+    path = progress.path / "config.toml"
+    try:
+        c = load_config(path)
+    except ConfigError as err:
+        return [f"config     {err}"]
+    faults = f", faults {', '.join(c.faults)}" if c.faults else ""
+    steps = f", {c.training.max_steps} steps/epoch" if c.training.max_steps else ""
+    return [
+        f"preset     {c.name}: {c.strategy.name} {c.precision.mode} {c.model.name} on "
+        f"{c.data.dataset}",
+        f"training   {c.training.epochs} epoch(s), batch {c.training.batch_size} per process"
+        f"{steps}{faults}",
+        f"supervise  stalled after {c.supervision.stall_seconds:g} s silent, straggler at "
+        f"{c.supervision.straggler_factor:g}x the median step",
+    ]
+
+
+def _summary_lines(summary: dict[str, Any]) -> list[str]:
+    lines = [
+        f"summary    {summary.get('status', '?')} after "
+        f"{float(summary.get('elapsed_seconds') or 0):.1f} s"
+        + (f": {summary['reason']}" if summary.get("reason") else "")
+    ]
+    for e in summary.get("epochs") or []:
+        acc = e.get("test_accuracy")
+        lines.append(
+            f"  epoch {e.get('epoch')}: {float(e.get('seconds') or 0):.1f} s, "
+            f"{float(e.get('steady_images_per_s') or 0):,.0f} img/s, "
+            f"loss {float(e.get('train_loss') or 0):.4f}"
+            + (f", test accuracy {100 * acc:.1f}%" if acc is not None else "")
+        )
+    failure = summary.get("failure")
+    if failure:
+        how = []
+        if failure.get("exitcode") is not None:
+            how.append(f"exit code {failure['exitcode']}")
+        if failure.get("signal"):
+            how.append(str(failure["signal"]))
+        rank = failure.get("rank")
+        who = f"rank {rank}" if rank is not None else "the launcher"
+        lines.append(
+            f"failure    {who}"
+            + (f" ({', '.join(how)})" if how else "")
+            + f": {failure.get('error', '')}"
+        )
+        if failure.get("traceback"):
+            lines.extend("  " + line for line in str(failure["traceback"]).rstrip().splitlines())
+    return lines
+
+
+@click.command("show")
+@click.argument("run_id")
+@runs_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable state of the run.")
+def show_command(run_id: str, runs_dir: Path, as_json: bool) -> None:
+    """Show one run (an id or a unique prefix): its config, each rank's state (running, stalled,
+    straggler, failed, done, stopped) with epoch, step, loss, images/s and time since its last
+    event, the summary figures and, for a failed run, the root cause with its traceback.
+
+    Exit codes: 0 shown, 2 bad input (unknown run id; an unreadable run.json is shown as far as
+    it can be, then named on stderr).
+    """
+    try:
+        run_dir = find_run(runs_dir, run_id)
+    except RunDirError as err:
+        click.echo(f"ddptui: {err}", err=True)
+        sys.exit(exit_codes.BAD_INPUT)
+    now = time.time()
+    progress = read_run_progress(run_dir, now)
+    if as_json:
+        click.echo(json.dumps(progress.to_json(), indent=2))
+    else:
+        launcher = ""
+        if progress.info is not None and progress.info.launcher is not None:
+            alive = "running" if progress.launcher_alive else "gone"
+            launcher = f"   launcher pid {progress.info.launcher.pid} ({alive})"
+        created = (
+            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(progress.created))} "
+            f"({format_age(now - progress.created)} ago)"
+            if progress.created
+            else "-"
+        )
+        lines = [
+            f"run        {progress.run_id}   ({progress.path})",
+            f"state      {progress.state}{launcher}",
+            f"devices    {progress.devices or '-'}, world size {progress.world_size or '-'}",
+            f"created    {created}",
+            *_config_lines(progress),
+            "",
+            *(_rank_rows(progress.ranks, now) if progress.ranks else ["  no rank has reported"]),
+        ]
+        if progress.summary:
+            lines += ["", *_summary_lines(progress.summary)]
+        click.echo("\n".join(lines))
+    if progress.problem:
+        click.echo(f"ddptui: {progress.problem}", err=True)
+        sys.exit(exit_codes.BAD_INPUT)

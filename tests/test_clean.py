@@ -1,0 +1,232 @@
+"""`ddptui clean`: stops orphaned jobs only, after showing them; leaves running jobs, other users'
+jobs (unless root asks), this process and its shell alone."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import psutil
+import pytest
+from click.testing import CliRunner
+from fixtures.made_runs import ProcessPen, make_run, ref_of
+
+from ddptui.cli import main
+from engine.gpus import GpuInventory
+from engine.process_kill import CleanPlan, clean_orphans, plan_clean
+from engine.process_table import (
+    KIND_ENV,
+    ORPHANED,
+    RUNNING,
+    ProcessTable,
+    TrainingJob,
+    TrainingProcess,
+    scan_processes,
+)
+
+ELASTIC = {
+    "TORCHELASTIC_RUN_ID": "clean-me",
+    "RANK": "0",
+    "WORLD_SIZE": "1",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29997",
+}
+
+
+@pytest.fixture
+def pen() -> Iterator[ProcessPen]:
+    p = ProcessPen()
+    yield p
+    p.close()
+
+
+@pytest.fixture(autouse=True)
+def no_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine import gpus
+
+    monkeypatch.setattr(gpus, "sample_gpus", lambda: GpuInventory(error="NVML: stand-in"))
+    monkeypatch.setattr(
+        "engine.process_table.sample_gpus", lambda: GpuInventory(error="NVML: stand-in")
+    )
+    monkeypatch.setattr(
+        "engine.process_kill.sample_gpus", lambda: GpuInventory(error="NVML: stand-in")
+    )
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def ready(proc: psutil.Process, key: str) -> None:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            if key in proc.environ():
+                return
+        except psutil.Error:
+            pass
+        time.sleep(0.02)
+
+
+def fake_job(key: str, state: str, *, user: str = "root", own: bool = True) -> TrainingJob:
+    proc = TrainingProcess(
+        pid=4_000_000,
+        ppid=1,
+        start_time=1.0,
+        user=user,
+        role="rank",
+        rank=0,
+        local_rank=0,
+        world_size=1,
+        state=state,
+        age_seconds=1.0,
+        cpu_percent=None,
+        rss_bytes=None,
+        gpu=(),
+        command="python t.py",
+        own=own,
+    )
+    return TrainingJob(
+        key=key, kind=KIND_ENV, label=key, state=state, reason="", users=(user,), processes=(proc,)
+    )
+
+
+def test_the_plan_holds_own_orphaned_jobs_only() -> None:
+    table = ProcessTable(
+        jobs=(
+            fake_job("orphan", ORPHANED),
+            fake_job("running", RUNNING),
+            fake_job("theirs", ORPHANED, user="alice", own=False),
+        ),
+        notes=(),
+        gpu_error=None,
+        scanned_at=0.0,
+    )
+    plan = plan_clean(table)
+    assert [j.key for j in plan.jobs] == ["orphan"]
+    assert [(j.key, "add --all-users" in why) for j, why in plan.left_alone] == [("theirs", True)]
+    plan = plan_clean(table, all_users=True)  # the tests run as root
+    assert [j.key for j in plan.jobs] == ["orphan", "theirs"]
+
+
+def test_a_job_holding_this_process_is_never_planned() -> None:
+    me = psutil.Process()
+    job = fake_job("mine", ORPHANED)
+    proc = replace(job.processes[0], pid=me.pid, start_time=me.create_time())
+    table = ProcessTable(
+        jobs=(replace(job, processes=(proc,)),),
+        notes=(),
+        gpu_error=None,
+        scanned_at=0.0,
+    )
+    plan = plan_clean(table)
+    assert plan.jobs == ()
+    assert "this ddptui process or its parent" in plan.left_alone[0][1]
+
+
+def test_clean_stops_orphans_and_leaves_live_jobs_alone(pen: ProcessPen) -> None:
+    orphan = pen.orphan(env=ELASTIC)
+    live = pen.python(env={**ELASTIC, "TORCHELASTIC_RUN_ID": "live-one"})
+    rank_only = pen.python(env={"RANK": "0"})
+    ready(orphan, "TORCHELASTIC_RUN_ID")
+    ready(psutil.Process(live.pid), "TORCHELASTIC_RUN_ID")
+    plan = plan_clean(scan_processes(cpu_interval=0.0))
+    assert [j.label for j in plan.jobs] == ["torchrun job 'clean-me' at 127.0.0.1:29997"]
+    (cleaned,) = clean_orphans(plan, grace=2.0)
+    assert cleaned.stop.ok and cleaned.stop.stopped == (orphan.pid,)
+    assert not alive(orphan.pid)
+    assert alive(live.pid) and alive(rank_only.pid)
+
+
+def test_clean_records_our_orphaned_run_as_killed(runs_dir: Path, pen: ProcessPen) -> None:
+    launcher = pen.python()
+    rank = pen.python(env={"DDPTUI_RUN_ID": "r-clean"})
+    run_dir = make_run(runs_dir, "r-clean", launcher=ref_of(launcher), ranks=[ref_of(rank)])
+    ready(psutil.Process(rank.pid), "DDPTUI_RUN_ID")
+    launcher.kill()
+    launcher.wait()
+    plan = plan_clean(scan_processes(runs_dir, cpu_interval=0.0))
+    (job,) = [j for j in plan.jobs if j.run_id == "r-clean"]
+    (cleaned,) = clean_orphans(CleanPlan(jobs=(job,), left_alone=()), grace=2.0)
+    assert cleaned.stop.stopped == (rank.pid,)
+    assert cleaned.summary_written
+    summary = json.loads(run_dir.summary_path.read_text())
+    assert summary["status"] == "killed"
+    assert "ddptui clean" in summary["reason"]
+
+
+def test_clean_is_refused_for_a_job_whose_pid_was_reused(pen: ProcessPen) -> None:
+    innocent = pen.python()
+    job = fake_job("stale", ORPHANED)
+    proc = replace(job.processes[0], pid=innocent.pid, start_time=ref_of(innocent).start_time - 50)
+    plan = plan_clean(
+        ProcessTable(
+            jobs=(replace(job, processes=(proc,)),),
+            notes=(),
+            gpu_error=None,
+            scanned_at=0.0,
+        )
+    )
+    (cleaned,) = clean_orphans(plan, grace=0.5)
+    assert cleaned.stop.stopped == ()
+    assert "now belongs to another process" in cleaned.skipped[0]
+    assert alive(innocent.pid)
+
+
+# ---- the command -----------------------------------------------------------------------------
+
+
+def cli(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args), input=stdin)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_dry_run_only_shows(pen: ProcessPen) -> None:
+    orphan = pen.orphan(env=ELASTIC)
+    ready(orphan, "TORCHELASTIC_RUN_ID")
+    code, out, _ = cli("clean", "--dry-run")
+    assert code == 0
+    assert "stop torchrun job 'clean-me' at 127.0.0.1:29997" in out
+    assert f"pids {orphan.pid}" in out
+    assert alive(orphan.pid)
+
+
+def test_declining_stops_nothing(pen: ProcessPen) -> None:
+    orphan = pen.orphan(env=ELASTIC)
+    ready(orphan, "TORCHELASTIC_RUN_ID")
+    code, out, _ = cli("clean", stdin="n\n")
+    assert code == 1
+    assert "Stop 1 processes of 1 orphaned job(s)?" in out
+    assert "Nothing stopped." in out
+    assert alive(orphan.pid)
+
+
+def test_yes_stops_without_asking(pen: ProcessPen) -> None:
+    orphan = pen.orphan(env=ELASTIC)
+    ready(orphan, "TORCHELASTIC_RUN_ID")
+    code, out, _ = cli("clean", "--yes", "--grace", "2")
+    assert code == 0, out
+    assert "1 ended on SIGTERM, 0 needed SIGKILL; none left" in out
+    assert not alive(orphan.pid)
+
+
+def test_nothing_to_clean(pen: ProcessPen) -> None:
+    pen.python(env=ELASTIC)  # alive parent: not orphaned
+    code, out, _ = cli("clean", "--yes")
+    assert code == 0
+    assert "No orphaned jobs to stop." in out
+
+
+def test_json_plan(pen: ProcessPen) -> None:
+    orphan = pen.orphan(env=ELASTIC)
+    ready(orphan, "TORCHELASTIC_RUN_ID")
+    code, out, _ = cli("clean", "--dry-run", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["dry_run"] and data["stop"] == ["elastic:clean-me@127.0.0.1:29997"]

@@ -1,0 +1,329 @@
+"""Finding distributed-training processes: ours by run marker and run.json, foreign ones by their
+environment or command line, grouped into jobs, with their state. Real (sleeping) processes."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from click.testing import CliRunner
+from fixtures.made_runs import ProcessPen, make_run, ref_of
+
+from ddptui.cli import main
+from engine import process_table
+from engine.events import RankStalled, RankStarted
+from engine.gpus import GpuInventory, GpuProcess, GpuSample
+from engine.process_table import (
+    KIND_DDPTUI,
+    KIND_ELASTIC,
+    KIND_ENV,
+    KIND_SPAWN,
+    ORPHANED,
+    RUNNING,
+    STALLED,
+    ZOMBIE,
+    ProcessTable,
+    TrainingJob,
+    is_spawn_child,
+    launcher_kind,
+    scan_processes,
+)
+from engine.rundir import ProcessRef
+
+NO_GPU = GpuInventory(error="NVML: stand-in says no driver")
+
+
+@pytest.fixture
+def pen() -> Iterator[ProcessPen]:
+    p = ProcessPen()
+    yield p
+    p.close()
+
+
+def scan(runs_dir: Path | None = None, gpus: GpuInventory = NO_GPU) -> ProcessTable:
+    return scan_processes(runs_dir, gpus=gpus, cpu_interval=0.0)
+
+
+def job_with(table: ProcessTable, pid: int) -> TrainingJob | None:
+    return next((j for j in table.jobs if any(p.pid == pid for p in j.processes)), None)
+
+
+def wait_for_env(pid: int, key: str) -> None:
+    """A just-started child has its environment in place once exec is done."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            if key in psutil.Process(pid).environ():
+                return
+        except psutil.Error:
+            pass
+        time.sleep(0.02)
+
+
+# ---- recognising command lines -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "kind"),
+    [
+        (["/venv/bin/python3", "/venv/bin/torchrun", "--nproc-per-node", "2", "t.py"], "torchrun"),
+        (["torchrun", "t.py"], "torchrun"),
+        (["python", "-m", "torch.distributed.run", "t.py"], "torch.distributed.run"),
+        (["python", "-m", "torch.distributed.launch", "t.py"], "torch.distributed.launch"),
+        (["python", "-m", "engine.launch", "runs/x"], "ddptui"),
+        (["python", "train.py", "--torchrun"], None),
+        (["vim", "torchrun.md"], None),
+    ],
+)
+def test_launcher_command_lines(cmdline: list[str], kind: str | None) -> None:
+    assert launcher_kind(cmdline) == kind
+
+
+def test_spawn_children_by_command_line() -> None:
+    spawn = [
+        "python",
+        "-c",
+        "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5, pipe_handle=7)",
+        "--multiprocessing-fork",
+    ]
+    assert is_spawn_child(spawn)
+    assert not is_spawn_child(["python", "main_script.py"])
+
+
+# ---- ours ------------------------------------------------------------------------------------
+
+
+def test_our_run_is_one_job_with_roles_and_ranks_from_run_json(
+    runs_dir: Path, pen: ProcessPen
+) -> None:
+    launcher = pen.python()
+    env = {"DDPTUI_RUN_ID": "r-ours"}
+    rank0, rank1 = pen.python(env=env), pen.python(env=env)
+    helper = pen.python(env=env)  # marked, but not named in run.json: a rank's child, say
+    make_run(runs_dir, "r-ours", launcher=ref_of(launcher), ranks=[ref_of(rank0), ref_of(rank1)])
+    wait_for_env(helper.pid, "DDPTUI_RUN_ID")
+    job = job_with(scan(runs_dir), rank0.pid)
+    assert job is not None
+    assert (job.kind, job.run_id, job.state, job.launcher_alive) == (
+        KIND_DDPTUI,
+        "r-ours",
+        RUNNING,
+        True,
+    )
+    by_pid = {p.pid: p for p in job.processes}
+    assert set(by_pid) == {launcher.pid, rank0.pid, rank1.pid, helper.pid}
+    assert by_pid[launcher.pid].role == "launcher"
+    assert (by_pid[rank0.pid].role, by_pid[rank0.pid].rank) == ("rank", 0)
+    assert (by_pid[rank1.pid].role, by_pid[rank1.pid].rank) == ("rank", 1)
+    assert by_pid[helper.pid].role == "child"
+    assert all(p.own and p.rss_bytes and p.age_seconds >= 0 for p in job.processes)
+
+
+def test_our_run_is_orphaned_once_its_launcher_is_gone(runs_dir: Path, pen: ProcessPen) -> None:
+    launcher = pen.python()
+    rank0 = pen.python(env={"DDPTUI_RUN_ID": "r-orph"})
+    make_run(runs_dir, "r-orph", launcher=ref_of(launcher), ranks=[ref_of(rank0)])
+    wait_for_env(rank0.pid, "DDPTUI_RUN_ID")
+    launcher.kill()
+    launcher.wait()
+    job = job_with(scan(runs_dir), rank0.pid)
+    assert job is not None
+    assert job.state == ORPHANED
+    assert "from run.json) is gone" in job.reason
+    assert [p.state for p in job.processes] == [ORPHANED]
+
+
+def test_a_reused_launcher_pid_does_not_count_as_alive(runs_dir: Path, pen: ProcessPen) -> None:
+    other = pen.python()  # lives, but is not the launcher run.json means
+    rank0 = pen.python(env={"DDPTUI_RUN_ID": "r-reuse"})
+    stale = ProcessRef(other.pid, ref_of(other).start_time - 600)
+    make_run(runs_dir, "r-reuse", launcher=stale, ranks=[ref_of(rank0)])
+    wait_for_env(rank0.pid, "DDPTUI_RUN_ID")
+    table = scan(runs_dir)
+    job = job_with(table, rank0.pid)
+    assert job is not None and job.state == ORPHANED
+    assert job_with(table, other.pid) is None
+
+
+def test_a_stalled_rank_of_a_live_run(runs_dir: Path, pen: ProcessPen) -> None:
+    launcher = pen.python()
+    rank0 = pen.python(env={"DDPTUI_RUN_ID": "r-stall"})
+    now = time.time()
+    make_run(
+        runs_dir,
+        "r-stall",
+        launcher=ref_of(launcher),
+        ranks=[ref_of(rank0)],
+        world_size=1,
+        events={
+            "rank-0": [
+                RankStarted(rank=0, world_size=1, pid=rank0.pid, host="h", device="cpu", time=now)
+            ],
+            "launcher": [RankStalled(rank=0, silent_seconds=9, time=now + 1)],
+        },
+    )
+    wait_for_env(rank0.pid, "DDPTUI_RUN_ID")
+    job = job_with(scan(runs_dir), rank0.pid)
+    assert job is not None and job.state == STALLED
+    assert {p.pid: p.state for p in job.processes}[rank0.pid] == STALLED
+
+
+def test_a_zombie_rank_is_shown_as_a_zombie(runs_dir: Path, pen: ProcessPen) -> None:
+    launcher = pen.python()
+    dead = pen.python("pass")
+    live = pen.python(env={"DDPTUI_RUN_ID": "r-zombie"})
+    dead_ref = ref_of(dead)
+    make_run(runs_dir, "r-zombie", launcher=ref_of(launcher), ranks=[dead_ref, ref_of(live)])
+    assert pen.wait_until(lambda: psutil.Process(dead.pid).status() == psutil.STATUS_ZOMBIE)
+    job = job_with(scan(runs_dir), live.pid)
+    assert job is not None
+    states = {p.pid: p.state for p in job.processes}
+    assert states[dead.pid] == ZOMBIE
+    assert states[live.pid] == RUNNING
+
+
+# ---- foreign ---------------------------------------------------------------------------------
+
+ELASTIC = {
+    "TORCHELASTIC_RUN_ID": "job-x",
+    "RANK": "1",
+    "LOCAL_RANK": "1",
+    "WORLD_SIZE": "2",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29999",
+}
+
+
+def test_a_torchelastic_worker_with_a_live_python_parent_is_running(pen: ProcessPen) -> None:
+    worker = pen.python(env=ELASTIC)
+    wait_for_env(worker.pid, "TORCHELASTIC_RUN_ID")
+    job = job_with(scan(), worker.pid)
+    assert job is not None
+    assert (job.kind, job.state) == (KIND_ELASTIC, RUNNING)
+    assert job.label == "torchrun job 'job-x' at 127.0.0.1:29999"
+    (p,) = job.processes
+    assert (p.rank, p.local_rank, p.world_size, p.role) == (1, 1, 2, "rank")
+
+
+def test_a_torchelastic_worker_whose_agent_is_gone_is_orphaned(pen: ProcessPen) -> None:
+    worker = pen.orphan(env=ELASTIC)
+    wait_for_env(worker.pid, "TORCHELASTIC_RUN_ID")
+    job = job_with(scan(), worker.pid)
+    assert job is not None
+    assert job.state == ORPHANED
+    assert "torchrun agent is gone" in job.reason
+
+
+def test_rank_alone_in_the_environment_is_not_a_training_process(pen: ProcessPen) -> None:
+    plain = pen.python(env={"RANK": "0"})
+    orphan = pen.orphan(env={"RANK": "3"})
+    wait_for_env(plain.pid, "RANK")
+    table = scan()
+    assert job_with(table, plain.pid) is None
+    assert job_with(table, orphan.pid) is None
+
+
+def test_a_hand_launched_worker_is_never_judged_orphaned_by_its_parent_alone(
+    pen: ProcessPen,
+) -> None:
+    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29998"}
+    worker = pen.orphan(env=env)  # its parent is init now, but a shell or srun may launch so
+    wait_for_env(worker.pid, "MASTER_PORT")
+    job = job_with(scan(), worker.pid)
+    assert job is not None
+    assert job.kind == KIND_ENV
+    assert job.state == RUNNING
+    assert "may or may not be its launcher" in job.reason
+
+
+def test_spawn_children_that_loaded_torch_are_grouped_under_their_parent(
+    pen: ProcessPen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = pen.python(argv0_note="from multiprocessing.spawn import spawn_main")
+    b = pen.python(argv0_note="from multiprocessing.spawn import spawn_main")
+    leaked = pen.orphan("import time\nwhile True: time.sleep(0.1)\n# spawn_main")
+    not_torch = pen.python(argv0_note="from multiprocessing.spawn import spawn_main")
+    torch_pids = {a.pid, b.pid, leaked.pid}
+    monkeypatch.setattr(process_table, "loads_torch", lambda pid: pid in torch_pids)
+    table = scan()
+    job = job_with(table, a.pid)
+    assert job is not None and job.kind == KIND_SPAWN and job.state == RUNNING
+    assert {p.pid for p in job.processes} == {a.pid, b.pid}
+    orphan_job = job_with(table, leaked.pid)
+    assert orphan_job is not None and orphan_job.state == ORPHANED
+    assert job_with(table, not_torch.pid) is None
+
+
+def test_a_child_of_a_training_process_joins_its_job(runs_dir: Path, pen: ProcessPen) -> None:
+    code = (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], env={})\n"
+        "while True: time.sleep(0.1)"
+    )
+    worker = pen.python(code, env=ELASTIC)
+    parent = psutil.Process(worker.pid)
+    assert pen.wait_until(lambda: len(parent.children()) == 1)
+    grandchild = parent.children()[0]
+    pen.started.append(grandchild)
+    job = job_with(scan(), worker.pid)
+    assert job is not None
+    roles = {p.pid: p.role for p in job.processes}
+    assert roles == {worker.pid: "rank", grandchild.pid: "worker"}
+
+
+# ---- what cannot be seen, GPU memory ---------------------------------------------------------
+
+
+def test_gpu_memory_per_process_and_holders_that_are_not_visible(
+    pen: ProcessPen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker = pen.python(env=ELASTIC)
+    wait_for_env(worker.pid, "TORCHELASTIC_RUN_ID")
+    monkeypatch.setattr(process_table, "_has_nvidia_fd", lambda pid: None)
+    gpus = GpuInventory(
+        gpus=(
+            GpuSample(
+                index=0,
+                name="stand-in",
+                memory_used_bytes=3 << 30,
+                memory_total_bytes=80 << 30,
+                processes=(
+                    GpuProcess(pid=worker.pid, used_memory_bytes=1 << 30),
+                    GpuProcess(pid=4_000_000, used_memory_bytes=2 << 30),
+                ),
+            ),
+            GpuSample(index=1, error="NVML: GPU is lost"),
+        )
+    )
+    table = scan(gpus=gpus)
+    job = job_with(table, worker.pid)
+    assert job is not None
+    (p,) = job.processes
+    assert [(g.gpu_index, g.used_bytes) for g in p.gpu] == [(0, 1 << 30)]
+    assert any("NVML pid 4000000" in n and "no visible process" in n for n in table.notes)
+    assert any("GPU 1: not available (NVML: GPU is lost)" in n for n in table.notes)
+    assert table.gpu_error is None
+
+
+def test_no_nvml_is_a_note_not_a_failure() -> None:
+    table = scan(gpus=NO_GPU)
+    assert table.gpu_error == NO_GPU.error
+    assert any("GPU memory per process is not available" in n for n in table.notes)
+
+
+def test_ps_json_for_scripts(pen: ProcessPen) -> None:
+    worker = pen.orphan(env=ELASTIC)
+    wait_for_env(worker.pid, "TORCHELASTIC_RUN_ID")
+    result = CliRunner().invoke(main, ["ps", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    jobs = [j for j in data["jobs"] if any(p["pid"] == worker.pid for p in j["processes"])]
+    assert len(jobs) == 1 and jobs[0]["state"] == "orphaned"
+    assert isinstance(data["notes"], list)
+    result = CliRunner().invoke(main, ["ps"])
+    assert result.exit_code == 0
+    assert "torchrun job 'job-x' at 127.0.0.1:29999  [orphaned]" in result.stdout
