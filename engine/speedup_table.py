@@ -333,7 +333,7 @@ def _measure(result: RowResult) -> SpeedupRow:
     for index, summary in enumerate(result.summaries, start=1):
         problem = ""
         if summary.status != "completed":
-            problem = _failure_reason(summary)
+            problem = failure_reason(summary)
         elif summary.last_epoch is None:
             problem = "it completed without finishing an epoch"
         if problem:
@@ -362,10 +362,9 @@ def _measure(result: RowResult) -> SpeedupRow:
     )
 
 
-def _failure_reason(summary: RunSummary) -> str:
+def failure_reason(summary: RunSummary) -> str:
+    """One line: the root cause (the first rank to fail) when known, else the launcher's reason."""
     status = summary.status
-    if summary.reason:
-        return f"{status}: {summary.reason}" if status != "failed" else summary.reason
     failure = summary.failure
     if failure is not None:
         where = f"rank {failure.rank}" if failure.rank is not None else "a process"
@@ -375,6 +374,8 @@ def _failure_reason(summary: RunSummary) -> str:
             return f"{where} ended by {failure.signal}"
         if failure.exitcode is not None:
             return f"{where} exited with code {failure.exitcode}"
+    if summary.reason:
+        return f"{status}: {summary.reason}" if status != "failed" else summary.reason
     return f"the run ended {status}"
 
 

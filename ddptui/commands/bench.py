@@ -29,7 +29,13 @@ from engine.devices import parse_device_spec
 from engine.machine_info import MachineInfo, collect_machine_info
 from engine.result_history import HistoryError, RecordedRun, ResultHistory, default_db_path
 from engine.rundir import RunDirError
-from engine.speedup_table import FORMATS, RowResult, SpeedupTable, build_speedup_table
+from engine.speedup_table import (
+    FORMATS,
+    RowResult,
+    SpeedupTable,
+    build_speedup_table,
+    failure_reason,
+)
 from engine.suites import ResolvedRow, Suite, load_suite, resolve_rows, suite_of_presets
 from engine.summary import RunSummary
 
@@ -201,8 +207,7 @@ def _outcome(summary: RunSummary) -> str:
             f"completed: {last.steady_images_per_s:,.0f} img/s steady, epoch "
             f"{last.steady_epoch_seconds:.2f} s without warm-up"
         )
-    reason = summary.reason or (summary.failure.error if summary.failure else "")
-    return f"{summary.status}" + (f": {reason}" if reason else "")
+    return f"{summary.status}: {failure_reason(summary)}"
 
 
 def command_line(params: dict[str, Any]) -> str:
