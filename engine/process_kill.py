@@ -264,7 +264,8 @@ class KillResult:
 
     @property
     def ok(self) -> bool:
-        return self.stop is None or self.stop.ok
+        """Nothing of the run is left running (nor was any of it refused)."""
+        return self.stop is None or (self.stop.ok and not self.stop.refused)
 
 
 def _marked(run_id: str, protected: set[int]) -> list[psutil.Process]:

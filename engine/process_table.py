@@ -757,7 +757,9 @@ def _gpu_usage(
             continue
         for holder in gpu.processes:
             mine = procs.get(holder.pid)
-            if mine is not None and _has_nvidia_fd(holder.pid) is not False:
+            # NVML pids are host pids in a container: a local process with that pid that has no
+            # GPU device open is someone else. (A zombie has no open files left to show.)
+            if mine is not None and (mine.zombie or _has_nvidia_fd(holder.pid) is not False):
                 usage.setdefault(holder.pid, []).append(GpuUse(gpu.index, holder.used_memory_bytes))
                 if mine.zombie:
                     notes.append(

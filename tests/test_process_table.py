@@ -4,6 +4,7 @@ environment or command line, grouped into jobs, with their state. Real (sleeping
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -179,11 +180,21 @@ def test_a_zombie_rank_is_shown_as_a_zombie(runs_dir: Path, pen: ProcessPen) -> 
     dead_ref = ref_of(dead)
     make_run(runs_dir, "r-zombie", launcher=ref_of(launcher), ranks=[dead_ref, ref_of(live)])
     assert pen.wait_until(lambda: psutil.Process(dead.pid).status() == psutil.STATUS_ZOMBIE)
-    job = job_with(scan(runs_dir), live.pid)
+    # a "python [defunct]" that NVML still lists (pytorch#1223): named, with who must reap it
+    gpus = GpuInventory(
+        gpus=(
+            GpuSample(
+                index=0, name="x", processes=(GpuProcess(pid=dead.pid, used_memory_bytes=1 << 30),)
+            ),
+        )
+    )
+    table = scan(runs_dir, gpus=gpus)
+    job = job_with(table, live.pid)
     assert job is not None
     states = {p.pid: p.state for p in job.processes}
     assert states[dead.pid] == ZOMBIE
     assert states[live.pid] == RUNNING
+    assert any(f"held by pid {dead.pid}, a zombie" in n for n in table.notes)
 
 
 # ---- foreign ---------------------------------------------------------------------------------
@@ -327,3 +338,28 @@ def test_ps_json_for_scripts(pen: ProcessPen) -> None:
     result = CliRunner().invoke(main, ["ps"])
     assert result.exit_code == 0
     assert "torchrun job 'job-x' at 127.0.0.1:29999  [orphaned]" in result.stdout
+
+
+def test_what_cannot_be_seen_is_said() -> None:
+    def info(pid: int, uid: int, user: str) -> process_table.ProcessInfo:
+        return process_table.ProcessInfo(
+            pid=pid,
+            ppid=1,
+            name="python",
+            cmdline=("python", "train.py"),
+            username=user,
+            uid=uid,
+            create_time=1.0,
+            status="sleeping",
+            environ=None,
+        )
+
+    me = os.getuid()
+    notes = process_table._visibility_notes(
+        {1: info(1, me + 1, "alice"), 2: info(2, me + 2, "bob"), 3: info(3, me, "me")}
+    )
+    assert any(
+        n.startswith("2 processes of other users (alice, bob): environment not readable")
+        for n in notes
+    )
+    assert any(n.startswith("1 process (pid 3) whose environment cannot be read") for n in notes)
