@@ -1,0 +1,197 @@
+"""The engine calls the UI makes that change or survey the machine, one method each.
+
+Start a run (``engine.run_start``), stop one and clean orphans (process control), scan processes
+(``engine.process_table``), build a speedup table (``engine.speedup_table``). The screens call these
+from thread workers only, and only through an ``EngineActions``, so each stays one swappable call
+(tests pass a subclass). Engine modules are imported when first called, which keeps them (and
+anything they import) off the app's start-up path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.config import RunConfig
+from engine.rundir import RunDir
+
+if TYPE_CHECKING:
+    from engine.process_table import ProcessTable
+    from engine.run_start import StartedRun
+    from engine.speedup_table import SpeedupTable
+
+KILL_GRACE_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a kill or clean did, in words for the user; ``ok`` is False when something is left."""
+
+    ok: bool
+    report: str
+
+
+class EngineActions:
+    def __init__(self, runs_dir: Path) -> None:
+        self.runs_dir = runs_dir
+        self._scanner: Any = None
+
+    def start_run(self, config: RunConfig, gpu_count: int) -> StartedRun:
+        """Start the launcher in its own session; raises ConfigError with the reason."""
+        from engine.run_start import start_run
+
+        return start_run(config, self.runs_dir, gpu_count=gpu_count)
+
+    def kill_run(self, run_dir: RunDir, grace: float = KILL_GRACE_SECONDS) -> Outcome:
+        """The job-scoped kill (``engine.process_kill``): every process of this run, nothing else."""
+        from engine.process_kill import kill_run
+
+        result = kill_run(run_dir, grace, reason="stopped from the ddptui app")
+        return Outcome(ok=result.ok, report=describe_kill(result))
+
+    def scan_processes(self) -> ProcessTable:
+        from engine.process_table import ProcessScanner
+
+        if self._scanner is None:
+            self._scanner = ProcessScanner(self.runs_dir)
+        table: ProcessTable = self._scanner.scan(cpu_interval=0.0)
+        return table
+
+    def clean(self, grace: float = KILL_GRACE_SECONDS) -> Outcome:
+        """Stop this user's orphaned jobs, from a fresh scan (what ``ddptui clean`` does)."""
+        from engine.process_kill import clean_orphans, plan_clean
+        from engine.process_table import scan_processes
+
+        plan = plan_clean(scan_processes(self.runs_dir, cpu_interval=0.0))
+        cleaned = clean_orphans(plan, grace)
+        stopped = sum(len(c.stop.stopped) for c in cleaned)
+        left = [pid for c in cleaned for pid in c.stop.survivors]
+        parts = [f"cleaned {len(cleaned)} orphaned job{'s' if len(cleaned) != 1 else ''}"]
+        parts.append(f"{stopped} process{'es' if stopped != 1 else ''} stopped")
+        if left:
+            parts.append(f"still there: pids {', '.join(map(str, left))}")
+        for job, why in plan.left_alone:
+            parts.append(f"left {job.label} alone: {why}")
+        return Outcome(ok=not left, report="; ".join(parts))
+
+    def session_table(self, run_dirs: list[RunDir], baseline: str | None) -> SpeedupTable:
+        """The speedup table of the given runs (one row each, labelled by run id)."""
+        from engine.speedup_table import build_speedup_table
+
+        return build_speedup_table(
+            session_rows(run_dirs), title="Runs launched in this session", baseline=baseline
+        )
+
+    def list_benches(self) -> list[Any]:
+        from engine.result_history import ResultHistory, default_db_path
+
+        if not default_db_path().exists():
+            return []
+        with ResultHistory(create=False) as history:
+            return history.list()
+
+    def bench_table(self, bench_id: int, baseline: str | None) -> SpeedupTable:
+        """A stored bench's table, rebuilt from its runs when another baseline is chosen."""
+        from engine.result_history import ResultHistory
+
+        with ResultHistory(create=False) as history:
+            record = history.get(bench_id)
+        if baseline is None or baseline == record.table.baseline:
+            return record.table
+        return rebaseline(record, baseline)
+
+
+def session_rows(run_dirs: list[RunDir]) -> list[Any]:
+    """One speedup-table row per run; a run still going or unreadable is a skipped row saying so."""
+    from engine.speedup_table import RowResult
+    from engine.summary import RunSummary
+
+    rows = []
+    labels = _short_labels([r.run_id for r in run_dirs])
+    for run_dir in run_dirs:
+        label = labels[run_dir.run_id]
+        try:
+            data = run_dir.read_summary()
+            info = run_dir.read_run_info()
+        except Exception as err:  # a broken run is a row that says so, not a broken table
+            rows.append(RowResult(label, "", "", "", 0, "", 0, skipped=str(err)))
+            continue
+        if data is None:
+            rows.append(
+                RowResult(label, info.preset, "", info.devices, 0, "", 0, skipped="still running")
+            )
+            continue
+        summary = RunSummary.from_json(data)
+        rows.append(
+            RowResult(
+                label=label,
+                preset=summary.preset,
+                strategy=summary.strategy,
+                devices=summary.devices,
+                device_count=summary.device_count,
+                precision=summary.precision,
+                global_batch=summary.global_batch,
+                summaries=(summary,),
+            )
+        )
+    return rows
+
+
+def _short_labels(run_ids: list[str]) -> dict[str, str]:
+    """``20261202-105133-cpu-demo-3f9a`` -> ``cpu-demo-3f9a``, unless that would not be unique."""
+    short = {}
+    for run_id in run_ids:
+        parts = run_id.split("-", 2)
+        ok = len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit()
+        short[run_id] = parts[2] if ok else run_id
+    if len(set(short.values())) != len(short):
+        return {r: r for r in run_ids}
+    return short
+
+
+def rebaseline(record: Any, baseline: str) -> SpeedupTable:
+    """Rebuild a stored bench's table from its recorded runs with another baseline row."""
+    from engine.speedup_table import RowResult, build_speedup_table
+
+    runs_by_row: dict[str, list[Any]] = {}
+    for run in record.runs:
+        runs_by_row.setdefault(run.row_label, []).append(run.summary)
+    rows = []
+    for row in record.table.rows:
+        rows.append(
+            RowResult(
+                label=row.label,
+                preset=row.preset,
+                strategy=row.strategy,
+                devices=row.devices,
+                device_count=row.device_count,
+                precision=row.precision,
+                global_batch=row.global_batch,
+                summaries=tuple(runs_by_row.get(row.label, ())),
+                skipped=row.reason if row.status == "skipped" else "",
+            )
+        )
+    return build_speedup_table(
+        rows, title=record.table.title, baseline=baseline, header_lines=record.table.header_lines
+    )
+
+
+def describe_kill(result: Any) -> str:
+    """A ``KillResult`` in one or two sentences: what was stopped and whether anything is left."""
+    if result.outcome == "already-finished":
+        return f"run {result.run_id} had already finished; no process of it was left"
+    if result.outcome == "nothing-running":
+        return f"no process of run {result.run_id} was left; it is now recorded as killed"
+    stop = result.stop
+    n = len(result.targets)
+    text = f"stopped run {result.run_id}: {n} process{'es' if n != 1 else ''}"
+    if stop is not None:
+        text += f" ({len(stop.terminated)} on SIGTERM, {len(stop.killed)} needed SIGKILL)"
+        if stop.survivors:
+            text += f"; STILL RUNNING: pids {', '.join(map(str, stop.survivors))}"
+        else:
+            text += "; none left"
+    if result.gpu_check:
+        text += f"; {result.gpu_check}"
+    return text

@@ -1,0 +1,221 @@
+"""The Textual app: launch runs, watch every rank and GPU, kill, compare, clean up.
+
+``ddptui`` with no command calls ``run_app()``. The app never imports torch and never starts
+ranks itself: runs start through ``engine.run_start`` (a launcher in its own session), so closing
+the app, a dropped SSH link or a crash leaves them running, and opening a running run re-attaches to
+its run directory.
+
+Screens (installed once, switched with the keys in the footer): Launch (l), Runs (r),
+Processes (p), Results (c), and one Run screen per opened run.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import ClassVar
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding, BindingType
+from textual.reactive import reactive
+
+from ddptui.actions import EngineActions
+from ddptui.messages import GpusSampled
+from ddptui.watch import Clock, GpuHistory, ProcessProbe, run_is_active
+from ddptui.widgets.confirm import ConfirmDialog
+from engine.gpus import GpuInventory, sample_gpus
+from engine.rundir import DEFAULT_RUNS_DIR, RunDir
+
+RUNS_DIR_ENV = "DDPTUI_RUNS_DIR"
+
+
+def default_runs_dir() -> Path:
+    return Path(os.environ.get(RUNS_DIR_ENV) or DEFAULT_RUNS_DIR)
+
+
+class DdptuiApp(App[None]):
+    """The whole UI. Everything that touches the machine is injectable for tests: the clock, the
+    process probe (psutil), the engine actions, the NVML sampler, and the polling intervals."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "ddptui"
+    # The palette's footer hint costs columns an 80-column terminal needs; every action has a key.
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("l", "show('launch')", "Launch"),
+        Binding("r", "show('runs')", "Runs"),
+        Binding("p", "show('processes')", "Procs"),
+        Binding("c", "show('results')", "Results"),
+        Binding("w", "watch_last", "Watch", show=False),
+        Binding("q", "quit", "Quit"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+    ]
+
+    gpu_inventory: reactive[GpuInventory | None] = reactive(None, always_update=True, init=False)
+
+    def __init__(
+        self,
+        runs_dir: Path | None = None,
+        *,
+        clock: Clock = time.time,
+        probe: ProcessProbe | None = None,
+        actions: EngineActions | None = None,
+        gpu_sampler: Callable[[], GpuInventory] = sample_gpus,
+        run_poll_seconds: float = 0.5,
+        gpu_poll_seconds: float = 1.0,
+        list_poll_seconds: float = 2.0,
+    ) -> None:
+        super().__init__()
+        self.runs_dir = Path(runs_dir) if runs_dir is not None else default_runs_dir()
+        self.clock = clock
+        self.probe = probe or ProcessProbe()
+        self.actions = actions or EngineActions(self.runs_dir)
+        self.gpu_sampler = gpu_sampler
+        self.run_poll_seconds = run_poll_seconds
+        self.gpu_poll_seconds = gpu_poll_seconds
+        self.list_poll_seconds = list_poll_seconds
+        self.gpu_history = GpuHistory()
+        self.gpu_samples = 0
+        self.coalesced_gpu_samples = 0
+        # Runs launched from this app, oldest first (the results screen's default table).
+        self.session_runs: list[RunDir] = []
+        # Launchers this app started: polling them reaps them when they exit.
+        self.started: dict[str, object] = {}
+        self.run_screen_names: list[str] = []
+        self.theme = "textual-dark"
+
+    # -- start-up ----------------------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        from ddptui.screens.launch import LaunchScreen
+        from ddptui.screens.processes import ProcessesScreen
+        from ddptui.screens.results import ResultsScreen
+        from ddptui.screens.runs import RunsScreen
+
+        self.install_screen(LaunchScreen(), "launch")
+        self.install_screen(RunsScreen(), "runs")
+        self.install_screen(ProcessesScreen(), "processes")
+        self.install_screen(ResultsScreen(), "results")
+        self.push_screen("launch")
+        self.sample_gpus()
+        self.set_interval(self.gpu_poll_seconds, self.sample_gpus)
+
+    # -- NVML ----------------------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="nvml")
+    def sample_gpus(self) -> None:
+        self.post_message(GpusSampled(self.gpu_sampler()))
+
+    def on_gpus_sampled(self, message: GpusSampled) -> None:
+        self.gpu_samples += 1
+        self.coalesced_gpu_samples += message.coalesced
+        inventory = message.inventory
+        for gpu in inventory.gpus:
+            fraction = None
+            if gpu.memory_used_bytes is not None and gpu.memory_total_bytes:
+                fraction = gpu.memory_used_bytes / gpu.memory_total_bytes
+            self.gpu_history.add(
+                gpu.index,
+                float(gpu.utilization_percent) if gpu.utilization_percent is not None else None,
+                fraction,
+            )
+        self.gpu_inventory = inventory
+
+    # -- navigation ------------------------------------------------------------------------------
+
+    def action_show(self, name: str) -> None:
+        self.switch_screen(name)
+        self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # The footer has no room to offer the screen you are on.
+        if action == "show" and parameters and self.is_screen_installed(str(parameters[0])):
+            return self.get_screen(str(parameters[0])) is not self.screen
+        return True
+
+    def action_watch_last(self) -> None:
+        if self.run_screen_names:
+            self.switch_screen(self.run_screen_names[-1])
+
+    def open_run(self, run_dir: RunDir, started: object = None) -> None:
+        """Show the run screen of ``run_dir``, attaching to it (or re-attaching) as needed."""
+        from ddptui.screens.run import RunScreen
+
+        name = f"run:{run_dir.run_id}"
+        if started is not None:
+            self.started[run_dir.run_id] = started
+        if not self.is_screen_installed(name):
+            self.install_screen(RunScreen(run_dir, started=started), name)
+        if name in self.run_screen_names:
+            self.run_screen_names.remove(name)
+        self.run_screen_names.append(name)
+        self.switch_screen(name)
+
+    def cycle_run(self, current: str, step: int) -> None:
+        names = self.run_screen_names
+        if len(names) < 2 or current not in names:
+            return
+        self.switch_screen(names[(names.index(current) + step) % len(names)])
+
+    def run_launched(self, run_dir: RunDir, started: object) -> None:
+        self.session_runs.append(run_dir)
+        self.open_run(run_dir, started)
+
+    # -- quitting ---------------------------------------------------------------------------------
+
+    def active_runs(self) -> list[RunDir]:
+        """Runs opened or launched here that are still going, checked now."""
+        seen: dict[str, RunDir] = {r.run_id: r for r in self.session_runs}
+        for name in self.run_screen_names:
+            screen = self.get_screen(name)
+            run_dir = getattr(screen, "run_dir", None)
+            if isinstance(run_dir, RunDir):
+                seen.setdefault(run_dir.run_id, run_dir)
+        for run_id, started in self.started.items():
+            poll = getattr(started, "poll", None)
+            if callable(poll):
+                poll()  # reap a launcher that ended
+            del run_id
+        now = self.clock()
+        return [r for r in seen.values() if run_is_active(r, self.probe, now)]
+
+    async def action_quit(self) -> None:
+        active = self.active_runs()
+        if not active:
+            self.exit()
+            return
+        names = ", ".join(r.run_id for r in active[:3]) + ("…" if len(active) > 3 else "")
+        dialog = ConfirmDialog(
+            f"{len(active)} run{'s are' if len(active) > 1 else ' is'} still going",
+            f"{names}\n\nLeave them running (they go on without the UI; `ddptui` re-attaches "
+            "from the Runs screen), or stop them first?",
+            [("l", "Leave running", "leave"), ("s", "Stop them", "stop")],
+        )
+
+        def chosen(answer: str | None) -> None:
+            if answer == "leave":
+                self.exit()
+            elif answer == "stop":
+                self.stop_and_exit(active)
+
+        self.push_screen(dialog, chosen)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="quit")
+    def stop_and_exit(self, runs: list[RunDir]) -> None:
+        reports = []
+        for run_dir in runs:
+            try:
+                reports.append(f"{run_dir.run_id}: {self.actions.kill_run(run_dir).report}")
+            except Exception as err:  # shown, then the user decides again
+                reports.append(f"{run_dir.run_id}: could not stop it ({err})")
+                self.call_from_thread(self.notify, "\n".join(reports), severity="error")
+                return
+        self.call_from_thread(self.exit, None, 0, "\n".join(reports))
+
+
+def run_app(runs_dir: Path | None = None) -> None:
+    """Open the UI on ``runs_dir`` (default: $DDPTUI_RUNS_DIR, else ./runs)."""
+    DdptuiApp(runs_dir).run()

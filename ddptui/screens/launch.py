@@ -1,0 +1,517 @@
+"""Launch: pick a preset (bundled or the user's own), see its settings and whether it can run here,
+pick the devices, override epochs / max steps / batch / images / precision / data, and start it.
+
+Presets that cannot run on this machine stay in the list, marked, with the reason. Starting a run
+goes through ``engine.run_start`` in a thread worker: the launcher runs in its own session, never in
+the UI process.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rich.console import Group
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import (
+    Button,
+    Footer,
+    Header,
+    Input,
+    Label,
+    OptionList,
+    Select,
+    SelectionList,
+    Static,
+)
+from textual.widgets.option_list import Option
+from textual.widgets.selection_list import Selection
+
+from ddptui.messages import PresetsChecked, RunLaunched, WorkerProblem
+from ddptui.widgets import figures
+from engine.config import DATASETS, PRECISIONS, ConfigError, RunConfig, apply_overrides
+from engine.gpus import GpuInventory, GpuSample
+from engine.plan import RunPlan, plan_run
+
+if TYPE_CHECKING:
+    from ddptui.app import DdptuiApp
+
+
+@dataclass(frozen=True)
+class PresetCheck:
+    """One preset: its config (or why it cannot be read) and its plan here (or why it cannot run)."""
+
+    name: str
+    path: Path
+    bundled: bool
+    config: RunConfig | None
+    plan: RunPlan | None
+    reason: str  # empty when it can run here
+
+    @property
+    def runnable(self) -> bool:
+        return self.plan is not None
+
+
+def check_presets(gpu_count: int) -> list[PresetCheck]:
+    """Every preset with the reason it cannot run on a machine with ``gpu_count`` GPUs, if any."""
+    from engine.config import load_config
+    from engine.presets import list_presets
+
+    checks = []
+    for preset in list_presets():
+        config: RunConfig | None = None
+        plan: RunPlan | None = None
+        reason = ""
+        try:
+            config = load_config(preset.path, name=preset.name)
+            plan = plan_run(config, gpu_count)
+        except ConfigError as err:
+            reason = str(err)
+        checks.append(PresetCheck(preset.name, preset.path, preset.bundled, config, plan, reason))
+    return checks
+
+
+def describe_config(config: RunConfig) -> Text:
+    """What the form below does not show: the description, model, pipeline, optimiser, faults."""
+    text = Text()
+    if config.description:
+        text.append(config.description + "\n", style="italic")
+    text.append(config.strategy.name, style="bold")
+    text.append(f" · {config.model.name} · {config.data.pipeline} pipeline")
+    text.append(f" · lr {config.optimizer.lr:g}")
+    if config.optimizer.lr_scaling != "none":
+        text.append(f" ({config.optimizer.lr_scaling} scaling)")
+    if config.faults:
+        text.append(f" · faults {', '.join(config.faults)}", style="yellow")
+    return text
+
+
+def describe_plan(plan: RunPlan) -> Text:
+    text = Text("✓ runs here: ", style="green")
+    what = plan.devices.describe()
+    text.append(
+        f"{what}, {plan.world_size} rank{'s' if plan.world_size != 1 else ''}, "
+        f"global batch {plan.global_batch}"
+        + (f", {plan.backend}" if plan.backend else "")
+        + f", lr {plan.base_lr:g}"
+    )
+    return text
+
+
+def gpu_label(gpu: GpuSample) -> Text:
+    if gpu.error is not None:
+        return Text(f"GPU{gpu.index} not available: {gpu.error}", style="red")
+    label = Text(f"GPU{gpu.index} {gpu.name.removeprefix('NVIDIA ')[:22]} ")
+    label.append(
+        f"{figures.gib(gpu.memory_used_bytes)}/{figures.gib(gpu.memory_total_bytes)} GiB "
+        f"{gpu.utilization_percent}%"
+    )
+    if gpu.processes:
+        n = len(gpu.processes)
+        label.append(f" · held by {n} process{'es' if n > 1 else ''}", style="yellow")
+    else:
+        label.append(" · free", style="green")
+    return label
+
+
+OVERRIDE_FIELDS = (
+    # (input id, dotted key, label)
+    ("epochs", "training.epochs", "epochs"),
+    ("max-steps", "training.max_steps", "max steps"),
+    ("batch", "training.batch_size", "batch/rank"),
+    ("train-size", "data.train_size", "images"),
+)
+
+
+class LaunchScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("s", "start", "Start run"),
+        Binding("escape", "focus_presets", "Presets", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.checks: list[PresetCheck] = []
+        self.current: PresetCheck | None = None
+        self.effective: RunConfig | None = None
+        self.effective_plan: RunPlan | None = None
+        self.problem = ""
+        self._gpu_count: int | None = None
+        self._filling = False
+        self._starting = False
+        self._gpu_labels: list[tuple[int, str, bool]] = []
+
+    @property
+    def ddptui(self) -> DdptuiApp:
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="launch"):
+            with Vertical(id="preset-pane"):
+                yield Label("Presets", classes="section")
+                yield OptionList(id="presets")
+            with VerticalScroll(id="launch-form"):
+                yield Static("", id="preset-info")
+                yield Static("Devices sampling NVML…", id="devices-note", classes="section")
+                yield SelectionList[int](id="gpu-picker")
+                with Horizontal(classes="field"):
+                    yield Label("CPU ranks", classes="field-label")
+                    yield Input(id="cpu-ranks", type="integer", compact=True, classes="num")
+                yield Label("Overrides", classes="section")
+                with Horizontal(classes="field"):
+                    for input_id, _, label in OVERRIDE_FIELDS[:2]:
+                        yield Label(label, classes="field-label")
+                        yield Input(id=input_id, type="integer", compact=True, classes="num")
+                with Horizontal(classes="field"):
+                    for input_id, _, label in OVERRIDE_FIELDS[2:]:
+                        yield Label(label, classes="field-label")
+                        yield Input(id=input_id, type="integer", compact=True, classes="num")
+                with Horizontal(classes="field"):
+                    yield Label("precision", classes="field-label")
+                    yield Select(
+                        [(p, p) for p in PRECISIONS],
+                        id="precision",
+                        compact=True,
+                        allow_blank=False,
+                    )
+                    yield Label("data", classes="field-label")
+                    yield Select(
+                        [(d, d) for d in DATASETS], id="dataset", compact=True, allow_blank=False
+                    )
+                yield Static("", id="launch-check")
+                yield Button("Start run (s)", id="start", variant="success", compact=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = "Launch"
+        self.watch(self.ddptui, "gpu_inventory", self._gpus_changed)
+
+    def on_screen_resume(self) -> None:
+        self.query_one("#presets", OptionList).focus()
+
+    # -- presets ---------------------------------------------------------------------------------
+
+    def _gpus_changed(self, inventory: GpuInventory | None) -> None:
+        if inventory is None:
+            return
+        self._show_devices(inventory)
+        if inventory.count != self._gpu_count:
+            self._gpu_count = inventory.count
+            self.check_presets(inventory.count)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="presets")
+    def check_presets(self, gpu_count: int) -> None:
+        try:
+            checks = check_presets(gpu_count)
+        except Exception as err:
+            self.post_message(WorkerProblem("presets", f"{type(err).__name__}: {err}"))
+            return
+        self.post_message(PresetsChecked(checks))
+
+    def on_worker_problem(self, message: WorkerProblem) -> None:
+        self.query_one("#launch-check", Static).update(
+            Text(f"{message.source}: {message.error}", style="bold red")
+        )
+
+    def on_presets_checked(self, message: PresetsChecked) -> None:
+        self.checks = list(message.checks)
+        options = self.query_one("#presets", OptionList)
+        highlighted = self.current.name if self.current else None
+        options.clear_options()
+        for check in self.checks:
+            name = Text(no_wrap=True, overflow="ellipsis")
+            name.append(
+                "✓ " if check.runnable else "✗ ", style="green" if check.runnable else "red"
+            )
+            name.append(check.name)
+            if not check.bundled:
+                name.append(" (yours)", style="cyan")
+            prompt: Any = name
+            if not check.runnable:
+                why = Text(
+                    "  " + _short(check.reason), "dim red", no_wrap=True, overflow="ellipsis"
+                )
+                prompt = Group(name, why)
+            options.add_option(Option(prompt, id=check.name))
+        names = [c.name for c in self.checks]
+        if highlighted not in names:
+            highlighted = "cpu-demo" if "cpu-demo" in names else (names[0] if names else None)
+        if highlighted is not None:
+            options.highlighted = names.index(highlighted)
+            self._select(self.checks[names.index(highlighted)])
+
+    @on(OptionList.OptionHighlighted, "#presets")
+    def _preset_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        check = next((c for c in self.checks if c.name == event.option.id), None)
+        if check is not None and check is not self.current:
+            self._select(check)
+
+    @on(OptionList.OptionSelected, "#presets")
+    def _preset_selected(self, event: OptionList.OptionSelected) -> None:
+        self.query_one("#epochs", Input).focus()
+
+    def select_preset(self, name: str) -> None:
+        """Highlight and show a preset by name (what a click or the arrow keys do)."""
+        names = [c.name for c in self.checks]
+        self.query_one("#presets", OptionList).highlighted = names.index(name)
+        self._select(self.checks[names.index(name)])
+
+    def _select(self, check: PresetCheck) -> None:
+        self.current = check
+        info = self.query_one("#preset-info", Static)
+        if check.config is None:
+            info.update(Text(f"✗ {check.name} cannot be read: {check.reason}", style="red"))
+        else:
+            text = describe_config(check.config)
+            if check.plan is None:
+                text.append(f"\n✗ as it is, it cannot run here: {check.reason}", style="red")
+            info.update(text)
+        self._fill_form(check)
+        self._evaluate()
+
+    # -- the form ----------------------------------------------------------------------------------
+
+    def _fill_form(self, check: PresetCheck) -> None:
+        config = check.config
+        if config is None:
+            return
+        self._filling = True
+        try:
+            values = {
+                "epochs": config.training.epochs,
+                "max-steps": config.training.max_steps,
+                "batch": config.training.batch_size,
+                "train-size": config.data.train_size,
+            }
+            for input_id, value in values.items():
+                self.query_one(f"#{input_id}", Input).value = str(value)
+            self.query_one("#precision", Select).value = config.precision.mode
+            self.query_one("#dataset", Select).value = config.data.dataset
+            picker = self.query_one("#gpu-picker", SelectionList)
+            picker.deselect_all()
+            ranks = 2 if config.strategy.name == "ddp" else 1
+            if check.plan is not None:
+                if check.plan.devices.kind == "cuda":
+                    offered = {
+                        picker.get_option_at_index(i).value for i in range(picker.option_count)
+                    }
+                    for index in check.plan.devices.gpu_indices:
+                        if index in offered:
+                            picker.select(index)
+                else:
+                    ranks = check.plan.devices.cpu_ranks
+            elif config.devices.spec.startswith("cpu:"):
+                ranks = int(config.devices.spec.split(":", 1)[1])
+            self.query_one("#cpu-ranks", Input).value = str(ranks)
+        finally:
+            self._filling = False
+
+    def _show_devices(self, inventory: GpuInventory) -> None:
+        note = self.query_one("#devices-note", Static)
+        picker = self.query_one("#gpu-picker", SelectionList)
+        if inventory.error is not None or inventory.count == 0:
+            why = inventory.error or "NVML lists no GPU"
+            note.update(
+                Text.assemble(("Devices ", "bold"), (f"no GPU ({why}): CPU mode", "yellow"))
+            )
+            picker.display = False
+            return
+        note.update(
+            Text.assemble(("Devices ", "bold"), ("space picks GPUs; none picked: CPU", "dim"))
+        )
+        picker.display = True
+        labels = [(gpu.index, gpu_label(gpu), gpu.error is not None) for gpu in inventory.gpus]
+        key = [(index, label.plain, bad) for index, label, bad in labels]
+        if key == self._gpu_labels:
+            return
+        self._gpu_labels = key
+        selected = set(picker.selected)
+        highlighted = picker.highlighted
+        self._filling = True
+        try:
+            picker.clear_options()
+            picker.add_options(
+                [
+                    Selection(label, index, index in selected, disabled=bad)
+                    for index, label, bad in labels
+                ]
+            )
+            if picker.option_count:
+                # A highlighted option from the start, so Space picks without an arrow key first.
+                picker.highlighted = min(highlighted or 0, picker.option_count - 1)
+        finally:
+            self._filling = False
+
+    @on(Input.Changed)
+    @on(Select.Changed)
+    @on(SelectionList.SelectedChanged)
+    def _form_changed(self) -> None:
+        if not self._filling:
+            self._evaluate()
+
+    @on(Input.Submitted)
+    def _submitted(self) -> None:
+        self.query_one("#start", Button).focus()
+
+    def overrides(self) -> dict[str, Any]:
+        """The form's values that differ from the preset, as ``section.key`` overrides."""
+        check = self.current
+        if check is None or check.config is None:
+            return {}
+        config = check.config
+        found: dict[str, Any] = {}
+        preset_values = {
+            "training.epochs": config.training.epochs,
+            "training.max_steps": config.training.max_steps,
+            "training.batch_size": config.training.batch_size,
+            "data.train_size": config.data.train_size,
+        }
+        for input_id, key, label in OVERRIDE_FIELDS:
+            raw = self.query_one(f"#{input_id}", Input).value.strip()
+            if not raw:
+                raise ConfigError(f"{label} is empty; give a number")
+            value = int(raw)
+            if value != preset_values[key]:
+                found[key] = value
+        precision = self.query_one("#precision", Select).value
+        if isinstance(precision, str) and precision != config.precision.mode:
+            found["precision.mode"] = precision
+        dataset = self.query_one("#dataset", Select).value
+        if isinstance(dataset, str) and dataset != config.data.dataset:
+            found["data.dataset"] = dataset
+        spec = self._device_spec()
+        plan = check.plan
+        if spec is not None and (plan is None or spec != _spec_of(plan)):
+            found["devices.spec"] = spec
+        return found
+
+    def _device_spec(self) -> str | None:
+        picker = self.query_one("#gpu-picker", SelectionList)
+        picked = sorted(int(i) for i in picker.selected) if picker.display else []
+        if len(picked) == 1:
+            # devices.spec reads a lone number as a count, so one GPU is "1" (GPU 0); the spec
+            # has no way yet to name one other card alone.
+            if picked[0] == 0:
+                return "1"
+            raise ConfigError(
+                f"devices.spec cannot name GPU {picked[0]} alone yet (a lone number is a count); "
+                "pick it with another GPU, or GPU 0"
+            )
+        if picked:
+            return ",".join(str(i) for i in picked)
+        raw = self.query_one("#cpu-ranks", Input).value.strip()
+        if not raw:
+            raise ConfigError("CPU ranks is empty; give a number")
+        ranks = int(raw)
+        if ranks < 1:
+            raise ConfigError("CPU ranks must be at least 1")
+        return f"cpu:{ranks}"
+
+    def _evaluate(self) -> None:
+        """Apply the form to the preset and plan it for this machine; show the result."""
+        check = self.current
+        out = self.query_one("#launch-check", Static)
+        start = self.query_one("#start", Button)
+        self.effective, self.effective_plan = None, None
+        if check is None or check.config is None:
+            out.update(Text("✗ pick a preset that can be read", style="red"))
+            start.disabled = True
+            return
+        try:
+            overrides = self.overrides()
+            config = apply_overrides(check.config, overrides) if overrides else check.config
+            plan = plan_run(config, self._gpu_count or 0)
+        except (ConfigError, ValueError) as err:
+            self.problem = str(err)
+            out.update(Text(f"✗ {err}", style="bold red"))
+            start.disabled = True
+            return
+        self.problem = ""
+        self.effective, self.effective_plan = config, plan
+        text = describe_plan(plan)
+        if overrides:
+            text.append(
+                "\n  overrides: " + ", ".join(f"{k}={v}" for k, v in overrides.items()), "cyan"
+            )
+        out.update(text)
+        start.disabled = self._starting
+
+    # -- starting ----------------------------------------------------------------------------------
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "start":
+            event.stop()
+            self.action_start()
+
+    def action_focus_presets(self) -> None:
+        self.query_one("#presets", OptionList).focus()
+
+    def action_start(self) -> None:
+        if self._starting:
+            return
+        self._evaluate()
+        if self.effective is None:
+            self.notify(
+                self.problem or "Pick a preset first.", title="Cannot start", severity="error"
+            )
+            return
+        self._starting = True
+        self.query_one("#start", Button).disabled = True
+        self.query_one("#launch-check", Static).update(Text("starting the launcher…", "bold"))
+        self.start_run(self.effective, self._gpu_count or 0)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="start")
+    def start_run(self, config: RunConfig, gpu_count: int) -> None:
+        try:
+            started = self.ddptui.actions.start_run(config, gpu_count)
+        except Exception as err:  # ConfigError, OSError: shown, nothing started
+            self.post_message(RunLaunched(None, error=str(err)))
+            return
+        self.post_message(RunLaunched(started.run_id, started=started))
+
+    def on_run_launched(self, message: RunLaunched) -> None:
+        self._starting = False
+        self._evaluate()
+        if message.error:
+            self.query_one("#launch-check", Static).update(
+                Text(f"✗ not started: {message.error}", style="bold red")
+            )
+            self.notify(message.error, title="Not started", severity="error")
+            return
+        self.ddptui.run_launched(message.started.run_dir, message.started)
+
+
+def _spec_of(plan: RunPlan) -> str:
+    if plan.devices.kind == "cpu":
+        return f"cpu:{plan.devices.cpu_ranks}"
+    if plan.devices.gpu_indices == (0,):
+        return "1"
+    return ",".join(str(i) for i in plan.devices.gpu_indices)
+
+
+def _short(reason: str) -> str:
+    """The reason's gist for the list (the details pane shows all of it)."""
+    first = reason.split(";")[0]
+    # Drop the file path a ConfigError starts with: the list already names the preset.
+    if ": " in first and first.split(": ", 1)[0].endswith(".toml"):
+        first = first.split(": ", 1)[1]
+    if first.startswith("CIFAR-10 is not at"):
+        return "CIFAR-10 is not on disk"
+    wanted = re.search(r"asks for (\d+) GPUs, but this machine has (\d+)", first)
+    if wanted:
+        return f"needs {wanted[1]} GPUs, {wanted[2]} here"
+    if "asks for GPUs, but this machine has none" in first:
+        return "needs a GPU, none here"
+    for needs in ("needs CUDA", "needs CUDA GPUs"):
+        if needs in first:
+            return first.split(" needs", 1)[0] + " " + needs
+    return first

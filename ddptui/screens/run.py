@@ -1,0 +1,257 @@
+"""One run: a row per rank, the GPUs (or the rank processes' CPU), the log tail with the root cause of
+a failure, elapsed time and ETA, and a Kill button and key that stop the run through the job-scoped
+kill after a confirmation.
+
+Reading happens in a thread worker every ``run_poll_seconds`` (``ddptui.watch.RunReader``), which
+posts ``RunProgressed``; the widgets change only in its handler.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import Button, Footer, Header, Static
+from textual.worker import Worker, WorkerState
+
+from ddptui.actions import KILL_GRACE_SECONDS
+from ddptui.messages import KillFinished, RunProgressed, WorkerProblem
+from ddptui.watch import RunReader, RunView
+from ddptui.widgets import figures
+from ddptui.widgets.confirm import confirm_kill
+from ddptui.widgets.gpu_panel import GpuPanel
+from ddptui.widgets.log_tail import LogTail
+from ddptui.widgets.rank_table import RankTable
+from engine.gpus import GpuInventory
+from engine.rundir import RunDir
+
+if TYPE_CHECKING:
+    from ddptui.app import DdptuiApp
+
+STATUS_STYLES = {
+    "running": "bold green",
+    "starting": "bold",
+    "completed": "bold blue",
+    "failed": "bold red",
+    "killed": "bold red",
+    "lost": "bold red",
+    "orphaned": "bold red",
+    "unreadable": "bold red",
+}
+
+
+class RunScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("k", "kill", "Kill"),
+        Binding("escape", "back", "Back"),
+        Binding("left_square_bracket", "cycle(-1)", "Prev run", show=False),
+        Binding("right_square_bracket", "cycle(1)", "Next run", show=False),
+        Binding("j", "log_rank(1)", "Next log", show=False),
+    ]
+
+    def __init__(self, run_dir: RunDir, started: Any = None) -> None:
+        super().__init__()
+        self.run_dir = run_dir
+        self.started = started
+        self.view: RunView | None = None
+        self.log_rank: int | None = None  # None: follow the failing rank, else rank 0
+        self.coalesced = 0
+        self.kill_report = ""
+        self.killing = False
+        self.problem = ""
+        self._reader: RunReader | None = None
+        self._timer: Timer | None = None
+
+    @property
+    def ddptui(self) -> DdptuiApp:
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="run-head"):
+            yield Static(self.run_dir.run_id, id="run-title")
+            yield Button("Kill (k)", id="kill", variant="error", compact=True)
+        yield RankTable(id="ranks")
+        yield GpuPanel(self.ddptui.gpu_history, id="gpus")
+        yield LogTail(id="log")
+        yield Static("", id="run-foot")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        app = self.ddptui
+        poll = getattr(self.started, "poll", None)
+        self._reader = RunReader(
+            self.run_dir,
+            clock=app.clock,
+            probe=app.probe,
+            launcher_poll=poll if callable(poll) else None,
+        )
+        self.sub_title = self.run_dir.run_id
+        self.watch(app, "gpu_inventory", self._gpus_changed, init=False)
+        self.query_one(GpuPanel).inventory = app.gpu_inventory
+        # The first read comes from on_screen_resume, which follows as the screen is shown.
+        self._timer = self.set_interval(app.run_poll_seconds, self.poll_run)
+
+    def on_screen_suspend(self) -> None:
+        if self._timer is not None:
+            self._timer.pause()
+
+    def on_screen_resume(self) -> None:
+        if self._timer is not None:
+            self._timer.resume()
+            self.poll_run()
+        self.query_one(RankTable).focus()
+
+    def _gpus_changed(self, inventory: GpuInventory | None) -> None:
+        if self.is_current:
+            self.query_one(GpuPanel).inventory = inventory
+
+    # -- reading -------------------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="poll-run")
+    def poll_run(self) -> None:
+        assert self._reader is not None
+        try:
+            view = self._reader.poll(self.log_rank)
+        except Exception as err:  # shown on the screen; the next poll tries again
+            self.post_message(WorkerProblem("run directory", f"{type(err).__name__}: {err}"))
+            return
+        if view is not None:
+            self.post_message(RunProgressed(view, self._reader.busy_polls))
+
+    def on_run_progressed(self, message: RunProgressed) -> None:
+        self.coalesced += message.coalesced
+        view = message.view
+        self.view = view
+        self.problem = ""
+        table = self.query_one(RankTable)
+        table.now = view.now
+        table.ranks = view.ranks
+        if table.selected is None and view.ranks:
+            table.selected = view.log_rank
+        panel = self.query_one(GpuPanel)
+        panel.indices = view.gpu_indices
+        panel.ranks = view.ranks
+        title = f"logs/rank-{view.log_rank}.log" if view.log_rank is not None else "log"
+        self.query_one(LogTail).show(
+            f"── {title} (j: next rank) ──", view.log_lines, view.failure, view.notices
+        )
+        self.query_one("#kill", Button).display = view.active or view.status == "orphaned"
+        self._show_head()
+        self._show_foot(message.busy_polls)
+        if view.final and self._timer is not None and view.status != "orphaned":
+            # Nothing more will be written; one slow poll keeps the log tail honest.
+            self._timer.stop()
+            self._timer = self.set_interval(5.0, self.poll_run)
+
+    def on_worker_problem(self, message: WorkerProblem) -> None:
+        self.problem = f"{message.source}: {message.error}"
+        self._show_foot(0)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state == WorkerState.ERROR:
+            self.problem = f"{event.worker.name}: {event.worker.error}"
+            self._show_foot(0)
+
+    def _show_head(self) -> None:
+        view = self.view
+        if view is None:
+            return
+        head = Text()
+        head.append(view.preset or "?", style="bold")
+        head.append(" · ")
+        head.append(view.status, style=STATUS_STYLES.get(view.status, "bold"))
+        if view.devices:
+            head.append(f" · {view.devices}")
+        head.append(f" · {figures.duration(view.elapsed)}")
+        if view.eta is not None:
+            head.append(f" · ETA ~{figures.duration(view.eta)}")
+        if view.accuracy is not None:
+            head.append(f" · acc {view.accuracy:.1%}")
+        if view.status_detail:
+            head.append(f" · {view.status_detail}", style="dim")
+        self.query_one("#run-title", Static).update(head)
+
+    def _show_foot(self, busy_polls: int) -> None:
+        foot = Text()
+        if self.problem:
+            foot.append(self.problem, style="bold red")
+        elif self.kill_report:
+            foot.append(self.kill_report, style="bold")
+        elif self.view is not None and self.view.error:
+            foot.append(self.view.error, style="red")
+        else:
+            view = self.view
+            events = view.events_read if view else 0
+            foot.append(f"{events} events", style="dim")
+            skipped = view.skipped_lines if view else 0
+            foot.append(f" · {skipped} unreadable lines", style="bold yellow" if skipped else "dim")
+            foot.append(f" · stale updates skipped: {self.coalesced}", style="dim")
+            if busy_polls:
+                foot.append(f" · reads skipped while one was slow: {busy_polls}", style="dim")
+        foot.truncate(max(20, self.size.width), overflow="ellipsis")
+        self.query_one("#run-foot", Static).update(foot)
+
+    # -- actions -------------------------------------------------------------------------------
+
+    def on_rank_table_rank_selected(self, message: RankTable.RankSelected) -> None:
+        self.log_rank = message.rank
+        self.poll_run()
+
+    def action_log_rank(self, step: int) -> None:
+        self.query_one(RankTable).action_move(step)
+
+    def action_back(self) -> None:
+        self.app.switch_screen("runs")
+
+    def action_cycle(self, step: int) -> None:
+        self.ddptui.cycle_run(f"run:{self.run_dir.run_id}", step)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "kill":
+            event.stop()
+            self.action_kill()
+
+    def action_kill(self) -> None:
+        view = self.view
+        if self.killing:
+            self.notify("The kill is already in progress.")
+            return
+        if view is not None and not (view.active or view.status == "orphaned"):
+            self.notify(f"This run is {view.status}: nothing to stop.", severity="warning")
+            return
+
+        def chosen(answer: str | None) -> None:
+            if answer == "kill":
+                self.killing = True
+                self.kill_report = "stopping the run…"
+                self._show_foot(0)
+                self.kill_run()
+
+        self.app.push_screen(confirm_kill(self.run_dir.run_id, KILL_GRACE_SECONDS), chosen)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="kill")
+    def kill_run(self) -> None:
+        try:
+            outcome = self.ddptui.actions.kill_run(self.run_dir, KILL_GRACE_SECONDS)
+        except Exception as err:
+            self.post_message(KillFinished(self.run_dir.run_id, False, f"kill failed: {err}"))
+            return
+        self.post_message(KillFinished(self.run_dir.run_id, outcome.ok, outcome.report))
+
+    def on_kill_finished(self, message: KillFinished) -> None:
+        self.killing = False
+        self.kill_report = message.report
+        self.notify(
+            message.report,
+            title="Run stopped" if message.ok else "Kill incomplete",
+            severity="information" if message.ok else "error",
+        )
+        self._show_foot(0)
+        self.poll_run()

@@ -1,0 +1,143 @@
+"""Past and running runs from the runs directory, newest first; Enter opens one (re-attaching to a
+run that is still going)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import DataTable, Footer, Header, Static
+
+from ddptui.messages import RunsListed, WorkerProblem
+from ddptui.screens.run import STATUS_STYLES
+from ddptui.watch import RunListing, list_run_listings
+from ddptui.widgets import figures
+from engine.rundir import RunDir
+
+if TYPE_CHECKING:
+    from ddptui.app import DdptuiApp
+
+
+class RunsScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "open", "Open", show=True),
+        Binding("f5", "refresh", "Refresh", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: list[RunListing] = []
+        self._timer: Timer | None = None
+
+    @property
+    def ddptui(self) -> DdptuiApp:
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("", id="runs-head")
+        yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = "Runs"
+        table = self.query_one(DataTable)
+        table.add_column("run", key="run")
+        table.add_column("status", key="status")
+        table.add_column("devices", key="devices")
+        table.add_column("started", key="started")
+        table.add_column("time", key="time")
+        table.add_column("acc", key="acc")
+        self._timer = self.set_interval(self.ddptui.list_poll_seconds, self.list_runs, pause=True)
+
+    def on_screen_resume(self) -> None:
+        self.list_runs()
+        if self._timer is not None:
+            self._timer.resume()
+        self.query_one(DataTable).focus()
+
+    def on_screen_suspend(self) -> None:
+        if self._timer is not None:
+            self._timer.pause()
+
+    def action_refresh(self) -> None:
+        self.list_runs()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="list-runs")
+    def list_runs(self) -> None:
+        app = self.ddptui
+        try:
+            runs = list_run_listings(app.runs_dir, clock=app.clock, probe=app.probe)
+        except Exception as err:
+            self.post_message(WorkerProblem("runs directory", f"{type(err).__name__}: {err}"))
+            return
+        self.post_message(RunsListed(runs))
+
+    def on_worker_problem(self, message: WorkerProblem) -> None:
+        self.query_one("#runs-head", Static).update(
+            Text(f"{message.source}: {message.error}", style="bold red")
+        )
+
+    def on_runs_listed(self, message: RunsListed) -> None:
+        app = self.ddptui
+        open_ids = {name.removeprefix("run:") for name in app.run_screen_names}
+        going = sum(1 for r in message.runs if r.status in ("running", "starting"))
+        self.query_one("#runs-head", Static).update(
+            Text.assemble(
+                (f"{len(message.runs)} runs in {app.runs_dir}", "bold"),
+                f" · {going} going · Enter opens (re-attaches to a running one)",
+            )
+        )
+        if message.runs == self.runs:
+            return
+        self.runs = message.runs
+        table = self.query_one(DataTable)
+        keep = None
+        if table.row_count:
+            keep = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        table.clear()
+        now = app.clock()
+        for run in message.runs:
+            marker = "▸ " if run.run_id in open_ids else "  "
+            started = (
+                time.strftime("%m-%d %H:%M", time.localtime(run.created)) if run.created else "-"
+            )
+            elapsed = figures.duration(run.elapsed) if run.elapsed is not None else "-"
+            if run.status in ("running", "starting") and run.elapsed is None:
+                elapsed = figures.duration(now - run.created)
+            status = Text(run.status, style=STATUS_STYLES.get(run.status, ""))
+            table.add_row(
+                marker + run.run_id,
+                status,
+                run.devices or "-",
+                started,
+                elapsed,
+                f"{run.accuracy:.1%}" if run.accuracy is not None else "-",
+                key=run.run_id,
+            )
+        if keep is not None and keep in table.rows:
+            table.move_cursor(row=table.get_row_index(keep))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        if event.row_key.value is not None:
+            self._open(event.row_key.value)
+
+    def action_open(self) -> None:
+        table = self.query_one(DataTable)
+        if not table.row_count:
+            return
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        if key is not None:
+            self._open(key)
+
+    def _open(self, run_id: str) -> None:
+        run = next((r for r in self.runs if r.run_id == run_id), None)
+        if run is not None:
+            self.ddptui.open_run(RunDir(run.path))

@@ -1,0 +1,127 @@
+"""Utilisation and memory of the GPUs a run uses, with a short history, temperature and power where
+NVML gives them; for runs without NVML (CPU runs, no driver), CPU and memory of the rank processes.
+
+A GPU whose NVML queries fail shows "not available" with the reason, on its own line only.
+"""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from ddptui.watch import GpuHistory, RankView
+from ddptui.widgets import figures
+from engine.gpus import GpuInventory, GpuSample
+
+CPU_HISTORY = 60
+
+
+def _percent_style(value: float | None) -> str:
+    if value is None:
+        return "dim"
+    if value >= 90:
+        return "bold green"
+    if value >= 40:
+        return "green"
+    return "yellow"
+
+
+def gpu_line(gpu: GpuSample, history: GpuHistory, width: int) -> Text:
+    line = Text(f"GPU{gpu.index} ", style="bold")
+    if gpu.error is not None:
+        name = f"{gpu.name} " if gpu.name else ""
+        line.append(f"{name}not available: {gpu.error}", style="red")
+        line.truncate(width, overflow="ellipsis")
+        return line
+    spark = min(30, max(4, (width - 58) // 2))
+    name_width = 14 if width < 100 else 24
+    name = gpu.name.removeprefix("NVIDIA ")
+    line.append(f"{name[:name_width]:<{name_width}} ")
+    util = gpu.utilization_percent
+    line.append("util ")
+    line.append(figures.sparkline(history.utilization.get(gpu.index, []), spark), style="cyan")
+    line.append(f" {util:>3}%" if util is not None else "   ?%", style=_percent_style(util))
+    line.append("  mem ")
+    line.append(
+        figures.sparkline(history.memory.get(gpu.index, []), spark, maximum=1.0), style="magenta"
+    )
+    line.append(f" {figures.gib(gpu.memory_used_bytes)}/{figures.gib(gpu.memory_total_bytes)}G")
+    if gpu.temperature_c is not None:
+        line.append(f" {gpu.temperature_c}°C")
+    if gpu.power_watts is not None:
+        line.append(f" {gpu.power_watts:.0f}W")
+    line.truncate(width, overflow="ellipsis")
+    return line
+
+
+class GpuPanel(Widget):
+    """Set ``inventory`` (with ``history``), ``indices`` (the run's GPUs) and ``ranks``."""
+
+    DEFAULT_CSS = """
+    GpuPanel { height: auto; }
+    """
+
+    inventory: reactive[GpuInventory | None] = reactive(None, layout=True)
+    indices: reactive[tuple[int, ...]] = reactive((), layout=True)
+    ranks: reactive[tuple[RankView, ...]] = reactive((), layout=True)
+
+    def __init__(self, history: GpuHistory, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.history = history
+        self._cpu: dict[int, list[float]] = {}
+
+    def watch_ranks(self, ranks: tuple[RankView, ...]) -> None:
+        for r in ranks:
+            if r.pid is None or r.usage is None:
+                continue
+            values = self._cpu.setdefault(r.pid, [])
+            values.append(r.usage.cpu_percent if r.usage.cpu_percent is not None else float("nan"))
+            del values[:-CPU_HISTORY]
+
+    def render(self) -> Group:
+        width = self.size.width or 80
+        lines: list[Text] = []
+        inventory = self.inventory
+        if self.indices:
+            if inventory is None:
+                lines.append(Text("GPUs: sampling NVML…", style="dim"))
+            elif inventory.error is not None:
+                lines.append(Text(f"GPUs not available: {inventory.error}", style="red"))
+            else:
+                by_index = {g.index: g for g in inventory.gpus}
+                for index in self.indices:
+                    gpu = by_index.get(index)
+                    if gpu is None:
+                        lines.append(
+                            Text(f"GPU{index} not available: NVML does not list it", style="red")
+                        )
+                    else:
+                        lines.append(gpu_line(gpu, self.history, width))
+                return Group(*lines)
+        lines.extend(self._process_lines(width))
+        return Group(*lines)
+
+    def _process_lines(self, width: int) -> list[Text]:
+        """Several ranks to a line: ``rank 0 ▂▃▅▇ 97% 310M``, so eight ranks fit 80 columns."""
+        running = [r for r in self.ranks if r.pid is not None and r.usage is not None]
+        if not running:
+            return [Text("rank processes: none running", style="dim")]
+        spark = 8 if width < 120 else 16
+        cell = 7 + spark + 12  # "rank 0 " + sparkline + " 100% 1234M"
+        per_line = max(1, (width + 2) // (cell + 2))
+        lines = []
+        for start in range(0, len(running), per_line):
+            line = Text(no_wrap=True, overflow="ellipsis")
+            for i, r in enumerate(running[start : start + per_line]):
+                assert r.pid is not None and r.usage is not None
+                if i:
+                    line.append("  ")
+                line.append(f"rank {r.rank} ", style="bold")
+                cpu = r.usage.cpu_percent
+                line.append(figures.sparkline(self._cpu.get(r.pid, []), spark), style="cyan")
+                line.append(f" {cpu:>3.0f}%" if cpu is not None else "   -%", _percent_style(cpu))
+                line.append(f" {figures.mib(r.usage.rss_bytes):>5}")
+            lines.append(line)
+        return lines

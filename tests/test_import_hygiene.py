@@ -1,0 +1,79 @@
+"""The two worlds stay apart, checked in a fresh interpreter (the only way to see what an import
+really loads): the UI never loads torch, and the plain engine modules never load textual.
+
+A leak here costs every ``ddptui`` start seconds of torch import, or drags the UI into the training
+processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+UI_IMPORTS = [
+    "import ddptui.app",
+    "import ddptui.cli",
+    "import ddptui.screens.launch, ddptui.screens.run, ddptui.screens.runs",
+    "import ddptui.screens.processes, ddptui.screens.results",
+    "import ddptui.watch, ddptui.messages, ddptui.actions",
+]
+
+PLAIN_ENGINE_MODULES = [
+    "engine.config",
+    "engine.devices",
+    "engine.events",
+    "engine.faults",
+    "engine.gpus",
+    "engine.plan",
+    "engine.presets",
+    "engine.rundir",
+    "engine.summary",
+    "engine.run_start",
+    "engine.rank_states",
+    "engine.process_table",
+    "engine.process_kill",
+    "engine.speedup_table",
+]
+
+
+def loaded_after(statement: str, watched: tuple[str, ...]) -> list[str]:
+    code = f"{statement}\nimport sys\nprint(','.join(m for m in {watched!r} if m in sys.modules))\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return [m for m in proc.stdout.strip().split(",") if m]
+
+
+@pytest.mark.parametrize("statement", UI_IMPORTS)
+def test_the_ui_never_imports_torch(statement: str) -> None:
+    assert loaded_after(statement, ("torch", "torchvision", "numpy")) == []
+
+
+def test_plain_engine_modules_never_import_textual() -> None:
+    statement = "import " + ", ".join(PLAIN_ENGINE_MODULES)
+    assert loaded_after(statement, ("textual", "ddptui", "torch")) == []
+
+
+def test_the_app_module_imports_fast() -> None:
+    """Start-up budget: the app must open in under a second on a warm cache; the imports are
+    most of it, so they get half (the first run warms the cache)."""
+    code = "import time; t = time.perf_counter(); import ddptui.app; print(time.perf_counter() - t)"
+    best = float("inf")
+    for _ in range(2):
+        started = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        )
+        del started
+        best = min(best, float(proc.stdout.strip()))
+    assert best < 0.5, f"importing ddptui.app took {best:.2f} s"

@@ -1,0 +1,74 @@
+"""SVG snapshots of every screen at 80x24 and at a large size, fed from the recorded run directory
+(tests/fixtures/recorded-run), a stand-in NVML (GPU 0 fine, GPU 1 failing) and a stand-in process
+probe, with the clock, the time zone and the colours pinned.
+
+A failing snapshot means the rendering changed. Open the report pytest links to, and if the change
+is intended, run ``pytest tests/ui/test_snapshots.py --snapshot-update``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+
+from ddptui.app import DdptuiApp
+from engine.rundir import RunDir
+from tests.ui.conftest import FAILED_RUN, GPU_RUN, LIVE_RUN, RECORDED, SIZES, settle
+from tests.ui.standins import standin_nvml
+
+
+def on_screen(
+    *keys: str, run: str | None = None, session: tuple[str, ...] = (), focus: str | None = None
+) -> Callable[[Pilot[Any]], Any]:
+    """Open ``run`` (if given), record ``session`` runs as launched here, focus ``focus``, press
+    ``keys``, and wait until every worker has posted and every handler has run."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        app = pilot.app
+        assert isinstance(app, DdptuiApp)
+        await settle(pilot, lambda: app.gpu_inventory is not None)
+        for run_id in session:
+            app.session_runs.append(RunDir(RECORDED / run_id))
+        if run is not None:
+            app.open_run(RunDir(RECORDED / run))
+            await settle(pilot, lambda: getattr(app.screen, "view", None) is not None)
+        if focus is not None:
+            app.screen.query_one(focus).focus()
+        for key in keys:
+            await pilot.press(key)
+            await settle(pilot)
+        await settle(pilot)
+
+    return run_before
+
+
+SCREENS = {
+    "launch": on_screen(),
+    "launch-gpu-picked": on_screen("space", focus="#gpu-picker"),
+    "run-live": on_screen(run=LIVE_RUN),
+    "run-gpus": on_screen(run=GPU_RUN),
+    "run-failed": on_screen(run=FAILED_RUN),
+    "run-kill-confirm": on_screen("k", run=LIVE_RUN),
+    "runs": on_screen("r"),
+    "processes": on_screen("p"),
+    "results-session": on_screen("c", session=(GPU_RUN, FAILED_RUN, LIVE_RUN)),
+    "results-empty": on_screen("c"),
+    "quit-confirm": on_screen("q", run=LIVE_RUN),
+}
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("screen", SCREENS)
+def test_screen(
+    snap_compare: Any, make_app: Callable[..., DdptuiApp], screen: str, size: str
+) -> None:
+    assert snap_compare(make_app(), terminal_size=SIZES[size], run_before=SCREENS[screen])
+
+
+def test_launch_without_nvml(snap_compare: Any, make_app: Callable[..., DdptuiApp]) -> None:
+    """No driver: the device picker says why and offers CPU ranks; GPU presets say they cannot run."""
+    with standin_nvml(fail_init="Driver Not Loaded"):
+        assert snap_compare(make_app(), terminal_size=SIZES["small"], run_before=on_screen())
