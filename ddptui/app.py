@@ -40,7 +40,7 @@ class DdptuiApp(App[None]):
     """The whole UI. Everything that touches the machine is injectable for tests: the clock, the
     process probe (psutil), the engine actions, the NVML sampler, and the polling intervals."""
 
-    CSS_PATH = "app.tcss"
+    CSS_PATH = Path(__file__).parent / "app.tcss"
     TITLE = "ddptui"
     # The palette's footer hint costs columns an 80-column terminal needs; every action has a key.
     ENABLE_COMMAND_PALETTE = False
