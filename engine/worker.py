@@ -1,0 +1,342 @@
+"""The entry of one rank process, under the ddptui launcher or under torchrun.
+
+- ``spawn_entry(local_rank, run_dir, node_rank, nproc_per_node, world_size)``: the target the
+  launcher passes to ``torch.multiprocessing.spawn``.
+- ``python -m engine.worker RUN_DIR [--preset NAME_OR_PATH] [--set section.key=value ...]``: the
+  same rank under ``torchrun`` (RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT from the
+  environment). With no launcher there, global rank 0 writes summary.json at the end, and a rank
+  that fails writes a failed one if none exists yet.
+
+Either way a rank sends its stdout and stderr (file descriptors 1 and 2, so C++ output too) to
+``logs/rank-<r>.log``, writes its events to ``events/rank-<r>.jsonl``, reports an exception as a
+``RankFailed`` event before exiting non-zero, and leaves the process group on the way out. A
+watchdog thread ends the rank (and its DataLoader workers) when the process that started it is gone,
+so a killed launcher never leaves ranks behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import NoReturn
+
+import psutil
+import torch
+import torch.distributed as dist
+
+from engine import gpus
+from engine.config import ConfigError, apply_overrides, load_config, to_toml
+from engine.events import EventWriter, RankFailed, RankFinished, RankStarted
+from engine.plan import RunPlan, plan_run
+from engine.rundir import COMPLETED, FAILED, RunDir, this_host
+from engine.training import gpu_index, pick_device, train_rank
+
+LAUNCHER_PID_ENV = "DDPTUI_LAUNCHER_PID"
+THREADS_ENV = "DDPTUI_THREADS_PER_RANK"
+WATCHDOG_INTERVAL_SECONDS = 0.5
+WATCHDOG_EXIT_CODE = 1
+# Long enough for rank 0 to download CIFAR-10 while the others wait at the barrier.
+PROCESS_GROUP_TIMEOUT = timedelta(minutes=10)
+
+
+# ---- process set-up --------------------------------------------------------------------------
+
+
+def redirect_output(log_path: Path) -> None:
+    """Point file descriptors 1 and 2 at ``log_path`` (appending) and make Python's stdout and
+    stderr line-buffered writers on them, so every line reaches the log as it is written."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+
+
+def threads_per_rank() -> int:
+    return max(1, int(os.environ.get(THREADS_ENV, "1")))
+
+
+def planning_gpu_count() -> int:
+    """The GPU count to plan with, so that a rank's plan is the launcher's plan.
+
+    The launcher plans with NVML's count of the machine's GPUs (devices.spec names NVML indices,
+    e.g. "0,2"), then sets CUDA_VISIBLE_DEVICES to the chosen ones; re-planning with the number of
+    visible GPUs would refuse "0,2". An empty CUDA_VISIBLE_DEVICES (a CPU run) means none. Without
+    NVML, CUDA's count stands in (torchrun on a machine whose NVML does not answer).
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and not visible.strip():
+        return 0
+    count = gpus.gpu_count()
+    return count if count > 0 else torch.cuda.device_count()
+
+
+def plan_for_world(plan: RunPlan, world_size: int) -> RunPlan:
+    """The plan for a run of ``world_size`` ranks in all (several nodes under one process group):
+    plan_run counts one node's devices, so the global batch and linear lr scaling follow here."""
+    from dataclasses import replace
+
+    if plan.config.strategy.name != "ddp":
+        if world_size != 1:
+            raise ConfigError(
+                f"strategy {plan.config.strategy.name} runs one process, but {world_size} were "
+                "started; use ddp for several processes"
+            )
+        return plan
+    if world_size == plan.world_size:
+        return plan
+    optimizer = plan.config.optimizer
+    global_batch = plan.config.training.batch_size * world_size
+    lr = optimizer.lr
+    if optimizer.lr_scaling == "linear":
+        lr = lr * global_batch / optimizer.reference_batch
+    return replace(plan, world_size=world_size, global_batch=global_batch, base_lr=lr)
+
+
+# ---- launcher-death watchdog -----------------------------------------------------------------
+
+
+def _process_identity(pid_text: str | None) -> tuple[int, float] | None:
+    """(pid, start time) of a live process, so that a reused pid is not taken for it later."""
+    if not pid_text or not pid_text.strip().isdigit():
+        return None
+    try:
+        proc = psutil.Process(int(pid_text))
+        return proc.pid, proc.create_time()
+    except psutil.Error:
+        return int(pid_text), -1.0  # already gone
+
+
+def _is_alive(identity: tuple[int, float]) -> bool:
+    pid, start_time = identity
+    try:
+        proc = psutil.Process(pid)
+        return proc.create_time() == start_time and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def kill_own_children(timeout: float = 2.0) -> None:
+    """SIGKILL every descendant of this process (DataLoader workers) and reap them."""
+    try:
+        children = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    psutil.wait_procs(children, timeout=timeout)
+
+
+def launcher_gone(parent_pid: int, launcher: tuple[int, float] | None) -> str | None:
+    """Why this rank is orphaned, or None while the process that started it is alive."""
+    if os.getppid() != parent_pid:
+        return f"parent process {parent_pid} is gone"
+    if launcher is not None and not _is_alive(launcher):
+        return f"launcher {launcher[0]} ({LAUNCHER_PID_ENV}) is gone"
+    return None
+
+
+def start_launcher_watchdog(interval: float = WATCHDOG_INTERVAL_SECONDS) -> threading.Thread:
+    """A daemon thread that ends this process when the process that started it (the launcher's
+    ``mp.spawn`` parent or torchrun's agent), or the launcher named by DDPTUI_LAUNCHER_PID, is gone:
+    it kills this rank's own children, then ``os._exit(1)``. A rank blocked in a collective or a
+    hang would otherwise live on after a SIGKILLed launcher."""
+    parent_pid = os.getppid()
+    launcher = _process_identity(os.environ.get(LAUNCHER_PID_ENV))
+
+    def watch() -> None:
+        while True:
+            time.sleep(interval)
+            reason = launcher_gone(parent_pid, launcher)
+            if reason is not None:
+                print(f"watchdog: {reason}; ending this rank", file=sys.stderr, flush=True)
+                kill_own_children()
+                os._exit(WATCHDOG_EXIT_CODE)
+
+    thread = threading.Thread(target=watch, name="launcher-watchdog", daemon=True)
+    thread.start()
+    return thread
+
+
+def end_process(code: int) -> NoReturn:
+    """Exit now, once every file is closed: flush Python's and C's output, end this process's
+    children, ``os._exit``. Interpreter shutdown of a process that imported torch takes seconds
+    (measured 2-4 s on a busy 2-core machine) and does nothing a finished rank needs."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).fflush(None)
+    kill_own_children()
+    os._exit(code)
+
+
+# ---- one rank --------------------------------------------------------------------------------
+
+
+def one_line_error(err: BaseException) -> str:
+    message = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {message[0]}" if message else type(err).__name__
+
+
+def run_rank(run_dir: RunDir, *, rank: int, local_rank: int, world_size: int) -> None:
+    """Everything one rank does after its output is redirected: plan, join the process group,
+    train, report. Raises what training raised, after reporting it as a RankFailed event."""
+    torch.set_num_threads(threads_per_rank())
+    start_launcher_watchdog()
+    events = EventWriter(run_dir.rank_events_path(rank))
+    joined = False
+    try:
+        config = load_config(run_dir.config_path)
+        plan = plan_for_world(plan_run(config, planning_gpu_count()), world_size)
+        device = pick_device(plan, local_rank)
+        events.write(
+            RankStarted(
+                rank=rank,
+                world_size=world_size,
+                pid=os.getpid(),
+                host=this_host(),
+                device=str(device),
+                gpu_index=gpu_index(device),
+            )
+        )
+        if config.strategy.name == "ddp":
+            if device.type == "cuda":
+                torch.cuda.set_device(device)
+            dist.init_process_group(
+                plan.backend,
+                init_method="env://",
+                rank=rank,
+                world_size=world_size,
+                timeout=PROCESS_GROUP_TIMEOUT,
+            )
+            joined = True
+        train_rank(
+            run_dir, plan, rank=rank, local_rank=local_rank, world_size=world_size, events=events
+        )
+        events.write(RankFinished(rank=rank))
+    except BaseException as err:
+        events.write(
+            RankFailed(rank=rank, error=one_line_error(err), traceback=traceback.format_exc())
+        )
+        traceback.print_exc()
+        raise
+    finally:
+        if joined:
+            dist.destroy_process_group()
+        events.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def spawn_entry(
+    local_rank: int, run_dir: str, node_rank: int, nproc_per_node: int, world_size: int
+) -> None:
+    """Target of ``torch.multiprocessing.spawn`` (which passes ``local_rank`` first)."""
+    rank = node_rank * nproc_per_node + local_rank
+    rd = RunDir(Path(run_dir))
+    redirect_output(rd.rank_log_path(rank))
+    run_rank(rd, rank=rank, local_rank=local_rank, world_size=world_size)
+    end_process(0)  # failures raise instead, so mp.spawn reports the traceback to the launcher
+
+
+# ---- torchrun --------------------------------------------------------------------------------
+
+
+def write_config_if_missing(run_dir: RunDir, preset: str | None, overrides: Sequence[str]) -> None:
+    """Resolve ``preset`` + ``overrides`` into RUN_DIR/config.toml unless it is there. Every rank
+    may get here at once: each writes the same text to its own temp file and renames it."""
+    from engine.presets import load_preset
+
+    run_dir.events_dir.mkdir(parents=True, exist_ok=True)
+    run_dir.logs_dir.mkdir(parents=True, exist_ok=True)
+    if run_dir.config_path.exists():
+        return
+    if preset is None:
+        raise ConfigError(f"{run_dir.config_path}: no config.toml here; pass --preset NAME_OR_PATH")
+    pairs = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item!r} is not section.key=value")
+        pairs[key.strip()] = value.strip()
+    config = apply_overrides(load_preset(preset), pairs)
+    tmp = run_dir.config_path.with_name(f".config.toml.{os.getpid()}.tmp")
+    tmp.write_text(to_toml(config), encoding="utf-8")
+    os.replace(tmp, run_dir.config_path)
+
+
+def _environment_int(name: str) -> int:
+    value = os.environ.get(name)
+    if value is None or not value.isdigit():
+        raise ConfigError(
+            f"{name} is {value!r} in the environment; run this module under torchrun, which sets "
+            "RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT"
+        )
+    return int(value)
+
+
+def _write_summary(run_dir: RunDir, status: str) -> None:
+    from engine.summary import build_summary
+
+    run_dir.write_summary(build_summary(run_dir, status).to_json())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m engine.worker",
+        description="One ddptui training rank under torchrun (rank and world from the environment).",
+    )
+    parser.add_argument("run_dir", type=Path, help="the run directory (made if missing)")
+    parser.add_argument("--preset", help="preset name or .toml path, when RUN_DIR has no config")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override one preset value (repeatable)",
+    )
+    args = parser.parse_args(argv)
+    run_dir = RunDir(args.run_dir)
+    try:
+        rank = _environment_int("RANK")
+        local_rank = _environment_int("LOCAL_RANK")
+        world_size = _environment_int("WORLD_SIZE")
+        write_config_if_missing(run_dir, args.preset, args.overrides)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"rank {rank}: output goes to {run_dir.rank_log_path(rank)}", file=sys.stderr)
+    redirect_output(run_dir.rank_log_path(rank))
+    try:
+        run_rank(run_dir, rank=rank, local_rank=local_rank, world_size=world_size)
+    except BaseException:
+        if run_dir.read_summary() is None:
+            try:
+                _write_summary(run_dir, FAILED)
+            except Exception:
+                traceback.print_exc()
+        return 1
+    if rank == 0:
+        _write_summary(run_dir, COMPLETED)
+    return 0
+
+
+if __name__ == "__main__":
+    end_process(main())
