@@ -438,7 +438,8 @@ class RunReader:
             events_read=self._events_read,
             skipped_lines=self.skipped_lines,
             accuracy=self._accuracy,
-            error="; ".join(errors),
+            # The screen already names the run: say "run.json: …", not the whole path.
+            error="; ".join(e.replace(f"{self.run_dir.path}/", "") for e in errors),
         )
 
     def _failure(self, states: tuple[RankState, ...]) -> FailureView | None:

@@ -3,16 +3,30 @@ process probe (psutil) and the clock, so snapshots show the same figures on ever
 
 from __future__ import annotations
 
+import math
 import sys
+import time
 import types
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from ddptui.actions import EngineActions, Outcome
+from ddptui.app import DdptuiApp
 from ddptui.watch import ProcessProbe, ProcessUsage
 from engine import gpus
-from engine.rundir import ProcessRef
+from engine.config import RunConfig
+from engine.process_table import ProcessTable, TrainingJob, TrainingProcess
+from engine.rundir import ProcessRef, RunDir
+from tests.fixtures import make_recorded_run as recorded
+
+RECORDED = Path("tests/fixtures/recorded-run")  # relative: snapshots show it as is
+LIVE_RUN = recorded.LIVE_RUN
+GPU_RUN = recorded.GPU_RUN
+FAILED_RUN = recorded.FAILED_RUN
+NOW = recorded.NOW
 
 
 class NVMLError(Exception):
@@ -117,3 +131,152 @@ class StandInProbe(ProcessProbe):
 
     def usage(self, pids: Iterable[int]) -> dict[int, ProcessUsage]:
         return {pid: ProcessUsage(self.cpu, self.rss) for pid in pids if pid in self.alive_pids}
+
+
+def orphan_table() -> ProcessTable:
+    """What the process scan of the snapshot machine finds: our live run, and an orphaned torchrun
+    job whose agent is gone."""
+    live = tuple(
+        TrainingProcess(
+            pid=pid,
+            ppid=recorded.LIVE_LAUNCHER.pid,
+            start_time=recorded.LIVE_START,
+            user="ana",
+            role="rank",
+            rank=rank,
+            local_rank=rank,
+            world_size=4,
+            state="running",
+            age_seconds=95.0,
+            cpu_percent=97.0,
+            rss_bytes=310 * 2**20,
+            gpu=(),
+            command="python -c from multiprocessing.spawn import spawn_main",
+            own=True,
+        )
+        for rank, pid in enumerate(recorded.LIVE_RANK_PIDS)
+    )
+    launcher = TrainingProcess(
+        pid=recorded.LIVE_LAUNCHER.pid,
+        ppid=1000,
+        start_time=recorded.LIVE_LAUNCHER.start_time,
+        user="ana",
+        role="launcher",
+        rank=None,
+        local_rank=None,
+        world_size=4,
+        state="running",
+        age_seconds=96.0,
+        cpu_percent=1.0,
+        rss_bytes=90 * 2**20,
+        gpu=(),
+        command=f"python -m engine.launch runs/{LIVE_RUN}",
+        own=True,
+    )
+    orphans = tuple(
+        TrainingProcess(
+            pid=5100 + rank,
+            ppid=1,
+            start_time=NOW - 7200,
+            user="ana",
+            role="rank",
+            rank=rank,
+            local_rank=rank,
+            world_size=2,
+            state="orphaned",
+            age_seconds=7200.0,
+            cpu_percent=0.0,
+            rss_bytes=2100 * 2**20,
+            gpu=(),
+            command="python train.py --epochs 90",
+            own=True,
+        )
+        for rank in range(2)
+    )
+    return ProcessTable(
+        jobs=(
+            TrainingJob(
+                key=f"ddptui:{LIVE_RUN}",
+                kind="ddptui",
+                label=f"ddptui run {LIVE_RUN}",
+                state="running",
+                reason="its launcher is alive",
+                users=("ana",),
+                processes=(launcher, *live),
+                launcher_pid=launcher.pid,
+                launcher_alive=True,
+                run_id=LIVE_RUN,
+                run_dir=str(RECORDED / LIVE_RUN),
+            ),
+            TrainingJob(
+                key="torchelastic:none@127.0.0.1:29500",
+                kind="torchelastic",
+                label="torchrun job 'none' at 127.0.0.1:29500",
+                state="orphaned",
+                reason="its torchrun agent is gone",
+                users=("ana",),
+                processes=orphans,
+            ),
+        ),
+        notes=("1 process of another user could not be inspected.",),
+        gpu_error=None,
+        scanned_at=NOW,
+    )
+
+
+class StandInActions(EngineActions):
+    """Engine actions that record what the UI asked for instead of touching the machine."""
+
+    def __init__(self, runs_dir: Path) -> None:
+        super().__init__(runs_dir)
+        self.started: list[RunConfig] = []
+        self.killed: list[str] = []
+        self.cleaned = 0
+        self.start_as: RunDir | None = None
+
+    def start_run(self, config: RunConfig, gpu_count: int) -> Any:
+        self.started.append(config)
+        if self.start_as is None:
+            raise RuntimeError("this stand-in starts nothing")
+
+        class Started:
+            run_dir = self.start_as
+            run_id = self.start_as.run_id
+
+            def poll(self) -> int | None:
+                return None
+
+        return Started()
+
+    def kill_run(self, run_dir: RunDir, grace: float = 5.0) -> Outcome:
+        self.killed.append(run_dir.run_id)
+        return Outcome(True, f"stopped run {run_dir.run_id}: 5 processes; none left")
+
+    def scan_processes(self) -> ProcessTable:
+        return orphan_table()
+
+    def clean(self, grace: float = 5.0) -> Outcome:
+        self.cleaned += 1
+        return Outcome(True, "cleaned 1 orphaned job; 2 processes stopped")
+
+    def list_benches(self) -> list[Any]:
+        return []
+
+
+def seed_gpu_history(app: DdptuiApp) -> None:
+    """A fixed 40-sample history, so the sparklines are the same in every snapshot."""
+    for i in range(40):
+        util = 50 + 45 * math.sin(i / 4)
+        app.gpu_history.add(0, util, 0.2 + 0.1 * (i % 5))
+        app.gpu_history.add(1, None, None)
+
+
+async def settle(pilot: Any, until: Callable[[], bool] | None = None, timeout: float = 5.0) -> None:
+    """Let workers post and handlers run (until ``until`` holds, when given)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        await pilot.pause(0.05)
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        if until is None or until() or time.monotonic() > deadline:
+            return

@@ -16,8 +16,8 @@ from textual.pilot import Pilot
 
 from ddptui.app import DdptuiApp
 from engine.rundir import RunDir
-from tests.ui.conftest import FAILED_RUN, GPU_RUN, LIVE_RUN, RECORDED, SIZES, settle
-from tests.ui.standins import standin_nvml
+from tests.ui.conftest import SIZES
+from tests.ui.standins import FAILED_RUN, GPU_RUN, LIVE_RUN, RECORDED, settle, standin_nvml
 
 
 def on_screen(

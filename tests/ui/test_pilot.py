@@ -1,0 +1,329 @@
+"""Pilot tests of the app's behaviour against the recorded runs and stand-ins (no training): every
+screen is reachable from the keyboard at 80x24, the launch form turns into the right config, a kill
+and a clean need a confirmation, quitting asks about running runs, worker errors are shown and not
+fatal, coalesced updates are counted, and the results table exports."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from textual.widgets import Input, Select, Static
+
+from ddptui.app import DdptuiApp
+from ddptui.messages import RunProgressed
+from ddptui.screens.launch import LaunchScreen
+from ddptui.screens.processes import ProcessesScreen
+from ddptui.screens.results import ChoiceDialog, ResultsScreen
+from ddptui.screens.run import RunScreen
+from ddptui.screens.runs import RunsScreen
+from ddptui.widgets.confirm import ConfirmDialog
+from ddptui.widgets.gpu_panel import GpuPanel
+from engine.rundir import RunDir
+from tests.conftest import REPO_ROOT
+from tests.ui.standins import FAILED_RUN, GPU_RUN, LIVE_RUN, RECORDED, StandInActions, settle
+
+SMALL = (80, 24)
+pytestmark = pytest.mark.asyncio
+
+
+def actions(app: DdptuiApp) -> StandInActions:
+    assert isinstance(app.actions, StandInActions)
+    return app.actions
+
+
+def text_of(widget: Any) -> str:
+    """The plain text a widget shows (its Rich renderable printed wide)."""
+    console = Console(width=300, file=io.StringIO(), record=True, color_system=None)
+    console.print(widget.content if isinstance(widget, Static) else widget.render())
+    return console.export_text()
+
+
+async def test_every_screen_is_reachable_from_the_keyboard(
+    make_app: Callable[..., DdptuiApp],
+) -> None:
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot, lambda: isinstance(app.screen, LaunchScreen))
+        for key, screen in (
+            ("r", RunsScreen),
+            ("p", ProcessesScreen),
+            ("c", ResultsScreen),
+            ("l", LaunchScreen),
+        ):
+            await pilot.press(key)
+            await settle(pilot)
+            assert isinstance(app.screen, screen), key
+        await pilot.press("r")
+        await settle(pilot, lambda: isinstance(app.screen, RunsScreen) and bool(app.screen.runs))
+        await pilot.press("enter")  # the newest run: the live one, re-attached
+        await settle(pilot, lambda: getattr(app.screen, "view", None) is not None)
+        assert isinstance(app.screen, RunScreen)
+        assert app.screen.run_dir.run_id == LIVE_RUN
+        view = app.screen.view
+        assert view is not None and view.status == "running"
+        assert [r.state for r in view.ranks] == ["running", "straggler", "stalled", "running"]
+        await pilot.press("escape")
+        await settle(pilot)
+        assert isinstance(app.screen, RunsScreen)
+        await pilot.press("w")  # back to the run last watched
+        await settle(pilot)
+        assert isinstance(app.screen, RunScreen)
+
+
+async def test_the_launch_form_becomes_the_config_that_starts(
+    make_app: Callable[..., DdptuiApp],
+) -> None:
+    app = make_app()
+    actions(app).start_as = RunDir(RECORDED / LIVE_RUN)
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(
+            pilot, lambda: isinstance(app.screen, LaunchScreen) and app.screen.current is not None
+        )
+        screen = app.screen
+        assert isinstance(screen, LaunchScreen)
+        assert screen.current is not None and screen.current.name == "cpu-demo"
+        screen.query_one("#epochs", Input).value = "1"
+        screen.query_one("#max-steps", Input).value = "5"
+        screen.query_one("#train-size", Input).value = "1280"
+        screen.query_one("#precision", Select).value = "bf16"
+        screen.query_one("#cpu-ranks", Input).value = "3"
+        await settle(pilot)
+        assert "overrides" in text_of(screen.query_one("#launch-check", Static))
+        screen.query_one("#presets").focus()
+        await pilot.press("s")
+        await settle(pilot, lambda: isinstance(app.screen, RunScreen))
+        (config,) = actions(app).started
+        assert (config.training.epochs, config.training.max_steps) == (1, 5)
+        assert config.data.train_size == 1280 and config.precision.mode == "bf16"
+        assert config.devices.spec == "cpu:3"
+        assert config.name == "cpu-demo"
+        assert isinstance(app.screen, RunScreen)
+        assert [r.run_id for r in app.session_runs] == [LIVE_RUN]
+
+
+async def test_a_config_that_cannot_run_starts_nothing(make_app: Callable[..., DdptuiApp]) -> None:
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(
+            pilot, lambda: isinstance(app.screen, LaunchScreen) and app.screen.current is not None
+        )
+        screen = app.screen
+        assert isinstance(screen, LaunchScreen)
+        screen.query_one(
+            "#precision", Select
+        ).value = "fp16"  # needs CUDA; cpu-demo runs on the CPU
+        await settle(pilot)
+        assert "fp16 needs CUDA" in text_of(screen.query_one("#launch-check", Static))
+        screen.query_one("#presets").focus()
+        await pilot.press("s")
+        await settle(pilot)
+        assert actions(app).started == []
+        assert isinstance(app.screen, LaunchScreen)
+        # a preset that cannot run here is listed with its reason, not hidden
+        screen.select_preset("seed-dataparallel")
+        await settle(pilot)
+        assert "needs CUDA GPUs" in text_of(screen.query_one("#preset-info", Static)) or (
+            "asks for 4 GPUs" in text_of(screen.query_one("#preset-info", Static))
+        )
+
+
+async def test_kill_asks_first_then_reports(make_app: Callable[..., DdptuiApp]) -> None:
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        app.open_run(RunDir(RECORDED / LIVE_RUN))
+        await settle(pilot, lambda: getattr(app.screen, "view", None) is not None)
+        await pilot.press("k")
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmDialog)
+        await pilot.press("escape")
+        await settle(pilot)
+        assert actions(app).killed == []
+        await pilot.click("#kill")
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmDialog)
+        await pilot.press("y")
+        await settle(pilot, lambda: bool(actions(app).killed))
+        assert actions(app).killed == [LIVE_RUN]
+        assert "none left" in text_of(app.screen.query_one("#run-foot", Static))
+
+
+async def test_a_finished_run_has_nothing_to_kill(make_app: Callable[..., DdptuiApp]) -> None:
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        app.open_run(RunDir(RECORDED / FAILED_RUN))
+        await settle(pilot, lambda: getattr(app.screen, "view", None) is not None)
+        await pilot.press("k")
+        await settle(pilot)
+        assert isinstance(app.screen, RunScreen)
+        assert actions(app).killed == []
+        # the root cause of the failure is on screen
+        assert "root cause: rank 1 failed" in text_of(app.screen.query_one("#failure", Static))
+
+
+async def test_quitting_with_a_run_going_asks_and_can_leave_it(
+    make_app: Callable[..., DdptuiApp],
+) -> None:
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        app.session_runs.append(RunDir(RECORDED / LIVE_RUN))
+        await pilot.press("q")
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmDialog)
+        await pilot.press("l")
+        await settle(pilot)
+    assert actions(app).killed == []
+    assert app.return_code == 0
+
+
+async def test_quitting_can_stop_the_runs_first(make_app: Callable[..., DdptuiApp]) -> None:
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        app.session_runs.append(RunDir(RECORDED / LIVE_RUN))
+        await pilot.press("q")
+        await settle(pilot)
+        await pilot.press("s")
+        await settle(pilot)
+    assert actions(app).killed == [LIVE_RUN]
+
+
+async def test_quitting_with_nothing_running_just_quits(make_app: Callable[..., DdptuiApp]) -> None:
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        app.session_runs.append(RunDir(RECORDED / GPU_RUN))
+        await pilot.press("q")
+        await settle(pilot)
+    assert app.return_code == 0
+
+
+async def test_a_broken_run_directory_is_shown_not_fatal(
+    make_app: Callable[..., DdptuiApp], tmp_path: Path
+) -> None:
+    runs = tmp_path / "runs"
+    shutil.copytree(REPO_ROOT / RECORDED, runs)
+    (runs / LIVE_RUN / "run.json").write_text("{not json", encoding="utf-8")
+    with open(runs / LIVE_RUN / "events" / "rank-0.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"v": 99, "type": "step"}\n')
+    app = make_app(runs)
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        app.open_run(RunDir(runs / LIVE_RUN))
+        await settle(pilot, lambda: getattr(app.screen, "view", None) is not None)
+        screen = app.screen
+        assert isinstance(screen, RunScreen) and screen.view is not None
+        assert "run.json is corrupt" in screen.view.error
+        assert screen.view.skipped_lines == 1
+        assert "run.json is corrupt" in text_of(screen.query_one("#run-foot", Static))
+
+
+async def test_a_failing_read_is_shown_and_the_next_one_retried(
+    make_app: Callable[..., DdptuiApp], monkeypatch: Any
+) -> None:
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        from ddptui import watch
+
+        original = watch.RunReader.poll
+        monkeypatch.setattr(watch.RunReader, "poll", lambda self, rank=None: 1 / 0)
+        app.open_run(RunDir(RECORDED / GPU_RUN))
+        await settle(pilot, lambda: bool(getattr(app.screen, "problem", "")))
+        screen = app.screen
+        assert isinstance(screen, RunScreen)
+        assert "ZeroDivisionError" in text_of(screen.query_one("#run-foot", Static))
+        monkeypatch.setattr(watch.RunReader, "poll", original)
+        screen.poll_run()
+        await settle(pilot, lambda: screen.view is not None)
+        assert screen.problem == ""
+
+
+async def test_stale_updates_coalesce_and_are_counted(make_app: Callable[..., DdptuiApp]) -> None:
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        app.open_run(RunDir(RECORDED / GPU_RUN))
+        await settle(pilot, lambda: getattr(app.screen, "view", None) is not None)
+        screen = app.screen
+        assert isinstance(screen, RunScreen) and screen.view is not None
+        before = screen.coalesced
+        view = screen.view
+        for _ in range(5):  # queued faster than the screen handles them
+            screen.post_message(RunProgressed(view))
+        await settle(pilot)
+        assert screen.coalesced - before == 4
+        assert "stale updates skipped: 4" in text_of(screen.query_one("#run-foot", Static))
+
+
+async def test_one_failing_gpu_is_not_available_alone(make_app: Callable[..., DdptuiApp]) -> None:
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot, lambda: app.gpu_inventory is not None)
+        app.open_run(RunDir(RECORDED / GPU_RUN))
+        await settle(pilot, lambda: getattr(app.screen, "view", None) is not None)
+        text = text_of(app.screen.query_one(GpuPanel))
+        assert "GPU0 A100-SXM4-40GB" in text and "87%" in text
+        assert "GPU1 NVIDIA A100-SXM4-40GB not available: NVML: GPU is lost" in text
+
+
+async def test_results_choose_a_baseline_and_export(
+    make_app: Callable[..., DdptuiApp], tmp_path: Path
+) -> None:
+    runs = tmp_path / "runs"
+    shutil.copytree(REPO_ROOT / RECORDED, runs)
+    twin = "20261202-110000-fast-ddp-ffff"
+    shutil.copytree(runs / GPU_RUN, runs / twin)
+    summary = json.loads((runs / twin / "summary.json").read_text())
+    summary["run_id"] = twin
+    for epoch in summary["epochs"]:
+        epoch["steady_images_per_s"] /= 2
+    (runs / twin / "summary.json").write_text(json.dumps(summary))
+    app = make_app(runs)
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        app.session_runs.extend(RunDir(runs / r) for r in (GPU_RUN, twin, FAILED_RUN))
+        await pilot.press("c")
+        screen = app.screen
+        assert isinstance(screen, ResultsScreen)
+        screen.export_dir = tmp_path
+        await settle(pilot, lambda: screen.table is not None)
+        assert screen.table.baseline == "fast-ddp-a1b2"
+        await pilot.press("b")
+        await settle(pilot)
+        assert isinstance(app.screen, ChoiceDialog)
+        await pilot.press("down", "enter")
+        await settle(
+            pilot, lambda: screen.table is not None and screen.table.baseline == "fast-ddp-ffff"
+        )
+        assert screen.table.row("fast-ddp-a1b2").speedup == 2.0
+        await pilot.press("m", "v")
+        await settle(pilot)
+    (markdown,) = tmp_path.glob("ddptui-results-*.md")
+    (csv,) = tmp_path.glob("ddptui-results-*.csv")
+    assert "| fast-ddp-a1b2" in markdown.read_text()
+    assert "2.00x" in markdown.read_text()
+    assert csv.read_text().splitlines()[0].startswith("label,")
+
+
+async def test_clean_asks_first(make_app: Callable[..., DdptuiApp]) -> None:
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        await pilot.press("p")
+        await settle(pilot, lambda: bool(getattr(app.screen, "jobs", None)))
+        await pilot.press("x")
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmDialog)
+        await pilot.press("y")
+        await settle(pilot, lambda: actions(app).cleaned == 1)
+        assert "cleaned 1 orphaned job" in text_of(app.screen.query_one("#ps-foot", Static))
