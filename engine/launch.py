@@ -47,6 +47,7 @@ from engine.events import (
     StepProgress,
 )
 from engine.plan import RunPlan, plan_run
+from engine.process_kill import stop_processes
 from engine.rundir import (
     COMPLETED,
     FAILED,
@@ -62,6 +63,7 @@ from engine.rundir import (
 from engine.summary import Failure, build_summary
 
 POLL_SECONDS = 0.1
+STARTUP_ALLOWANCE_SECONDS = 60.0
 EXIT_BAD_INPUT = 2
 
 
@@ -120,6 +122,7 @@ class RankWatch:
     process: psutil.Process | None = None
     tail: EventTail | None = None
     last_event: float = field(default_factory=time.time)
+    reported: bool = False  # has this rank written any event yet
     step_seconds: float | None = None
     finished: bool = False
     failed_event: RankFailed | None = None
@@ -143,18 +146,6 @@ def _descendants(proc: psutil.Process) -> list[psutil.Process]:
         return proc.children(recursive=True)
     except psutil.Error:
         return []
-
-
-def stop_processes(processes: list[psutil.Process], grace: float) -> None:
-    """SIGTERM, wait up to ``grace`` seconds, SIGKILL what is left, wait for it to go."""
-    for p in processes:
-        with contextlib.suppress(psutil.Error):
-            p.terminate()
-    _, alive = psutil.wait_procs(processes, timeout=grace)
-    for p in alive:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    psutil.wait_procs(alive, timeout=5)
 
 
 class Supervisor:
@@ -182,6 +173,7 @@ class Supervisor:
             new = w.tail.read_new()
             if new:
                 w.last_event = now
+                w.reported = True
                 if w.stalled:
                     w.stalled = False
             for e in new:
@@ -197,7 +189,9 @@ class Supervisor:
         live = [w for w in self.watches.values() if not w.exited and not w.finished]
         for w in live:
             silent = now - w.last_event
-            if silent >= sup.stall_seconds and not w.stalled:
+            # Before its first event a rank is importing torch and loading data: allow for that.
+            allowance = 0.0 if w.reported else STARTUP_ALLOWANCE_SECONDS
+            if silent >= sup.stall_seconds + allowance and not w.stalled:
                 w.stalled = True
                 self.events.write(RankStalled(rank=w.rank, silent_seconds=round(silent, 1)))
             if (
@@ -465,7 +459,7 @@ def launch(
         failure = Failure(rank=None, error=reason, traceback=traceback.format_exc())
         status = KILLED if isinstance(err, KeyboardInterrupt) else FAILED
         live = [p for p in processes.values() if p.is_running()]
-        stop_processes([*live, *(c for p in live for c in _descendants(p))], grace=3.0)
+        stop_processes(live, grace=3.0)
     finally:
         events.write(RunFinished(status=status, reason=reason))
         events.close()
