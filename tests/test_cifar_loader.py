@@ -33,7 +33,8 @@ from engine.worker import spawn_entry
 
 IMAGES_PER_FILE = 20
 TRAIN_FILES = [f"data_batch_{i}" for i in range(1, 6)]
-LABEL_NAMES = "airplane automobile bird cat deer dog frog horse ship truck".split()
+LABEL_NAMES = ["airplane", "automobile", "bird", "cat", "deer"]
+LABEL_NAMES += ["dog", "frog", "horse", "ship", "truck"]
 
 
 def md5(path: Path) -> str:
