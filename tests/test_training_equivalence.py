@@ -28,6 +28,7 @@ from engine.models import SmallCNN, build_model
 from engine.plan import plan_run
 from engine.rundir import RunDir
 from engine.training import evaluate, train_rank
+from engine.worker import end_process
 
 CPU = torch.device("cpu")
 
@@ -113,6 +114,7 @@ def _ddp_train(local_rank: int, run_dir_path: str, port: int) -> None:
             )
     finally:
         dist.destroy_process_group()
+    end_process(0)  # skip seconds of interpreter shutdown; a failure raises above instead
 
 
 def step_losses(path: Path) -> dict[int, float]:
@@ -192,6 +194,7 @@ def _ddp_evaluate(local_rank: int, config_path: str, weights: str, out_dir: str,
         )
     finally:
         dist.destroy_process_group()
+    end_process(0)
 
 
 @pytest.mark.slow
