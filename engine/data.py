@@ -292,6 +292,7 @@ class TrainBatches:
 
     steps_per_epoch: int
     batch_size: int
+    sampler: DistributedSampler[int]
 
     def epoch(self, epoch: int) -> Iterator[Batch]:
         raise NotImplementedError

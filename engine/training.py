@@ -334,6 +334,13 @@ def train_rank(
         device=device,
         distributed=distributed,
     )
+    if train_batches.steps_per_epoch == 0:
+        raise ConfigError(
+            f"training.batch_size {training.batch_size} is more than the "
+            f"{len(train_batches.sampler)} training images each of the {data_world} "
+            "replica(s) gets per epoch, so an epoch has no full batch; use a smaller batch or "
+            "more data"
+        )
     test_batches = (
         TestBatches(
             config,

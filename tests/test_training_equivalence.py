@@ -21,7 +21,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from engine.config import ModelConfig, RunConfig, apply_overrides, load_config, to_toml
+from engine.config import ConfigError, ModelConfig, RunConfig, apply_overrides, load_config, to_toml
 from engine.data import TestBatches
 from engine.events import EpochEnded, Evaluation, EventWriter, StepProgress, read_events
 from engine.models import SmallCNN, build_model
@@ -262,3 +262,16 @@ def test_bf16_on_the_cpu_trains_with_finite_loss(tmp_path: Path) -> None:
     assert math.isfinite(ended.train_loss) and ended.steps == 4
     (evaluation,) = [e for e in events_read if isinstance(e, Evaluation)]
     assert evaluation.samples == 101 and math.isfinite(evaluation.loss)
+
+
+def test_a_batch_larger_than_the_epoch_is_refused(tmp_path: Path) -> None:
+    run_dir = make_run_dir(
+        tmp_path / "run",
+        {"strategy.name": "single", "devices.spec": "cpu", "data.train_size": 100},
+    )
+    config = load_config(run_dir.config_path)
+    with (
+        EventWriter(run_dir.rank_events_path(0)) as events,
+        pytest.raises(ConfigError, match="batch_size 256 is more than the 100 training images"),
+    ):
+        train_rank(run_dir, plan_run(config, 0), rank=0, local_rank=0, world_size=1, events=events)
