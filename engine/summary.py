@@ -10,7 +10,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from engine.events import EpochEnded, Evaluation, Event, RankFailed, RunStarted
+from engine.events import EpochEnded, Evaluation, Event, RankFailed, RankStarted, RunStarted
 from engine.rundir import RunDir, RunInfo
 
 
@@ -156,7 +156,7 @@ def build_summary(
         info = None
     rank0 = read_events(run_dir.rank_events_path(0))
     started = started_time(run_dir, info) if info else _first_time(rank0)
-    world_size = info.world_size if info else 1
+    world_size = info.world_size if info else _reported_world_size(rank0)
     devices = info.devices if info else config.devices.spec
     device_count = _device_count(devices)
     global_batch = config.training.batch_size * (world_size if config.strategy.name == "ddp" else 1)
@@ -182,6 +182,12 @@ def build_summary(
         failure=failure,
         reason=reason,
     )
+
+
+def _reported_world_size(rank0_events: list[Event]) -> int:
+    """The world size rank 0 reported; runs with no run.json (torchrun) have only this."""
+    started = [e for e in rank0_events if isinstance(e, RankStarted)]
+    return started[0].world_size if started else 1
 
 
 def _first_time(events: list[Event]) -> float:

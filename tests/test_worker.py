@@ -398,6 +398,7 @@ def test_torchrun_entry_writes_config_and_summary(tmp_path: Path) -> None:
     summary = run_dir.read_summary()
     assert summary is not None
     assert summary["status"] == "completed"
+    assert (summary["world_size"], summary["global_batch"]) == (2, 256)
     assert summary["epochs"][0]["images"] == 2 * 2 * 128
     assert summary["test_accuracy"] is not None
     assert all(run_dir.rank_log_path(r).exists() for r in range(2))
