@@ -3,11 +3,13 @@
 Data sets (``data.dataset``):
 
 - ``synthetic``: embedded, CIFAR-shaped (uint8 3x32x32, 10 classes), made in well under a second
-  from a fixed seed that is *not* the training seed, so every run and every rank sees the same images.
-  Each class is a smooth random colour-field template; an image is its class template, shifted by a
-  few pixels, in one of several colour casts shared by every class, plus pixel noise. The mean colour
-  of an image says nothing about its class, so a model has to learn spatial patterns, and the random
-  crop (4-pixel padding) + flip augmentation keeps the class signal.
+  (about 0.2 s for 50,000 images on 2 cores) from a fixed seed that is *not* the training seed, so
+  every run and every rank sees the same images. A class is a colour texture (two plane waves and
+  their mirror images) at a random phase, under one of several colour casts shared by all classes,
+  plus pixel noise. The mean colour of an image says nothing about its class and neither does a
+  linear model of its pixels, so a model has to learn spatial patterns; the random crop (4-pixel
+  padding) + flip augmentation keeps the class. The small CNN reaches 99 % test accuracy in the 2
+  epochs of the cpu-demo preset.
 - ``cifar10``: ``torchvision.datasets.CIFAR10`` under ``engine.plan.dataset_root(config)``.
 
 Pipelines (``data.pipeline``):

@@ -75,6 +75,17 @@ def test_mean_colour_does_not_tell_the_class() -> None:
     assert accuracy < 0.2
 
 
+def test_a_linear_model_of_the_pixels_does_not_tell_the_class() -> None:
+    """Ridge regression on raw pixels (one-hot targets, solved in its dual form) stays near
+    chance: the class is a texture at a random phase, which takes spatial features to see."""
+    train = data.synthetic_split(True, 2000)
+    test = data.synthetic_split(False, 1000)
+    x = data.normalize(train.images).flatten(1)
+    dual = torch.linalg.solve(x @ x.T + 10.0 * torch.eye(len(x)), F.one_hot(train.labels).float())
+    scores = data.normalize(test.images).flatten(1) @ (x.T @ dual)
+    assert (scores.argmax(dim=1) == test.labels).float().mean().item() < 0.2
+
+
 def test_class_signal_survives_crop_and_flip() -> None:
     """Class templates stay closer to their own class than to any other after augmentation: the
     nearest class-mean of augmented, mean-removed images is mostly right."""
