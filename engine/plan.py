@@ -90,6 +90,11 @@ def plan_run(config: RunConfig, gpu_count: int) -> RunPlan:
             backend = "nccl" if devices.kind == "cuda" else "gloo"
         if backend == "nccl" and devices.kind != "cuda":
             raise ConfigError("ddp.backend nccl needs CUDA GPUs; use gloo (or auto) on the CPU")
+        if config.ddp.sync_batchnorm and devices.kind != "cuda":
+            raise ConfigError(
+                "ddp.sync_batchnorm needs CUDA: torch's SyncBatchNorm only runs on GPU modules; "
+                "set ddp.sync_batchnorm = false for CPU ranks"
+            )
     check_dataset(config)
     lr = config.optimizer.lr
     if config.optimizer.lr_scaling == "linear":

@@ -41,7 +41,11 @@ def test_seed_presets_are_the_tutorial_setups() -> None:
     assert load_preset("seed-single").training.batch_size == 256
     # DataParallel: one process, the tutorial's 4 x 256 batch split over 4 GPUs
     dp = load_preset("seed-dataparallel")
-    assert (dp.strategy.name, dp.training.batch_size, dp.devices.spec) == ("dataparallel", 1024, "4")
+    assert (dp.strategy.name, dp.training.batch_size, dp.devices.spec) == (
+        "dataparallel",
+        1024,
+        "4",
+    )
 
 
 @pytest.mark.parametrize(
@@ -51,14 +55,19 @@ def test_seed_presets_are_the_tutorial_setups() -> None:
         ("[trainig]\nepochs = 2\n", "unknown section or key 'trainig'"),
         ('[training]\nepochs = "two"\n', "training.epochs is 'two' (str); expected a whole number"),
         ("[training]\nbatch_size = 0\n", "training.batch_size is 0; it must be > 0"),
-        ('[strategy]\nname = "horovod"\n', "strategy.name is 'horovod'; expected one of single, dataparallel, ddp"),
+        (
+            '[strategy]\nname = "horovod"\n',
+            "strategy.name is 'horovod'; expected one of single, dataparallel, ddp",
+        ),
         ('[devices]\nspec = "gpu0"\n', "devices.spec is 'gpu0'"),
         ("[model]\nchannels_last = 1\n", "model.channels_last is 1 (int); expected true or false"),
         ("[training\nepochs = 2\n", "not valid TOML"),
         ('faults = ["boom:0:1"]\n', "fault 'boom:0:1' is not KIND:RANK:STEP"),
     ],
 )
-def test_broken_preset_is_one_sentence_naming_file_and_key(tmp_path: Path, text: str, fragment: str) -> None:
+def test_broken_preset_is_one_sentence_naming_file_and_key(
+    tmp_path: Path, text: str, fragment: str
+) -> None:
     path = write(tmp_path, text)
     with pytest.raises(ConfigError) as err:
         load_config(path)
@@ -71,7 +80,13 @@ def test_broken_preset_is_one_sentence_naming_file_and_key(tmp_path: Path, text:
 def test_overrides_are_typed_and_validated() -> None:
     config = load_preset("cpu-demo")
     changed = apply_overrides(
-        config, {"training.epochs": "3", "optimizer.lr": "0.2", "devices.spec": "cpu:4", "model.channels_last": "true"}
+        config,
+        {
+            "training.epochs": "3",
+            "optimizer.lr": "0.2",
+            "devices.spec": "cpu:4",
+            "model.channels_last": "true",
+        },
     )
     assert changed.training.epochs == 3
     assert changed.optimizer.lr == 0.2
@@ -130,7 +145,14 @@ def test_plan_refuses_what_cannot_run_here() -> None:
         plan_run(cfg(**{"strategy.name": "dataparallel", "devices.spec": "auto"}), gpu_count=0)
     with pytest.raises(ConfigError, match="batch_size 250 does not divide by the 4 GPUs"):
         plan_run(
-            cfg(**{"strategy.name": "dataparallel", "devices.spec": "4", "training.batch_size": "250"}), gpu_count=4
+            cfg(
+                **{
+                    "strategy.name": "dataparallel",
+                    "devices.spec": "4",
+                    "training.batch_size": "250",
+                }
+            ),
+            gpu_count=4,
         )
     with pytest.raises(ConfigError, match="single uses one device"):
         plan_run(cfg(**{"strategy.name": "single", "devices.spec": "2"}), gpu_count=4)
@@ -151,10 +173,19 @@ def test_missing_cifar_names_the_path_and_the_alternatives(tmp_path: Path) -> No
 def test_plan_figures_and_linear_lr_scaling() -> None:
     plan = plan_run(cfg(), gpu_count=0)
     assert (plan.world_size, plan.global_batch, plan.backend) == (2, 256, "gloo")
-    dp = plan_run(cfg(**{"strategy.name": "dataparallel", "devices.spec": "2", "training.batch_size": "512"}), 2)
+    dp = plan_run(
+        cfg(**{"strategy.name": "dataparallel", "devices.spec": "2", "training.batch_size": "512"}),
+        2,
+    )
     assert (dp.world_size, dp.global_batch, dp.backend) == (1, 512, None)
     scaled = plan_run(
-        cfg(**{"optimizer.lr_scaling": "linear", "optimizer.reference_batch": "128", "optimizer.warmup_steps": "4"}),
+        cfg(
+            **{
+                "optimizer.lr_scaling": "linear",
+                "optimizer.reference_batch": "128",
+                "optimizer.warmup_steps": "4",
+            }
+        ),
         gpu_count=0,
     )
     assert scaled.base_lr == pytest.approx(0.05 * 256 / 128)
@@ -162,3 +193,12 @@ def test_plan_figures_and_linear_lr_scaling() -> None:
         [0.025, 0.05, 0.075, 0.1, 0.1]
     )
     assert lr_at_step(plan, 0) == 0.05
+
+
+def test_sync_batchnorm_on_cpu_ranks_is_refused_before_launch() -> None:
+    with pytest.raises(ConfigError, match="ddp.sync_batchnorm needs CUDA"):
+        plan_run(cfg(**{"ddp.sync_batchnorm": "true"}), gpu_count=0)
+    assert (
+        plan_run(cfg(**{"ddp.sync_batchnorm": "true", "devices.spec": "2"}), gpu_count=2).backend
+        == "nccl"
+    )
