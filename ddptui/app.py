@@ -54,7 +54,10 @@ class DdptuiApp(App[None]):
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
     ]
 
-    gpu_inventory: reactive[GpuInventory | None] = reactive(None, always_update=True, init=False)
+    # Screens watch this; repaint=False because repainting the app redraws the whole screen.
+    gpu_inventory: reactive[GpuInventory | None] = reactive(
+        None, always_update=True, init=False, repaint=False
+    )
 
     def __init__(
         self,

@@ -148,6 +148,7 @@ class LaunchScreen(Screen[None]):
         self._filling = False
         self._starting = False
         self._gpu_labels: list[tuple[int, str, bool]] = []
+        self._device_note = ""
 
     @property
     def ddptui(self) -> DdptuiApp:
@@ -320,13 +321,13 @@ class LaunchScreen(Screen[None]):
         picker = self.query_one("#gpu-picker", SelectionList)
         if inventory.error is not None or inventory.count == 0:
             why = inventory.error or "NVML lists no GPU"
-            note.update(
-                Text.assemble(("Devices ", "bold"), (f"no GPU ({why}): CPU mode", "yellow"))
+            self._note(
+                note, Text.assemble(("Devices ", "bold"), (f"no GPU ({why}): CPU mode", "yellow"))
             )
             picker.display = False
             return
-        note.update(
-            Text.assemble(("Devices ", "bold"), ("space picks GPUs; none picked: CPU", "dim"))
+        self._note(
+            note, Text.assemble(("Devices ", "bold"), ("space picks GPUs; none picked: CPU", "dim"))
         )
         picker.display = True
         labels = [(gpu.index, gpu_label(gpu), gpu.error is not None) for gpu in inventory.gpus]
@@ -350,6 +351,11 @@ class LaunchScreen(Screen[None]):
                 picker.highlighted = min(highlighted or 0, picker.option_count - 1)
         finally:
             self._filling = False
+
+    def _note(self, note: Static, text: Text) -> None:
+        if text.plain != self._device_note:  # NVML is sampled every second; redraw on change only
+            self._device_note = text.plain
+            note.update(text)
 
     @on(Input.Changed)
     @on(Select.Changed)

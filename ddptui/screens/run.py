@@ -110,7 +110,9 @@ class RunScreen(Screen[None]):
 
     def _gpus_changed(self, inventory: GpuInventory | None) -> None:
         if self.is_current:
-            self.query_one(GpuPanel).inventory = inventory
+            panel = self.query_one(GpuPanel)
+            panel.inventory = inventory
+            panel.fit()
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -138,6 +140,7 @@ class RunScreen(Screen[None]):
         panel = self.query_one(GpuPanel)
         panel.indices = view.gpu_indices
         panel.ranks = view.ranks
+        panel.fit()
         title = f"logs/rank-{view.log_rank}.log" if view.log_rank is not None else "log"
         self.query_one(LogTail).show(
             f"── {title} (j: next rank) ──", view.log_lines, view.failure, view.notices
@@ -176,7 +179,7 @@ class RunScreen(Screen[None]):
             head.append(f" · acc {view.accuracy:.1%}")
         if view.status_detail:
             head.append(f" · {view.status_detail}", style="dim")
-        self.query_one("#run-title", Static).update(head)
+        self.query_one("#run-title", Static).update(head, layout=False)
 
     def _show_foot(self, busy_polls: int) -> None:
         foot = Text()
@@ -196,7 +199,7 @@ class RunScreen(Screen[None]):
             if busy_polls:
                 foot.append(f" · reads skipped while one was slow: {busy_polls}", style="dim")
         foot.truncate(max(20, self.size.width), overflow="ellipsis")
-        self.query_one("#run-foot", Static).update(foot)
+        self.query_one("#run-foot", Static).update(foot, layout=False)
 
     # -- actions -------------------------------------------------------------------------------
 

@@ -60,12 +60,13 @@ class GpuPanel(Widget):
     """Set ``inventory`` (with ``history``), ``indices`` (the run's GPUs) and ``ranks``."""
 
     DEFAULT_CSS = """
-    GpuPanel { height: auto; }
+    GpuPanel { height: 1; }
     """
 
-    inventory: reactive[GpuInventory | None] = reactive(None, layout=True)
-    indices: reactive[tuple[int, ...]] = reactive((), layout=True)
-    ranks: reactive[tuple[RankView, ...]] = reactive((), layout=True)
+    # No layout on change (see RankTable): the height is set from the line count when it changes.
+    inventory: reactive[GpuInventory | None] = reactive(None)
+    indices: reactive[tuple[int, ...]] = reactive(())
+    ranks: reactive[tuple[RankView, ...]] = reactive(())
 
     def __init__(self, history: GpuHistory, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
@@ -81,7 +82,15 @@ class GpuPanel(Widget):
             del values[:-CPU_HISTORY]
 
     def render(self) -> Group:
-        width = self.size.width or 80
+        return Group(*self._lines(self.size.width or 80))
+
+    def fit(self) -> None:
+        """Set the height to the line count; the screen calls this after changing the data."""
+        count = len(self._lines(self.size.width or 80))
+        if self.styles.height is None or self.styles.height.value != count:
+            self.styles.height = count
+
+    def _lines(self, width: int) -> list[Text]:
         lines: list[Text] = []
         inventory = self.inventory
         if self.indices:
@@ -99,9 +108,9 @@ class GpuPanel(Widget):
                         )
                     else:
                         lines.append(gpu_line(gpu, self.history, width))
-                return Group(*lines)
+                return lines
         lines.extend(self._process_lines(width))
-        return Group(*lines)
+        return lines
 
     def _process_lines(self, width: int) -> list[Text]:
         """Several ranks to a line: ``rank 0 ▂▃▅▇ 97% 310M``, so eight ranks fit 80 columns."""
@@ -125,3 +134,6 @@ class GpuPanel(Widget):
                 line.append(f" {figures.mib(r.usage.rss_bytes):>5}")
             lines.append(line)
         return lines
+
+    def on_resize(self) -> None:
+        self.fit()  # the rank-process lines pack more ranks to a line on a wider terminal

@@ -1,37 +1,59 @@
 """The tail of one rank's log under the root cause of a failure: the first rank to fail, its error
-and the end of its traceback, pinned above the log so scrolling never hides it."""
+and the end of its traceback, pinned above the log so scrolling never hides it.
+
+Each part is redrawn only when it changed, and only a change in its line count causes a relayout:
+a relayout re-renders every auto-height widget on the screen, which is most of the UI's CPU when
+it happens on every poll.
+"""
 
 from __future__ import annotations
 
 from rich.console import Group
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import Vertical
+from textual.reactive import reactive
+from textual.widget import Widget
 from textual.widgets import Static
 
 from ddptui.watch import FailureView
 
 TRACEBACK_LINES = 6
+NOTICES = 2
+
+
+class TailLines(Widget):
+    """The last lines that fit, like ``tail``: no scrolling, so what is shown depends only on the
+    lines and the height (the whole log is in the run directory)."""
+
+    DEFAULT_CSS = "TailLines { height: 1fr; }"
+
+    lines: reactive[tuple[Text, ...]] = reactive(())
+
+    def render(self) -> Group:
+        height = max(1, self.size.height)
+        return Group(*self.lines[-height:])
 
 
 class LogTail(Vertical):
     DEFAULT_CSS = """
     LogTail { height: 1fr; min-height: 4; }
-    LogTail > #failure { height: auto; max-height: 9; display: none; }
-    LogTail > #failure.shown { display: block; }
-    LogTail > #notices { height: auto; max-height: 3; }
-    LogTail > VerticalScroll { height: 1fr; }
+    LogTail > #failure { height: 0; }
+    LogTail > #notices { height: 0; }
+    LogTail > #log-title { height: 1; }
     """
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self._shown: tuple[object, ...] = ()
+        self._failure: FailureView | None = None
+        self._notices: tuple[str, ...] = ()
+        self._body: tuple[str, tuple[str, ...]] | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("", id="failure", markup=False)
         yield Static("", id="notices", markup=False)
-        with VerticalScroll(id="log-lines", can_focus=True):
-            yield Static("", id="log-body", markup=False)
+        yield Static("", id="log-title", markup=False)
+        yield TailLines(id="log-body")
 
     def show(
         self,
@@ -40,38 +62,47 @@ class LogTail(Vertical):
         failure: FailureView | None,
         notices: tuple[str, ...] = (),
     ) -> None:
-        key = (title, lines, failure, notices)
-        if key == self._shown:
-            return  # nothing new: no redraw
-        self._shown = key
-        failure_view = self.query_one("#failure", Static)
-        if failure is not None:
-            who = f"rank {failure.rank}" if failure.rank is not None else "the run"
-            head = Text(f"root cause: {who} failed: ", style="bold red")
-            head.append(failure.error.strip() or "(no message)", style="red")
-            parts = [head]
-            tb = [line for line in failure.traceback.rstrip().splitlines() if line.strip()]
-            if len(tb) > TRACEBACK_LINES:
-                parts.append(Text(f"  … {len(tb) - TRACEBACK_LINES} traceback lines above", "dim"))
-            parts.extend(Text(line, style="red") for line in tb[-TRACEBACK_LINES:])
-            failure_view.update(Group(*parts))
-            failure_view.add_class("shown")
-        else:
-            failure_view.remove_class("shown")
-        self.query_one("#notices", Static).update(
-            Group(
-                *[
-                    Text(f"• {n}", style="yellow", no_wrap=True, overflow="ellipsis")
-                    for n in notices[-2:]
-                ]
+        if failure != self._failure:
+            self._failure = failure
+            self._show_failure(failure)
+        shown_notices = notices[-NOTICES:]
+        if shown_notices != self._notices:
+            self._notices = shown_notices
+            view = self.query_one("#notices", Static)
+            view.styles.height = len(shown_notices)
+            view.update(
+                Group(
+                    *[
+                        Text(f"• {n}", style="yellow", no_wrap=True, overflow="ellipsis")
+                        for n in shown_notices
+                    ]
+                )
             )
-        )
-        body: list[Text] = [Text(title, style="bold dim")]
-        body.extend(Text(line) for line in lines)
-        if not lines:
-            body.append(Text("(no output yet)", style="dim"))
-        scroller = self.query_one("#log-lines", VerticalScroll)
-        at_end = scroller.scroll_y >= scroller.max_scroll_y - 1
-        self.query_one("#log-body", Static).update(Group(*body))
-        if at_end:
-            scroller.call_after_refresh(scroller.scroll_end, animate=False)
+        if (title, lines) != self._body:
+            self._show_body(title, lines)
+
+    def _show_failure(self, failure: FailureView | None) -> None:
+        view = self.query_one("#failure", Static)
+        if failure is None:
+            view.styles.height = 0
+            view.update("")
+            return
+        who = f"rank {failure.rank}" if failure.rank is not None else "the run"
+        head = Text(f"root cause: {who} failed: ", style="bold red")
+        head.append(failure.error.strip() or "(no message)", style="red")
+        parts = [head]
+        tb = [line for line in failure.traceback.rstrip().splitlines() if line.strip()]
+        if len(tb) > TRACEBACK_LINES:
+            parts.append(Text(f"  … {len(tb) - TRACEBACK_LINES} traceback lines above", "dim"))
+        parts.extend(Text(line, style="red") for line in tb[-TRACEBACK_LINES:])
+        view.styles.height = "auto"
+        view.styles.max_height = TRACEBACK_LINES + 3
+        view.update(Group(*parts))
+
+    def _show_body(self, title: str, lines: tuple[str, ...]) -> None:
+        if self._body is None or title != self._body[0]:
+            self.query_one("#log-title", Static).update(Text(title, style="bold dim"), layout=False)
+        # Cropped, not wrapped: cheaper to draw, and one log line stays one screen line.
+        body = tuple(Text(line, no_wrap=True, overflow="crop") for line in lines)
+        self.query_one(TailLines).lines = body or (Text("(no output yet)", style="dim"),)
+        self._body = (title, lines)

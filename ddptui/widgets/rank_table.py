@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from rich.table import Table
+from rich.console import Group
 from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.message import Message
@@ -27,8 +27,9 @@ STATE_STYLES = {
     "killed": "red",
     "lost": "bold red",
 }
-# Widths of everything but the steps bar, columns and gaps included (see _table).
-FIXED_WIDTH = 63
+HEADERS = ("rank", "device", "pid", "epoch", "steps", "loss", "img/s", "last", "state")
+RIGHT = (True, False, True, True, True, True, True, True, False)
+STEPS = HEADERS.index("steps")
 WIDE_FROM = 110  # terminals this wide also get a "why" column
 
 
@@ -36,7 +37,7 @@ class RankTable(Widget, can_focus=True):
     """The ranks of one run. Set ``ranks`` and ``now``; ``selected`` is the highlighted rank."""
 
     DEFAULT_CSS = """
-    RankTable { height: auto; min-height: 2; }
+    RankTable { height: 2; }
     RankTable:focus { background: $boost; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -44,7 +45,9 @@ class RankTable(Widget, can_focus=True):
         Binding("down", "move(1)", "Rank", show=False),
     ]
 
-    ranks: reactive[tuple[RankView, ...]] = reactive((), layout=True)
+    # No layout on change: a relayout re-renders every auto-height widget on the screen, which
+    # is most of the UI's CPU at 2 updates a second. The height follows the rank count instead.
+    ranks: reactive[tuple[RankView, ...]] = reactive(())
     now: reactive[float] = reactive(0.0)
     selected: reactive[int | None] = reactive(None)
 
@@ -52,6 +55,10 @@ class RankTable(Widget, can_focus=True):
         def __init__(self, rank: int) -> None:
             super().__init__()
             self.rank = rank
+
+    def watch_ranks(self, old: tuple[RankView, ...], new: tuple[RankView, ...]) -> None:
+        if len(old) != len(new) or self.styles.height is None:
+            self.styles.height = len(new) + 1
 
     def action_move(self, delta: int) -> None:
         if not self.ranks:
@@ -61,64 +68,65 @@ class RankTable(Widget, can_focus=True):
         self.selected = numbers[(current + delta) % len(numbers)]
         self.post_message(self.RankSelected(self.selected))
 
-    def render(self) -> Table:
-        return self._table(self.size.width or 80)
+    def render(self) -> Group:
+        return self._lines(self.size.width or 80)
 
-    def _table(self, width: int) -> Table:
+    def _lines(self, width: int) -> Group:
+        """Fixed-width text lines, not a Rich Table: this redraws twice a second, and laying out a
+        Table (measuring and padding every cell) cost more than everything else on the screen."""
         wide = width >= WIDE_FROM
-        table = Table(
-            box=None,
-            padding=(0, 1),
-            pad_edge=False,
-            expand=True,
-            show_edge=False,
-            header_style="bold",
-        )
-        table.add_column("rank", justify="right", no_wrap=True)
-        table.add_column("device", no_wrap=True)
-        table.add_column("pid", justify="right", no_wrap=True)
-        table.add_column("epoch", justify="right", no_wrap=True)
-        table.add_column("steps", no_wrap=True, ratio=1)
-        table.add_column("loss", justify="right", no_wrap=True)
-        table.add_column("img/s", justify="right", no_wrap=True)
-        table.add_column("last", justify="right", no_wrap=True)
-        table.add_column("state", no_wrap=True)
-        why_width = 0
-        if wide:
-            why_width = 30
-            table.add_column("why", no_wrap=True, width=why_width, overflow="ellipsis")
-        steps_width = max(8, width - FIXED_WIDTH - why_width - (2 if wide else 0))
+        rows: list[tuple[list[str], RankView]] = []
         for r in self.ranks:
-            count = f"{r.step}/{r.steps}" if r.steps else "-"
-            bar_width = max(3, steps_width - len(count) - 1)
-            steps = Text(figures.bar(r.step, r.steps, bar_width), style="cyan")
-            steps.append(f" {count}", style="")
             epoch = f"{r.epoch + 1}/{r.epochs}" if r.epoch is not None and r.epochs else "-"
             # Only a rank that should still report has a meaningful silence.
             live = r.state in ("running", "stalled", "straggler", "starting")
             last = figures.age(self.now - r.last_report) if live and r.last_report else "-"
-            state_style = STATE_STYLES.get(r.state, "")
-            row: list[str | Text] = [
+            cells = [
                 str(r.rank),
                 r.device,
                 str(r.pid) if r.pid else "-",
                 epoch,
-                steps,
+                f"{r.step}/{r.steps}" if r.steps else "-",
                 figures.loss(r.loss),
                 figures.rate(r.images_per_s),
                 last,
-                Text(r.state, style=state_style),
+                r.state,
             ]
-            if wide:
-                row.append(Text(r.detail, style="dim"))
-            selected = r.rank == self.selected
-            table.add_row(
-                *row, style=("reverse" if self.has_focus else "underline") if selected else None
-            )
-        return table
+            rows.append((cells, r))
+        widths = [len(h) for h in HEADERS]
+        for cells, _ in rows:
+            widths = [max(w, len(c)) for w, c in zip(widths, cells, strict=True)]
+        fixed = sum(widths) - widths[STEPS] + 2 * len(HEADERS)
+        why_width = max(0, width - fixed - 24) if wide else 0
+        bar_width = max(3, width - fixed - widths[STEPS] - (why_width + 2 if why_width else 0))
+        header = Text(no_wrap=True, overflow="crop", style="bold")
+        for i, h in enumerate(HEADERS):
+            size = widths[i] + (bar_width + 1 if i == STEPS else 0)
+            header.append(_cell(h, size, RIGHT[i]) + "  ")
+        if why_width:
+            header.append("why")
+        lines = [header]
+        for cells, r in rows:
+            line = Text(no_wrap=True, overflow="crop")
+            for i, cell in enumerate(cells):
+                if i == STEPS:
+                    line.append(figures.bar(r.step, r.steps, bar_width) + " ", style="cyan")
+                style = STATE_STYLES.get(r.state, "") if i == len(cells) - 1 else ""
+                line.append(_cell(cell, widths[i], RIGHT[i]), style=style)
+                line.append("  ")
+            if why_width:
+                line.append(r.detail[:why_width], style="dim")
+            if r.rank == self.selected:
+                line.stylize("reverse" if self.has_focus else "underline")
+            lines.append(line)
+        return Group(*lines)
 
     def on_focus(self) -> None:
         self.refresh()
 
     def on_blur(self) -> None:
         self.refresh()
+
+
+def _cell(text: str, width: int, right: bool) -> str:
+    return text.rjust(width) if right else text.ljust(width)
