@@ -38,6 +38,60 @@ from engine.data import augment, synthetic_split
 from engine.models import build_model
 
 
+def plain_training(
+    *,
+    model_name: str,
+    batch_size: int,
+    train_size: int,
+    epochs: int,
+    warmup_steps: int,
+    lr: float,
+    seed: int,
+    rank: int = 0,
+    world_size: int = 1,
+) -> tuple[int, float, float]:
+    """The tutorial's loop. Returns this rank's (images, seconds) of the last epoch after the
+    warm-up steps, and the last loss. Under torchrun the process group must be up."""
+    torch.manual_seed(seed)
+    model: nn.Module = build_model(ModelConfig(name=model_name))
+    if dist.is_available() and dist.is_initialized():
+        model = DistributedDataParallel(model)
+    criterion = nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+
+    data = synthetic_split(True, train_size)
+    sampler: DistributedSampler[int] = DistributedSampler(
+        range(train_size),  # type: ignore[arg-type]
+        num_replicas=world_size,
+        rank=rank,
+        shuffle=True,
+        seed=seed,
+        drop_last=True,
+    )
+    steps = len(sampler) // batch_size
+
+    steady_images, steady_seconds = 0, 0.0
+    loss = torch.zeros(())
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        order = torch.tensor(list(sampler), dtype=torch.int64)
+        model.train()
+        start = time.perf_counter()
+        for step in range(steps):
+            indices = order[step * batch_size : (step + 1) * batch_size]
+            images = augment(data.images[indices], indices, seed, epoch)
+            labels = data.labels[indices]
+            optimizer.zero_grad()
+            loss = criterion(model(images), labels)
+            loss.backward()
+            optimizer.step()
+            if step + 1 == warmup_steps:
+                start = time.perf_counter()
+        steady_seconds = time.perf_counter() - start
+        steady_images = (steps - warmup_steps) * batch_size
+    return steady_images, steady_seconds, float(loss.item())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="small_cnn")
@@ -59,43 +113,17 @@ def main() -> None:
     else:
         rank, world_size = 0, 1
 
-    torch.manual_seed(args.seed)
-    model: nn.Module = build_model(ModelConfig(name=args.model))
-    if distributed:
-        model = DistributedDataParallel(model)
-    criterion = nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-
-    data = synthetic_split(True, args.train_size)
-    sampler: DistributedSampler[int] = DistributedSampler(
-        range(args.train_size),  # type: ignore[arg-type]
-        num_replicas=world_size,
-        rank=rank,
-        shuffle=True,
+    steady_images, steady_seconds, loss = plain_training(
+        model_name=args.model,
+        batch_size=args.batch_size,
+        train_size=args.train_size,
+        epochs=args.epochs,
+        warmup_steps=args.warmup_steps,
+        lr=args.lr,
         seed=args.seed,
-        drop_last=True,
+        rank=rank,
+        world_size=world_size,
     )
-    steps = len(sampler) // args.batch_size
-
-    steady_images, steady_seconds = 0, 0.0
-    for epoch in range(args.epochs):
-        sampler.set_epoch(epoch)
-        order = torch.tensor(list(sampler), dtype=torch.int64)
-        model.train()
-        start = time.perf_counter()
-        for step in range(steps):
-            indices = order[step * args.batch_size : (step + 1) * args.batch_size]
-            images = augment(data.images[indices], indices, args.seed, epoch)
-            labels = data.labels[indices]
-            optimizer.zero_grad()
-            loss = criterion(model(images), labels)
-            loss.backward()
-            optimizer.step()
-            if step + 1 == args.warmup_steps:
-                start = time.perf_counter()
-        steady_seconds = time.perf_counter() - start
-        steady_images = (steps - args.warmup_steps) * args.batch_size
-
     if distributed:
         figures = torch.tensor([steady_seconds], dtype=torch.float64)
         dist.all_reduce(figures, op=dist.ReduceOp.MAX)
@@ -109,7 +137,7 @@ def main() -> None:
                     "world_size": world_size,
                     "threads": torch.get_num_threads(),
                     "steady_images_per_s": steady_images / steady_seconds,
-                    "last_loss": float(loss.item()),
+                    "last_loss": loss,
                 }
             ),
             flush=True,
