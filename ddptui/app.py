@@ -49,7 +49,7 @@ class DdptuiApp(App[None]):
         Binding("r", "show('runs')", "Runs"),
         Binding("p", "show('processes')", "Procs"),
         Binding("c", "show('results')", "Results"),
-        Binding("w", "watch_last", "Watch", show=False),
+        Binding("w", "watch_last", "Watch"),
         Binding("q", "quit", "Quit"),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
     ]
@@ -137,6 +137,8 @@ class DdptuiApp(App[None]):
         # The footer has no room to offer the screen you are on.
         if action == "show" and parameters and self.is_screen_installed(str(parameters[0])):
             return self.get_screen(str(parameters[0])) is not self.screen
+        if action == "watch_last":  # only offered where there is a run screen to go back to
+            return bool(self.run_screen_names) and getattr(self.screen, "run_dir", None) is None
         return True
 
     def action_watch_last(self) -> None:
@@ -156,6 +158,7 @@ class DdptuiApp(App[None]):
             self.run_screen_names.remove(name)
         self.run_screen_names.append(name)
         self.switch_screen(name)
+        self.refresh_bindings()
 
     def cycle_run(self, current: str, step: int) -> None:
         names = self.run_screen_names

@@ -52,7 +52,7 @@ class RunScreen(Screen[None]):
         Binding("escape", "back", "Back"),
         Binding("left_square_bracket", "cycle(-1)", "Prev run", show=False),
         Binding("right_square_bracket", "cycle(1)", "Next run", show=False),
-        Binding("j", "log_rank(1)", "Next log", show=False),
+        Binding("j", "log_rank(1)", "Log"),
     ]
 
     def __init__(self, run_dir: RunDir, started: Any = None) -> None:
@@ -211,7 +211,7 @@ class RunScreen(Screen[None]):
         self.query_one(RankTable).action_move(step)
 
     def action_back(self) -> None:
-        self.app.switch_screen("runs")
+        self.ddptui.action_show("runs")
 
     def action_cycle(self, step: int) -> None:
         self.ddptui.cycle_run(f"run:{self.run_dir.run_id}", step)

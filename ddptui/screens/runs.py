@@ -4,7 +4,7 @@ run that is still going)."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
 from textual import work
@@ -24,9 +24,14 @@ if TYPE_CHECKING:
     from ddptui.app import DdptuiApp
 
 
+class RunsTable(DataTable[Any]):
+    """The runs, one a row; Enter opens the highlighted one (and the footer says so)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "select_cursor", "Open")]
+
+
 class RunsScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("enter", "open", "Open", show=True),
         Binding("f5", "refresh", "Refresh", show=False),
     ]
 
@@ -42,7 +47,7 @@ class RunsScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("", id="runs-head")
-        yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=False)
+        yield RunsTable(id="runs-table", cursor_type="row")
         yield Footer()
 
     def on_mount(self) -> None:

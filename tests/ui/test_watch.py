@@ -1,0 +1,115 @@
+"""The readers behind the screens, without the app: what a run directory says, told honestly."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ddptui.messages import RunProgressed
+from ddptui.watch import RunReader, list_run_listings
+from engine.rundir import RunDir
+from tests.conftest import REPO_ROOT
+from tests.ui.standins import FAILED_RUN, GPU_RUN, LIVE_RUN, NOW, RECORDED, StandInProbe
+
+RUNS = REPO_ROOT / RECORDED
+LIVE_PIDS = [424242, 424250, 424251, 424252, 424253]
+
+
+def reader(run_id: str, probe: StandInProbe | None = None) -> RunReader:
+    return RunReader(RunDir(RUNS / run_id), clock=lambda: NOW, probe=probe or StandInProbe())
+
+
+def test_a_live_run_shows_each_rank_state_and_an_eta() -> None:
+    view = reader(LIVE_RUN, StandInProbe(alive=LIVE_PIDS)).poll()
+    assert view is not None
+    assert view.status == "running"
+    assert [(r.rank, r.state) for r in view.ranks] == [
+        (0, "running"),
+        (1, "straggler"),
+        (2, "stalled"),
+        (3, "running"),
+    ]
+    assert view.ranks[2].last_report == NOW - 75
+    assert view.eta is not None and view.eta > 0
+    assert view.elapsed == 95.0
+    assert view.ranks[0].usage is not None and view.ranks[0].usage.cpu_percent == 97.0
+
+
+def test_a_run_whose_launcher_is_gone_is_not_shown_running() -> None:
+    view = reader(LIVE_RUN, StandInProbe(alive=())).poll()
+    assert view is not None
+    assert view.status == "lost"
+    assert "gone without a summary" in view.status_detail
+    assert not any(r.state in ("running", "straggler") for r in view.ranks)
+    assert view.eta is None
+
+
+def test_orphaned_ranks_are_said_so() -> None:
+    view = reader(LIVE_RUN, StandInProbe(alive=LIVE_PIDS[1:])).poll()
+    assert view is not None
+    assert view.status == "orphaned"
+    assert "still alive" in view.status_detail
+
+
+def test_a_failed_run_names_its_root_cause() -> None:
+    view = reader(FAILED_RUN).poll()
+    assert view is not None
+    assert view.status == "failed"
+    assert view.failure is not None and view.failure.rank == 1
+    assert "InjectedFault" in view.failure.error
+    assert view.failure.traceback.rstrip().endswith("at step 12")
+    assert view.log_rank == 1  # the log shown is the failing rank's
+    assert [r.state for r in view.ranks] == ["stopped", "failed"]
+
+
+def test_a_completed_gpu_run() -> None:
+    view = reader(GPU_RUN).poll()
+    assert view is not None
+    assert view.status == "completed"
+    assert view.gpu_indices == (0, 1)
+    assert [r.device for r in view.ranks] == ["cuda:0", "cuda:1"]
+    assert view.accuracy == 0.53
+    assert view.failure is None
+
+
+def test_reading_is_incremental(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    shutil.copytree(RUNS, runs)
+    r = RunReader(RunDir(runs / LIVE_RUN), clock=lambda: NOW, probe=StandInProbe(LIVE_PIDS))
+    first = r.poll()
+    assert first is not None
+    with open(runs / LIVE_RUN / "events" / "rank-0.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"v": 1, "type": "step", "rank": 0, "epoch": 1, "step": 24, "steps": 24, ')
+    second = r.poll()  # a torn line is left for later, not misread
+    assert second is not None and second.events_read == first.events_read
+    with open(runs / LIVE_RUN / "events" / "rank-0.jsonl", "a", encoding="utf-8") as f:
+        f.write(
+            '"global_step": 48, "loss": 0.5, "images_per_s": 400.0, "step_seconds": 0.3, '
+            f'"lr": 0.05, "time": {NOW}}}\n'
+        )
+    third = r.poll()
+    assert third is not None and third.events_read == first.events_read + 1
+    assert third.ranks[0].step == 24
+
+
+def test_the_runs_list_is_newest_first_with_honest_statuses() -> None:
+    listings = list_run_listings(RUNS, clock=lambda: NOW, probe=StandInProbe(LIVE_PIDS))
+    assert [(r.run_id, r.status) for r in listings] == [
+        (LIVE_RUN, "running"),
+        (FAILED_RUN, "failed"),
+        (GPU_RUN, "completed"),
+    ]
+    gone = list_run_listings(RUNS, clock=lambda: NOW, probe=StandInProbe())
+    assert gone[0].status == "lost"
+
+
+def test_a_newer_snapshot_replaces_a_queued_one_and_counts_it() -> None:
+    view = reader(GPU_RUN).poll()
+    assert view is not None
+    older, newer = RunProgressed(view), RunProgressed(view)
+    older.coalesced = 2
+    assert older.can_replace(newer)
+    assert newer.coalesced == 3
+    other = reader(FAILED_RUN).poll()
+    assert other is not None
+    assert not RunProgressed(view).can_replace(RunProgressed(other))  # another run: kept
