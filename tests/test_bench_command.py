@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
@@ -11,8 +14,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from ddptui.cli import main
+from ddptui.commands.bench import INTERRUPTED
 from engine.rundir import RunDir
 from engine.summary import RunSummary
+from tests.conftest import wait_for
 
 # Tiny and quick: a full epoch of 1,024 synthetic images, the small CNN, one global batch of 64.
 TINY = """
@@ -235,3 +240,55 @@ def test_a_newer_results_database_stops_the_bench_before_any_run(
     assert "written by a newer ddptui (schema 9" in result.stderr
     assert db.read_bytes() == before
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_running_row_lists_the_rest_as_skipped_and_leaves_no_process(
+    tmp_path: Path, no_gpu: None
+) -> None:
+    suite = write_suite(
+        tmp_path,
+        """
+[[rows]]
+label = "long"
+preset = "cpu-demo"
+set = { "devices.spec" = "cpu:2", "training.epochs" = 50 }
+
+[[rows]]
+label = "never"
+preset = "cpu-demo"
+""",
+    )
+    runs = tmp_path / "runs"
+    command = [sys.executable, "-m", "ddptui", "bench", "--suite", str(suite)]
+    command += ["--runs-dir", str(runs), "--db", str(tmp_path / "results.sqlite3")]
+    bench_process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # Interrupt once both ranks are training.
+        assert wait_for(
+            lambda: any(
+                (p / "events" / "rank-1.jsonl").exists()
+                and "epoch_started" in (p / "events" / "rank-1.jsonl").read_text()
+                for p in (runs.iterdir() if runs.exists() else [])
+            ),
+            timeout=120,
+        )
+        bench_process.send_signal(signal.SIGINT)
+        stdout, stderr = bench_process.communicate(timeout=60)
+    finally:
+        if bench_process.poll() is None:
+            bench_process.kill()
+            bench_process.communicate()
+    assert bench_process.returncode == 1, stderr
+    assert markdown_row(stdout, "long")[-1].startswith("failed: killed"), stdout
+    assert markdown_row(stdout, "never")[-1] == "skipped: " + INTERRUPTED
+    assert "not recorded in the results history: the bench was interrupted" in stderr
+    (run,) = runs.iterdir()
+    info = RunDir(run).read_run_info()
+    refs = [ref for ref in [info.launcher, *info.ranks] if ref is not None]
+    assert len(refs) == 3 and not any(still_running(r.pid, r.start_time) for r in refs)

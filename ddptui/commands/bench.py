@@ -36,7 +36,14 @@ from engine.speedup_table import (
     build_speedup_table,
     failure_reason,
 )
-from engine.suites import ResolvedRow, Suite, load_suite, resolve_rows, suite_of_presets
+from engine.suites import (
+    ResolvedRow,
+    Suite,
+    list_suites,
+    load_suite,
+    resolve_rows,
+    suite_of_presets,
+)
 from engine.summary import RunSummary
 
 INTERRUPTED = "the bench was interrupted (Ctrl-C) before this row ran"
@@ -302,7 +309,8 @@ def bench_command(
     if suite and presets:
         _fail("give either --suite NAME or preset names, not both")
     if not suite and not presets:
-        _fail("give --suite NAME (seed-table, cpu-scaling, ...) or one or more preset names")
+        names = ", ".join(s.name for s in list_suites()) or "none found"
+        _fail(f"give --suite NAME (suites: {names}) or one or more preset names")
     if out is not None and not out.parent.exists():
         _fail(f"--out {out}: the directory {out.parent} does not exist")
     try:
