@@ -30,6 +30,7 @@ from engine.gpus import GpuInventory, sample_gpus
 from engine.rundir import DEFAULT_RUNS_DIR, RunDir
 
 RUNS_DIR_ENV = "DDPTUI_RUNS_DIR"
+REAP_SECONDS = 5.0
 
 
 def default_runs_dir() -> Path:
@@ -105,6 +106,15 @@ class DdptuiApp(App[None]):
         self.push_screen("launch")
         self.sample_gpus()
         self.set_interval(self.gpu_poll_seconds, self.sample_gpus)
+        self.set_interval(REAP_SECONDS, self.reap_launchers)
+
+    def reap_launchers(self) -> None:
+        """Collect the exit status of launchers this app started, so none lingers as a zombie
+        while its run screen is not being watched (a non-blocking waitpid each)."""
+        for started in self.started.values():
+            poll = getattr(started, "poll", None)
+            if callable(poll):
+                poll()
 
     # -- NVML ----------------------------------------------------------------------------------
 
@@ -180,11 +190,7 @@ class DdptuiApp(App[None]):
             run_dir = getattr(screen, "run_dir", None)
             if isinstance(run_dir, RunDir):
                 seen.setdefault(run_dir.run_id, run_dir)
-        for run_id, started in self.started.items():
-            poll = getattr(started, "poll", None)
-            if callable(poll):
-                poll()  # reap a launcher that ended
-            del run_id
+        self.reap_launchers()
         now = self.clock()
         return [r for r in seen.values() if run_is_active(r, self.probe, now)]
 
