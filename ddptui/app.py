@@ -21,6 +21,7 @@ from textual import work
 from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.reactive import reactive
+from textual.worker import Worker, WorkerState
 
 from ddptui.actions import EngineActions
 from ddptui.messages import GpusSampled
@@ -121,6 +122,15 @@ class DdptuiApp(App[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="nvml")
     def sample_gpus(self) -> None:
         self.post_message(GpusSampled(self.gpu_sampler()))
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        # Workers run with exit_on_error=False: a failure is shown, and the next tick tries again.
+        if event.state == WorkerState.ERROR:
+            self.notify(
+                f"{event.worker.name}: {type(event.worker.error).__name__}: {event.worker.error}",
+                title="Background read failed",
+                severity="error",
+            )
 
     def on_gpus_sampled(self, message: GpusSampled) -> None:
         self.gpu_samples += 1

@@ -327,3 +327,18 @@ async def test_clean_asks_first(make_app: Callable[..., DdptuiApp]) -> None:
         await pilot.press("y")
         await settle(pilot, lambda: actions(app).cleaned == 1)
         assert "cleaned 1 orphaned job" in text_of(app.screen.query_one("#ps-foot", Static))
+
+
+async def test_a_failing_nvml_sampler_is_shown_not_fatal(
+    make_app: Callable[..., DdptuiApp],
+) -> None:
+    def broken() -> Any:
+        raise RuntimeError("sampler exploded")
+
+    app = make_app(gpu_sampler=broken)
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot, lambda: bool(app._notifications))
+        assert any("sampler exploded" in str(n.message) for n in app._notifications)
+        await pilot.press("r")
+        await settle(pilot)
+        assert isinstance(app.screen, RunsScreen)
