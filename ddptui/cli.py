@@ -7,7 +7,7 @@ With no command, ``ddptui`` opens the Textual app.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from pathlib import Path
 
 import click
 
@@ -52,8 +52,14 @@ class LazyGroup(click.Group):
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 @click.version_option(package_name="ddptui")
+@click.option(
+    "--runs-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Runs the UI shows and starts (default: runs, or $DDPTUI_RUNS_DIR).",
+)
 @click.pass_context
-def main(ctx: click.Context, **_: Any) -> None:
+def main(ctx: click.Context, runs_dir: Path | None) -> None:
     """Launch, watch, compare and clean up PyTorch data-parallel training runs.
 
     \b
@@ -65,4 +71,4 @@ def main(ctx: click.Context, **_: Any) -> None:
     if ctx.invoked_subcommand is None:
         from ddptui.app import run_app
 
-        run_app()
+        run_app(runs_dir)

@@ -42,10 +42,14 @@ class DevicePlan:
 
 
 def parse_device_spec(spec: str) -> DeviceSpec:
-    """Parse auto | all | N | 0,2 | cpu | cpu:N; a malformed spec is a ConfigError."""
+    """Parse auto | all | N | 0,2 | gpu:1 | cpu | cpu:N; a malformed spec is a ConfigError.
+
+    A lone number is a count ("2": the first two GPUs); ``gpu:LIST`` always names indices, so
+    ``gpu:1`` is GPU 1 alone, and ``DevicePlan.describe()`` reads back as the same set.
+    """
     text = spec.strip().lower()
     bad = ConfigError(
-        f"devices.spec is {spec!r}; expected auto, all, a count (2), GPU indices (0,2), cpu or cpu:N"
+        f"devices.spec is {spec!r}; expected auto, all, a count (2), GPU indices (0,2 or gpu:1), cpu or cpu:N"
     )
     if text in ("auto", "all"):
         return DeviceSpec(kind=text)
@@ -60,7 +64,7 @@ def parse_device_spec(spec: str) -> DeviceSpec:
         if int(text) < 1:
             raise bad
         return DeviceSpec(kind="count", count=int(text))
-    parts = [p.strip() for p in text.split(",")]
+    parts = [p.strip() for p in text.removeprefix("gpu:").split(",")]
     if parts and all(p.isdigit() for p in parts):
         indices = tuple(int(p) for p in parts)
         if len(set(indices)) != len(indices):

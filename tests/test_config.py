@@ -97,7 +97,7 @@ def test_overrides_are_typed_and_validated() -> None:
         apply_overrides(config, {"training.epoch": "3"})
     with pytest.raises(ConfigError, match=r"training\.epochs is 'x'"):
         apply_overrides(config, {"training.epochs": "x"})
-    with pytest.raises(ConfigError, match="expected section.key"):
+    with pytest.raises(ConfigError, match=r"expected section\.key"):
         apply_overrides(config, {"nosuch": "1"})
 
 
@@ -111,12 +111,16 @@ def test_overrides_are_typed_and_validated() -> None:
         ("all", "ddp", 2, DevicePlan("cuda", gpu_indices=(0, 1))),
         ("2", "ddp", 4, DevicePlan("cuda", gpu_indices=(0, 1))),
         ("0,2", "ddp", 4, DevicePlan("cuda", gpu_indices=(0, 2))),
+        ("gpu:1", "single", 4, DevicePlan("cuda", gpu_indices=(1,))),
+        ("gpu:0,3", "ddp", 4, DevicePlan("cuda", gpu_indices=(0, 3))),
         ("cpu", "single", 4, DevicePlan("cpu", cpu_ranks=1)),
         ("cpu:3", "ddp", 0, DevicePlan("cpu", cpu_ranks=3)),
     ],
 )
 def test_device_specs_resolve(spec: str, strategy: str, gpus: int, expected: DevicePlan) -> None:
-    assert resolve_devices(spec, strategy, gpus) == expected
+    plan = resolve_devices(spec, strategy, gpus)
+    assert plan == expected
+    assert resolve_devices(plan.describe(), strategy, gpus) == plan  # describe() is a spec
 
 
 @pytest.mark.parametrize(
@@ -196,7 +200,7 @@ def test_plan_figures_and_linear_lr_scaling() -> None:
 
 
 def test_sync_batchnorm_on_cpu_ranks_is_refused_before_launch() -> None:
-    with pytest.raises(ConfigError, match="ddp.sync_batchnorm needs CUDA"):
+    with pytest.raises(ConfigError, match=r"ddp\.sync_batchnorm needs CUDA"):
         plan_run(cfg(**{"ddp.sync_batchnorm": "true"}), gpu_count=0)
     assert (
         plan_run(cfg(**{"ddp.sync_batchnorm": "true", "devices.spec": "2"}), gpu_count=2).backend

@@ -396,24 +396,15 @@ class LaunchScreen(Screen[None]):
             found["data.dataset"] = dataset
         spec = self._device_spec()
         plan = check.plan
-        if spec is not None and (plan is None or spec != _spec_of(plan)):
+        if spec is not None and (plan is None or spec != plan.devices.describe()):
             found["devices.spec"] = spec
         return found
 
     def _device_spec(self) -> str | None:
         picker = self.query_one("#gpu-picker", SelectionList)
         picked = sorted(int(i) for i in picker.selected) if picker.display else []
-        if len(picked) == 1:
-            # devices.spec reads a lone number as a count, so one GPU is "1" (GPU 0); the spec
-            # has no way yet to name one other card alone.
-            if picked[0] == 0:
-                return "1"
-            raise ConfigError(
-                f"devices.spec cannot name GPU {picked[0]} alone yet (a lone number is a count); "
-                "pick it with another GPU, or GPU 0"
-            )
         if picked:
-            return ",".join(str(i) for i in picked)
+            return "gpu:" + ",".join(str(i) for i in picked)
         raw = self.query_one("#cpu-ranks", Input).value.strip()
         if not raw:
             raise ConfigError("CPU ranks is empty; give a number")
@@ -494,14 +485,6 @@ class LaunchScreen(Screen[None]):
             self.notify(message.error, title="Not started", severity="error")
             return
         self.ddptui.run_launched(message.started.run_dir, message.started)
-
-
-def _spec_of(plan: RunPlan) -> str:
-    if plan.devices.kind == "cpu":
-        return f"cpu:{plan.devices.cpu_ranks}"
-    if plan.devices.gpu_indices == (0,):
-        return "1"
-    return ",".join(str(i) for i in plan.devices.gpu_indices)
 
 
 def _short(reason: str) -> str:
