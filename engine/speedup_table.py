@@ -16,7 +16,7 @@ What a caller may rely on:
 - ``efficiency`` is speedup divided by the ratio of devices (row devices / baseline devices).
 - With repeats, each figure is the median over the repeats, with the min and max kept as the spread.
 - A row whose global batch differs from the baseline's is flagged (``batch_differs``), and a row
-  slower than another row with fewer devices names it (``slower_than``).
+  slower than another row of the same precision with fewer devices names it (``slower_than``).
 """
 
 from __future__ import annotations
@@ -93,7 +93,8 @@ class SpeedupRow:
     efficiency: float | None = None
     baseline: bool = False
     batch_differs: bool = False
-    slower_than: str | None = None  # label of a faster row with fewer devices (the fewest)
+    # label of a faster row of the same precision with fewer devices (the fewest such)
+    slower_than: str | None = None
     run_ids: tuple[str, ...] = ()
 
     @property
@@ -402,6 +403,7 @@ def _flag_slower_with_more_devices(rows: list[SpeedupRow]) -> list[SpeedupRow]:
             other
             for other in done
             if row.ok
+            and other.precision == row.precision  # precision is another axis, not scaling
             and other.device_count < row.device_count
             and (other.images_per_s or 0.0) > (row.images_per_s or 0.0)
         ]
@@ -456,7 +458,10 @@ def _explain(
         pairs = "; ".join(
             f"{r.label!r} ({r.device_count} devices) is slower than {r.slower_than!r}" for r in slow
         )
-        notes.append(f"{WARN_MARK} More devices, yet slower than a row with fewer: {pairs}.")
+        notes.append(
+            f"{WARN_MARK} More devices, yet slower than a row with fewer in the same precision: "
+            f"{pairs}."
+        )
     repeats = sorted({r.repeats for r in done})
     if repeats and repeats != [1]:
         notes.append(

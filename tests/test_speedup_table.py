@@ -176,6 +176,26 @@ def test_more_devices_slower_than_fewer_is_flagged_with_the_faster_row() -> None
     assert any("DataParallel x4" in n and "slower than 'single'" in n for n in table.notes)
 
 
+def test_the_slower_with_more_devices_flag_compares_within_one_precision() -> None:
+    table = build_speedup_table(
+        [
+            row("1 fp32", summary("a", steady_seconds=5.0)),
+            row("2 fp32", summary("b", steady_seconds=4.0, devices=2, strategy="ddp")),
+            row("1 bf16", summary("c", steady_seconds=20.0, precision="bf16")),
+            row("2 bf16", summary("d", steady_seconds=10.0, devices=2, precision="bf16")),
+        ]
+    )
+    # 2 bf16 is slower than 1 fp32, but that is precision, not scaling.
+    assert [r.slower_than for r in table.rows] == [None, None, None, None]
+    slow = build_speedup_table(
+        [
+            row("1 bf16", summary("c", steady_seconds=9.0, precision="bf16")),
+            row("2 bf16", summary("d", steady_seconds=10.0, devices=2, precision="bf16")),
+        ]
+    )
+    assert slow.row("2 bf16").slower_than == "1 bf16"
+
+
 def test_rows_whose_global_batch_differs_from_the_baselines_are_flagged() -> None:
     table = seed_like_table()
     flagged = {r.label for r in table.rows if r.batch_differs}
