@@ -104,7 +104,10 @@ def _sample_one(nvml: Any, index: int) -> GpuSample:
         return GpuSample(index=index, name=name, error=_reason(err))
     power_mw = _try(lambda: nvml.nvmlDeviceGetPowerUsage(handle))
     processes: list[GpuProcess] = []
-    for getter_name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+    for getter_name in (
+        "nvmlDeviceGetComputeRunningProcesses",
+        "nvmlDeviceGetGraphicsRunningProcesses",
+    ):
         getter = getattr(nvml, getter_name, None)
         for p in (_try(partial(getter, handle)) if getter else None) or ():
             used = getattr(p, "usedGpuMemory", None)

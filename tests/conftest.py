@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -31,16 +32,12 @@ def _marked_processes(marker_prefix: str) -> list[psutil.Process]:
 
 def _end(processes: list[psutil.Process], grace: float = 3.0) -> None:
     for proc in processes:
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.send_signal(signal.SIGTERM)
-        except psutil.Error:
-            pass
     _, alive = psutil.wait_procs(processes, timeout=grace)
     for proc in alive:
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.kill()
-        except psutil.Error:
-            pass
     psutil.wait_procs(alive, timeout=grace)
 
 

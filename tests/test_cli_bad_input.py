@@ -22,10 +22,16 @@ def run_cli(*args: str) -> tuple[int, str]:
         (["nosuch-preset"], "no preset named 'nosuch-preset'"),
         (["cpu-demo", "--set", "training.epochz=2"], "unknown key training.epochz"),
         (["cpu-demo", "--set", "training.epochs=two"], "training.epochs is 'two'"),
-        (["cpu-demo", "--devices", "0,3"], "asks for GPUs, but this machine has none visible to NVML"),
+        (
+            ["cpu-demo", "--devices", "0,3"],
+            "asks for GPUs, but this machine has none visible to NVML",
+        ),
         (["cpu-demo", "--precision", "fp16"], "fp16 needs CUDA"),
         (["cpu-demo", "--set", "strategy.name=dataparallel"], "dataparallel needs CUDA"),
-        (["cpu-demo", "--data", "cifar10", "--set", "data.root=/nonexistent/cifar"], "CIFAR-10 is not at /nonexistent/cifar"),
+        (
+            ["cpu-demo", "--data", "cifar10", "--set", "data.root=/nonexistent/cifar"],
+            "CIFAR-10 is not at /nonexistent/cifar",
+        ),
         (["cpu-demo", "--fault", "explode:0:1"], "fault 'explode:0:1' is not KIND:RANK:STEP"),
         (["cpu-demo", "--set", "oops"], "is not SECTION.KEY=VALUE"),
     ],
@@ -47,7 +53,9 @@ def test_gpu_index_that_does_not_exist(runs_dir: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(gpus, "gpu_count", lambda: 2)
     code, output = run_cli("run", "cpu-demo", "--devices", "0,3", "--runs-dir", str(runs_dir))
     assert code == 2
-    assert output.strip() == "ddptui: devices.spec '0,3' names GPU 3, but this machine has GPUs 0 to 1"
+    assert (
+        output.strip() == "ddptui: devices.spec '0,3' names GPU 3, but this machine has GPUs 0 to 1"
+    )
     assert list(runs_dir.iterdir()) == []
 
 

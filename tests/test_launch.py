@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -18,8 +19,8 @@ from ddptui.cli import main
 from engine.config import apply_overrides, to_toml
 from engine.events import EpochEnded, Evaluation, RankStarted, StepProgress, read_events
 from engine.presets import load_preset
-from engine.rundir import RunDir
 from engine.run_start import prepare_run, start_run
+from engine.rundir import RunDir
 
 pytestmark = pytest.mark.slow
 
@@ -44,13 +45,15 @@ def assert_no_process_of(run: RunDir) -> None:
     for ref in refs:
         assert ref is not None
         if psutil.pid_exists(ref.pid):
-            try:
-                assert psutil.Process(ref.pid).create_time() != ref.start_time, f"pid {ref.pid} still running"
-            except psutil.NoSuchProcess:
-                pass
+            with contextlib.suppress(psutil.NoSuchProcess):
+                assert psutil.Process(ref.pid).create_time() != ref.start_time, (
+                    f"pid {ref.pid} still running"
+                )
 
 
-def test_cpu_demo_trains_to_90_percent_and_leaves_a_complete_run_dir(runs_dir: Path, no_gpu: None) -> None:
+def test_cpu_demo_trains_to_90_percent_and_leaves_a_complete_run_dir(
+    runs_dir: Path, no_gpu: None
+) -> None:
     result = CliRunner().invoke(main, ["run", "cpu-demo", "--runs-dir", str(runs_dir)])
     assert result.exit_code == 0, result.output
     assert "completed: cpu-demo (ddp, fp32) on cpu:2" in result.output
@@ -125,7 +128,9 @@ def final_parameters(run: RunDir) -> dict[str, torch.Tensor]:
     return torch.load(run.checkpoint_path, weights_only=True)
 
 
-def test_torchrun_and_two_node_launch_agree_with_spawn(runs_dir: Path, no_gpu: None, tmp_path: Path) -> None:
+def test_torchrun_and_two_node_launch_agree_with_spawn(
+    runs_dir: Path, no_gpu: None, tmp_path: Path
+) -> None:
     config = quick_config()
     # 1. the spawn launcher
     spawned = start_run(config, runs_dir)
@@ -139,9 +144,22 @@ def test_torchrun_and_two_node_launch_agree_with_spawn(runs_dir: Path, no_gpu: N
     torchrun_dir = RunDir(runs_dir / "torchrun-run")
     torchrun = Path(sys.executable).with_name("torchrun")
     subprocess.run(
-        [str(torchrun), "--nproc-per-node", "2", "--master-port", str(_free_port()), "-m", "engine.worker",
-         str(torchrun_dir.path), "--preset", str(preset)],
-        check=True, timeout=180, capture_output=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        [
+            str(torchrun),
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(_free_port()),
+            "-m",
+            "engine.worker",
+            str(torchrun_dir.path),
+            "--preset",
+            str(preset),
+        ],
+        check=True,
+        timeout=180,
+        capture_output=True,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
     )
     torchrun_summary = torchrun_dir.read_summary()
     assert torchrun_summary is not None and torchrun_summary["status"] == "completed"
@@ -156,7 +174,9 @@ def test_torchrun_and_two_node_launch_agree_with_spawn(runs_dir: Path, no_gpu: N
     port = str(_free_port())
     common = ["--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", port]
     launchers = [
-        subprocess.Popen([sys.executable, "-m", "engine.launch", str(node.path), "--node-rank", str(i), *common])
+        subprocess.Popen(
+            [sys.executable, "-m", "engine.launch", str(node.path), "--node-rank", str(i), *common]
+        )
         for i, node in enumerate((node0, node1))
     ]
     try:
