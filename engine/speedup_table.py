@@ -405,7 +405,7 @@ def _flag_slower_with_more_devices(rows: list[SpeedupRow]) -> list[SpeedupRow]:
             if row.ok
             and other.precision == row.precision  # precision is another axis, not scaling
             and other.device_count < row.device_count
-            and (other.images_per_s or 0.0) > (row.images_per_s or 0.0)
+            and _clearly_faster(other, row)
         ]
         if faster_with_fewer:
             # The fewest devices that still beat it is the plainest statement of the problem.
@@ -413,6 +413,16 @@ def _flag_slower_with_more_devices(rows: list[SpeedupRow]) -> list[SpeedupRow]:
             row = _replace(row, slower_than=fewest.label)
         flagged.append(row)
     return flagged
+
+
+def _clearly_faster(a: SpeedupRow, b: SpeedupRow) -> bool:
+    """``a`` beats ``b`` on images/s; with repeats on both, beyond the spread (no overlap), so
+    noise between two equal rows is not reported as a scaling problem."""
+    if a.images_per_s is None or b.images_per_s is None or a.images_per_s <= b.images_per_s:
+        return False
+    if a.repeats > 1 and b.repeats > 1 and a.images_per_s_min is not None:
+        return b.images_per_s_max is not None and b.images_per_s_max < a.images_per_s_min
+    return True
 
 
 def _replace(row: SpeedupRow, **changes: Any) -> SpeedupRow:
@@ -458,9 +468,10 @@ def _explain(
         pairs = "; ".join(
             f"{r.label!r} ({r.device_count} devices) is slower than {r.slower_than!r}" for r in slow
         )
+        beyond = " (beyond the spread of the repeats)" if any(r.repeats > 1 for r in slow) else ""
         notes.append(
-            f"{WARN_MARK} More devices, yet slower than a row with fewer in the same precision: "
-            f"{pairs}."
+            f"{WARN_MARK} More devices, yet slower than a row with fewer in the same precision"
+            f"{beyond}: {pairs}."
         )
     repeats = sorted({r.repeats for r in done})
     if repeats and repeats != [1]:

@@ -196,6 +196,26 @@ def test_the_slower_with_more_devices_flag_compares_within_one_precision() -> No
     assert slow.row("2 bf16").slower_than == "1 bf16"
 
 
+def test_with_repeats_only_a_slowdown_beyond_the_spread_is_flagged() -> None:
+    def rows(two: list[float]) -> list[RowResult]:
+        return [
+            row("one", *(summary(f"a{i}", steady_seconds=s) for i, s in enumerate([10, 11, 12]))),
+            row(
+                "two",
+                *(
+                    summary(f"b{i}", steady_seconds=s, devices=2, strategy="ddp")
+                    for i, s in enumerate(two)
+                ),
+            ),
+        ]
+
+    overlapping = build_speedup_table(rows([10.5, 11.2, 11.5]))  # median slower, within noise
+    assert overlapping.row("two").slower_than is None
+    beyond = build_speedup_table(rows([12.5, 13.0, 14.0]))
+    assert beyond.row("two").slower_than == "one"
+    assert any("beyond the spread of the repeats" in n for n in beyond.notes)
+
+
 def test_rows_whose_global_batch_differs_from_the_baselines_are_flagged() -> None:
     table = seed_like_table()
     flagged = {r.label for r in table.rows if r.batch_differs}
