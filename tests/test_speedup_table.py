@@ -214,6 +214,20 @@ def test_with_repeats_only_a_slowdown_beyond_the_spread_is_flagged() -> None:
     beyond = build_speedup_table(rows([12.5, 13.0, 14.0]))
     assert beyond.row("two").slower_than == "one"
     assert any("beyond the spread of the repeats" in n for n in beyond.notes)
+    # One noisy repeat of the faster row (its range then overlaps) does not hide a clear gap.
+    noisy = build_speedup_table(
+        [
+            row("one", *(summary(f"a{i}", steady_seconds=s) for i, s in enumerate([5, 6, 9]))),
+            row(
+                "two",
+                *(
+                    summary(f"b{i}", steady_seconds=s, devices=2, strategy="ddp")
+                    for i, s in enumerate([8.0, 8.5, 9.5])
+                ),
+            ),
+        ]
+    )
+    assert noisy.row("two").slower_than == "one"
 
 
 def test_rows_whose_global_batch_differs_from_the_baselines_are_flagged() -> None:
