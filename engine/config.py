@@ -277,18 +277,23 @@ def config_from_mapping(data: Mapping[str, Any], *, name: str, where: str) -> Ru
         raise ConfigError(f"{where}: {err}") from None
 
 
-def load_config(path: Path, *, name: str | None = None) -> RunConfig:
-    """Read and validate one preset file (or a run directory's config.toml)."""
+def read_toml_file(path: Path, what: str) -> dict[str, Any]:
+    """Parse one TOML file; a missing, unreadable or malformed file is a ConfigError naming it."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no such preset file") from None
+        raise ConfigError(f"{path}: no such {what} file") from None
     except OSError as err:
         raise ConfigError(f"{path}: cannot be read ({err.strerror})") from None
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: not valid TOML ({err})") from None
+
+
+def load_config(path: Path, *, name: str | None = None) -> RunConfig:
+    """Read and validate one preset file (or a run directory's config.toml)."""
+    data = read_toml_file(path, "preset")
     preset_name = name or str(data.pop("name", path.stem))
     data.pop("name", None)
     return config_from_mapping(data, name=preset_name, where=str(path))

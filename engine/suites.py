@@ -25,20 +25,14 @@ is one sentence naming the file and the key or row.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.config import ConfigError, RunConfig, apply_overrides
+from engine.config import ConfigError, RunConfig, apply_overrides, read_toml_file
 from engine.plan import RunPlan, plan_run
 from engine.presets import bundled_presets_dir, load_preset, user_presets_dir
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 SUITE_KEYS = ("description", "baseline", "set", "rows")
 ROW_KEYS = ("label", "preset", "set")
@@ -145,16 +139,7 @@ def load_suite(name_or_path: str) -> Suite:
 
 
 def load_suite_file(path: Path, *, name: str | None = None) -> Suite:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such suite file") from None
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot be read ({err.strerror})") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{path}: not valid TOML ({err})") from None
+    data = read_toml_file(path, "suite")
     return suite_from_mapping(data, name=name or path.stem, path=path)
 
 
