@@ -6,13 +6,17 @@ file or pipe, and one line per finished epoch either way.
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from engine.events import EpochEnded, Evaluation, EventTail, RankFailed, StepProgress
 from engine.rundir import RunDir
 from engine.summary import RunSummary
+
+if TYPE_CHECKING:
+    from engine.run_start import StartedRun
 
 
 class ProgressPrinter:
@@ -108,3 +112,29 @@ def result_line(summary: RunSummary, run_dir: RunDir) -> str:
     elif summary.reason:
         text += f"\n  {summary.reason}"
     return text + f"\n  run directory: {run_dir.path}"
+
+
+def follow_run(started: StartedRun, printer: ProgressPrinter, *, on_interrupt: str) -> bool:
+    """Print a started run's progress until its launcher exits; returns whether Ctrl-C was pressed.
+
+    Ctrl-C sends the launcher SIGTERM once (it stops the ranks and writes a ``killed`` summary)
+    and prints ``on_interrupt``; the wait goes on until the launcher is done.
+    """
+    interrupted = False
+
+    def stop(_signum: int, _frame: object) -> None:
+        nonlocal interrupted
+        if not interrupted:
+            interrupted = True
+            printer.out.write(f"\n{on_interrupt}\n")
+            started.process.send_signal(signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGINT, stop)
+    try:
+        while started.poll() is None:
+            printer.poll()
+            time.sleep(0.2)
+        printer.finish()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return interrupted

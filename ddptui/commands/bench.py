@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ import click
 
 from ddptui import exit_codes
 from ddptui.run_options import collect_overrides, override_options
-from ddptui.terminal_progress import ProgressPrinter
+from ddptui.terminal_progress import ProgressPrinter, follow_run
 from engine import gpus
 from engine.config import ConfigError, RunConfig
 from engine.devices import parse_device_spec
@@ -106,24 +105,10 @@ def run_once(
     except (ConfigError, RunDirError, OSError) as err:
         return None, "", f"it could not start: {err}"
     printer = ProgressPrinter(started.run_dir, resolved.config.training.epochs, out=out)
-    stopping = False
-
-    def stop(_signum: int, _frame: object) -> None:
-        nonlocal stopping
+    if follow_run(
+        started, printer, on_interrupt="stopping the run and the bench (wait for the table)"
+    ):
         state.interrupted = True
-        if not stopping:
-            stopping = True
-            out.write("\nstopping the run and the bench (wait for the table)\n")
-            started.process.send_signal(signal.SIGTERM)
-
-    previous = signal.signal(signal.SIGINT, stop)
-    try:
-        while started.poll() is None:
-            printer.poll()
-            time.sleep(0.2)
-        printer.finish()
-    finally:
-        signal.signal(signal.SIGINT, previous)
     path = str(started.run_dir.path)
     try:
         data = started.run_dir.read_summary()

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +11,7 @@ import click
 
 from ddptui import exit_codes
 from ddptui.run_options import collect_overrides, override_options
-from ddptui.terminal_progress import ProgressPrinter, result_line
+from ddptui.terminal_progress import ProgressPrinter, follow_run, result_line
 from engine.config import ConfigError, apply_overrides
 from engine.presets import load_preset
 from engine.run_start import start_run
@@ -82,26 +80,7 @@ def run_command(
             file=out,
         )
     printer = ProgressPrinter(started.run_dir, config.training.epochs, out=out)
-    stopping = False
-    previous = signal.getsignal(signal.SIGINT)
-
-    def stop(_signum: int, _frame: object) -> None:
-        nonlocal stopping
-        if not stopping:
-            stopping = True
-            click.echo(
-                "\nstopping the run (Ctrl-C again does not detach; wait for the summary)", file=out
-            )
-            started.process.send_signal(signal.SIGTERM)
-
-    signal.signal(signal.SIGINT, stop)
-    try:
-        while started.poll() is None:
-            printer.poll()
-            time.sleep(0.2)
-        printer.finish()
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    follow_run(started, printer, on_interrupt="stopping the run; wait for its summary")
     data = started.run_dir.read_summary()
     if data is None:
         click.echo(
