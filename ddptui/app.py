@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import work
 from textual.app import App
@@ -23,12 +23,16 @@ from textual.binding import Binding, BindingType
 from textual.reactive import reactive
 from textual.worker import Worker, WorkerState
 
-from ddptui.actions import EngineActions
+from ddptui.gpu_history import GpuHistory
 from ddptui.messages import GpusSampled
-from ddptui.watch import Clock, GpuHistory, ProcessProbe, run_is_active
-from ddptui.widgets.confirm import ConfirmDialog
 from engine.gpus import GpuInventory, sample_gpus
 from engine.rundir import DEFAULT_RUNS_DIR, RunDir
+
+if TYPE_CHECKING:  # imported where first used: the first frame needs none of them
+    from textual.screen import Screen
+
+    from ddptui.actions import EngineActions
+    from ddptui.watch import Clock, ProcessProbe
 
 RUNS_DIR_ENV = "DDPTUI_RUNS_DIR"
 REAP_SECONDS = 5.0
@@ -76,8 +80,8 @@ class DdptuiApp(App[None]):
         super().__init__()
         self.runs_dir = Path(runs_dir) if runs_dir is not None else default_runs_dir()
         self.clock = clock
-        self.probe = probe or ProcessProbe()
-        self.actions = actions or EngineActions(self.runs_dir)
+        self._probe = probe
+        self._actions = actions
         self.gpu_sampler = gpu_sampler
         self.run_poll_seconds = run_poll_seconds
         self.gpu_poll_seconds = gpu_poll_seconds
@@ -92,18 +96,34 @@ class DdptuiApp(App[None]):
         self.run_screen_names: list[str] = []
         self.theme = "textual-dark"
 
+    @property
+    def probe(self) -> ProcessProbe:
+        if self._probe is None:
+            from ddptui.watch import ProcessProbe
+
+            self._probe = ProcessProbe()
+        return self._probe
+
+    @probe.setter
+    def probe(self, probe: ProcessProbe) -> None:
+        self._probe = probe
+
+    @property
+    def actions(self) -> EngineActions:
+        if self._actions is None:
+            from ddptui.actions import EngineActions
+
+            self._actions = EngineActions(self.runs_dir)
+        return self._actions
+
+    @actions.setter
+    def actions(self, actions: EngineActions) -> None:
+        self._actions = actions
+
     # -- start-up ----------------------------------------------------------------------------
 
     def on_mount(self) -> None:
-        from ddptui.screens.launch import LaunchScreen
-        from ddptui.screens.processes import ProcessesScreen
-        from ddptui.screens.results import ResultsScreen
-        from ddptui.screens.runs import RunsScreen
-
-        self.install_screen(LaunchScreen(), "launch")
-        self.install_screen(RunsScreen(), "runs")
-        self.install_screen(ProcessesScreen(), "processes")
-        self.install_screen(ResultsScreen(), "results")
+        self.install_named_screen("launch")
         self.push_screen("launch")
         self.sample_gpus()
         self.set_interval(self.gpu_poll_seconds, self.sample_gpus)
@@ -149,7 +169,34 @@ class DdptuiApp(App[None]):
 
     # -- navigation ------------------------------------------------------------------------------
 
+    def install_named_screen(self, name: str) -> None:
+        """Install one of the four main screens the first time it is shown (importing them all
+        would slow the start; a screen not installed yet is not the one on show)."""
+        if self.is_screen_installed(name):
+            return
+        screen: Screen[None]
+        if name == "launch":
+            from ddptui.screens.launch import LaunchScreen
+
+            screen = LaunchScreen()
+        elif name == "runs":
+            from ddptui.screens.runs import RunsScreen
+
+            screen = RunsScreen()
+        elif name == "processes":
+            from ddptui.screens.processes import ProcessesScreen
+
+            screen = ProcessesScreen()
+        elif name == "results":
+            from ddptui.screens.results import ResultsScreen
+
+            screen = ResultsScreen()
+        else:
+            return
+        self.install_screen(screen, name)
+
     def action_show(self, name: str) -> None:
+        self.install_named_screen(name)
         self.switch_screen(name)
         self.refresh_bindings()
 
@@ -194,6 +241,8 @@ class DdptuiApp(App[None]):
 
     def active_runs(self) -> list[RunDir]:
         """Runs opened or launched here that are still going, checked now."""
+        from ddptui.watch import run_is_active
+
         seen: dict[str, RunDir] = {r.run_id: r for r in self.session_runs}
         for name in self.run_screen_names:
             screen = self.get_screen(name)
@@ -209,6 +258,8 @@ class DdptuiApp(App[None]):
         if not active:
             self.exit()
             return
+        from ddptui.widgets.confirm import ConfirmDialog
+
         names = ", ".join(r.run_id for r in active[:3]) + ("…" if len(active) > 3 else "")
         dialog = ConfirmDialog(
             f"{len(active)} run{'s are' if len(active) > 1 else ' is'} still going",

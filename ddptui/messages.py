@@ -9,12 +9,14 @@ the total.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
-from ddptui.watch import RunListing, RunView
 from engine.gpus import GpuInventory
+
+if TYPE_CHECKING:  # only annotations: the app starts without ddptui.watch
+    from ddptui.watch import RunListing, RunView
 
 
 class Snapshot(Message, bubble=False):

@@ -15,12 +15,14 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+# Kept here for its importers; it lives apart so the app can start without this module.
+from ddptui.gpu_history import GpuHistory as GpuHistory
 from engine.config import ConfigError, RunConfig, load_config
 from engine.events import (
     CheckpointSaved,
@@ -553,21 +555,3 @@ def _listing(run_dir: RunDir, now: float, probe: ProcessProbe) -> RunListing:
 def run_is_active(run_dir: RunDir, probe: ProcessProbe, now: float) -> bool:
     """Whether a run is still going (its launcher is alive and it has not ended)."""
     return _listing(run_dir, now, probe).status in (RUNNING, STARTING)
-
-
-# ---- GPU history ---------------------------------------------------------------------------------
-
-
-@dataclass
-class GpuHistory:
-    """The last ``size`` utilisation and memory figures of each GPU, for the sparklines."""
-
-    size: int = 60
-    utilization: dict[int, list[float]] = field(default_factory=dict)
-    memory: dict[int, list[float]] = field(default_factory=dict)
-
-    def add(self, index: int, utilization: float | None, memory_fraction: float | None) -> None:
-        for series, value in ((self.utilization, utilization), (self.memory, memory_fraction)):
-            values = series.setdefault(index, [])
-            values.append(float("nan") if value is None else value)
-            del values[: -self.size]

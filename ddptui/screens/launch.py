@@ -204,7 +204,8 @@ class LaunchScreen(Screen[None]):
     def _gpus_changed(self, inventory: GpuInventory | None) -> None:
         if inventory is None:
             return
-        self._show_devices(inventory)
+        with self.app.batch_update():
+            self._show_devices(inventory)
         if inventory.count != self._gpu_count:
             self._gpu_count = inventory.count
             self.check_presets(inventory.count)
@@ -224,10 +225,15 @@ class LaunchScreen(Screen[None]):
         )
 
     def on_presets_checked(self, message: PresetsChecked) -> None:
-        self.checks = list(message.checks)
+        with self.app.batch_update():  # one repaint for the list, the details and the form
+            self._show_checks(message.checks)
+
+    def _show_checks(self, checks: list[Any]) -> None:
+        self.checks = list(checks)
         options = self.query_one("#presets", OptionList)
         highlighted = self.current.name if self.current else None
         options.clear_options()
+        added = []
         for check in self.checks:
             name = Text(no_wrap=True, overflow="ellipsis")
             name.append(
@@ -242,7 +248,8 @@ class LaunchScreen(Screen[None]):
                     "  " + _short(check.reason), "dim red", no_wrap=True, overflow="ellipsis"
                 )
                 prompt = Group(name, why)
-            options.add_option(Option(prompt, id=check.name))
+            added.append(Option(prompt, id=check.name))
+        options.add_options(added)
         names = [c.name for c in self.checks]
         if highlighted not in names:
             highlighted = "cpu-demo" if "cpu-demo" in names else (names[0] if names else None)
