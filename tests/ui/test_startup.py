@@ -2,9 +2,11 @@
 screen drawn, in a fresh process, as CPU time (what the app costs; a loaded test machine stretches
 wall time, not CPU time), best of up to five tries.
 
-The issue's target is under one second. On the 2-core CI machine the app takes about 1.1 s (a bare
-Textual app with a header and a footer takes 0.55 s there), so the target is NOT met yet: this test
-guards against regressions at START_BOUND_SECONDS, and the target stays open on the issue."""
+The issue's target is under one second. On the 2-core CI machine the app takes 0.85-0.92 s at
+best of 8 tries (a bare Textual app with a header and a footer takes 0.55 s there), but one series
+in six measured 1.06 s: that machine's noise is as large as the margin. So this test asserts
+START_BOUND_SECONDS, which catches a real regression without failing on noise, and reports the
+target in its message."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ print(usage.ru_utime + usage.ru_stime)
 """
 
 
-TARGET_SECONDS = 1.0  # the issue's target, not yet met on the CI machine
+TARGET_SECONDS = 1.0  # the issue's target: met at best of 8 on an idle CI machine, not by a margin
 START_BOUND_SECONDS = 1.5  # what the app meets today, with room for a slower run
 
 
@@ -47,4 +49,6 @@ def test_the_app_start_up_does_not_regress(tmp_path) -> None:  # type: ignore[no
         best = min(best, float(proc.stdout.strip().splitlines()[-1]))
         if best < TARGET_SECONDS:
             break
-    assert best < START_BOUND_SECONDS, f"the app took {best:.2f} s of CPU to show its first screen"
+    assert best < START_BOUND_SECONDS, (
+        f"the app took {best:.2f} s of CPU to show its first screen (target {TARGET_SECONDS} s)"
+    )
