@@ -14,6 +14,7 @@ import psutil
 import pytest
 import torch
 from click.testing import CliRunner
+from fixtures.spawning import free_port
 
 from ddptui.cli import main
 from engine.config import apply_overrides, to_toml
@@ -99,12 +100,6 @@ def test_a_failing_rank_still_leaves_a_summary_and_no_process(runs_dir: Path, no
     assert_no_process_of(started.run_dir)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_launcher_refuses_a_port_in_use_and_says_so(runs_dir: Path, no_gpu: None) -> None:
     run, _ = prepare_run(quick_config(), runs_dir)
     with socket.socket() as busy:
@@ -149,7 +144,7 @@ def test_torchrun_and_two_node_launch_agree_with_spawn(
             "--nproc-per-node",
             "2",
             "--master-port",
-            str(_free_port()),
+            str(free_port()),
             "-m",
             "engine.worker",
             str(torchrun_dir.path),
@@ -171,7 +166,7 @@ def test_torchrun_and_two_node_launch_agree_with_spawn(
     one_rank = apply_overrides(config, {"devices.spec": "cpu:1"})
     node0, _ = prepare_run(one_rank, runs_dir, run_id="node0")
     node1, _ = prepare_run(one_rank, runs_dir, run_id="node1")
-    port = str(_free_port())
+    port = str(free_port())
     common = ["--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", port]
     launchers = [
         subprocess.Popen(

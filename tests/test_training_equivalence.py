@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import json
 import math
-import socket
-from collections.abc import Callable, Iterator
-from multiprocessing import resource_tracker
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from fixtures.spawning import free_port, spawn_ranks
 from torch import nn
 
 from engine.config import ConfigError, ModelConfig, RunConfig, apply_overrides, load_config, to_toml
@@ -41,20 +38,6 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-def spawn_ranks(fn: Callable[..., None], args: tuple[Any, ...], nprocs: int = 2) -> None:
-    """mp.spawn, then stop the resource tracker process that spawning started in this process."""
-    try:
-        mp.spawn(fn, args=args, nprocs=nprocs)
-    finally:
-        resource_tracker._resource_tracker._stop()  # type: ignore[attr-defined]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def make_run_dir(path: Path, overrides: dict[str, object]) -> RunDir:

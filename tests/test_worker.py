@@ -6,12 +6,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +16,7 @@ import psutil
 import pytest
 import torch
 import torch.multiprocessing as mp
+from fixtures.spawning import free_port, spawn_ranks
 
 from engine.config import ConfigError, RunConfig, apply_overrides, load_config, to_toml
 from engine.events import (
@@ -44,20 +42,6 @@ from engine.worker import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def spawn_ranks(fn: Callable[..., None], args: tuple[Any, ...], nprocs: int = 2) -> None:
-    """mp.spawn, then stop the resource tracker process that spawning started in this process."""
-    try:
-        mp.spawn(fn, args=args, nprocs=nprocs)
-    finally:
-        resource_tracker._resource_tracker._stop()  # type: ignore[attr-defined]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def make_run_dir(path: Path, overrides: dict[str, object]) -> RunDir:
