@@ -132,13 +132,16 @@ class RankWatch:
     straggling: bool = False
 
 
-def _signal_name(exitcode: int) -> str | None:
-    if exitcode >= 0:
-        return None
+def _exit_status(code: int | None) -> tuple[int | None, str | None]:
+    """(exit code, signal name) of a waited-for process; a negative code is a signal."""
+    if code is None:
+        return None, None
+    if code >= 0:
+        return code, None
     try:
-        return signal.Signals(-exitcode).name
+        return None, signal.Signals(-code).name
     except ValueError:
-        return f"signal {-exitcode}"
+        return None, f"signal {-code}"
 
 
 def _descendants(proc: psutil.Process) -> list[psutil.Process]:
@@ -174,8 +177,7 @@ class Supervisor:
             if new:
                 w.last_event = now
                 w.reported = True
-                if w.stalled:
-                    w.stalled = False
+                w.stalled = False
             for e in new:
                 if isinstance(e, StepProgress):
                     w.step_seconds = e.step_seconds
@@ -240,13 +242,9 @@ class Supervisor:
             w.exited = True
             w.exitcode = code
             self.first_exit_order.append(rank)
+            exitcode, signal_name = _exit_status(code)
             self.events.write(
-                RankExited(
-                    rank=rank,
-                    pid=proc.pid,
-                    exitcode=code if code is None or code >= 0 else None,
-                    signal=_signal_name(code) if code is not None else None,
-                )
+                RankExited(rank=rank, pid=proc.pid, exitcode=exitcode, signal=signal_name)
             )
 
     # -- stopping ---------------------------------------------------------------------------
@@ -285,27 +283,24 @@ class Supervisor:
         silent = [w for w in bad if w.failed_event is None]
         if silent:
             w = min(silent, key=lambda w: self.first_exit_order.index(w.rank))
+            exitcode, signal_name = _exit_status(w.exitcode)
+            how = f"code {exitcode}" if exitcode is not None else signal_name or "an unknown status"
             return Failure(
                 rank=w.rank,
-                exitcode=w.exitcode if w.exitcode is not None and w.exitcode >= 0 else None,
-                signal=_signal_name(w.exitcode) if w.exitcode is not None else None,
-                error=f"rank {w.rank} exited with "
-                + (
-                    f"code {w.exitcode}"
-                    if w.exitcode is not None and w.exitcode >= 0
-                    else str(_signal_name(w.exitcode or 0) or "an unknown status")
-                )
-                + " without reporting an error",
+                exitcode=exitcode,
+                signal=signal_name,
+                error=f"rank {w.rank} exited with {how} without reporting an error",
                 traceback=_log_tail(self.run_dir.rank_log_path(w.rank)),
             )
         reported = [w for w in self.watches.values() if w.failed_event is not None]
         if reported:
             w = min(reported, key=lambda w: w.failed_event.time if w.failed_event else 0.0)
             assert w.failed_event is not None
+            exitcode, signal_name = _exit_status(w.exitcode)
             return Failure(
                 rank=w.rank,
-                exitcode=w.exitcode if w.exitcode is not None and w.exitcode >= 0 else None,
-                signal=_signal_name(w.exitcode) if w.exitcode is not None else None,
+                exitcode=exitcode,
+                signal=signal_name,
                 error=w.failed_event.error,
                 traceback=w.failed_event.traceback,
             )
@@ -318,10 +313,6 @@ def _log_tail(path: Path, lines: int = 40) -> str:
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])
-
-
-class _StopRequested(Exception):
-    pass
 
 
 def supervise(
