@@ -45,6 +45,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
 from engine.config import RunConfig
 from engine.plan import dataset_root
+from engine.rank_bootstrap import bind_dataloader_worker
 
 NUM_CLASSES = 10
 IMAGE_SHAPE = (3, 32, 32)
@@ -384,6 +385,7 @@ def _loader_options(config: RunConfig, device: torch.device) -> dict[str, Any]:
         "num_workers": workers,
         "pin_memory": config.data.pin_memory and device.type == "cuda",
         "persistent_workers": workers > 0,
+        "worker_init_fn": bind_dataloader_worker,  # a worker dies with its rank
     }
 
 

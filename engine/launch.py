@@ -18,6 +18,13 @@ Two launchers with ``--nnodes 2 --node-rank 0|1 --master-addr --master-port`` fo
 
 from __future__ import annotations
 
+if __name__ == "__mp_main__":
+    # A rank spawned by this launcher re-imports this module as __mp_main__ before anything
+    # else (torch included): tie it to the launcher first, so that it dies with it.
+    from engine.rank_bootstrap import bind_to_parent
+
+    bind_to_parent()
+
 import argparse
 import contextlib
 import os
@@ -48,6 +55,7 @@ from engine.events import (
 )
 from engine.plan import RunPlan, plan_run
 from engine.process_kill import stop_processes
+from engine.rank_bootstrap import LAUNCHER_PID_ENV
 from engine.rundir import (
     COMPLETED,
     FAILED,
@@ -100,7 +108,7 @@ def rank_environment(
     env = {
         RUN_MARKER_ENV: run_dir.run_id,
         "DDPTUI_RUN_DIR": str(run_dir.path.resolve()),
-        "DDPTUI_LAUNCHER_PID": str(os.getpid()),
+        LAUNCHER_PID_ENV: str(os.getpid()),
         "DDPTUI_THREADS_PER_RANK": str(threads),
         "OMP_NUM_THREADS": str(threads),
         "MASTER_ADDR": master_addr,

@@ -9,12 +9,21 @@
 
 Either way a rank sends its stdout and stderr (file descriptors 1 and 2, so C++ output too) to
 ``logs/rank-<r>.log``, writes its events to ``events/rank-<r>.jsonl``, reports an exception as a
-``RankFailed`` event before exiting non-zero, and leaves the process group on the way out. A
-watchdog thread ends the rank (and its DataLoader workers) when the process that started it is gone,
-so a killed launcher never leaves ranks behind.
+``RankFailed`` event before exiting non-zero, and leaves the process group on the way out.
+
+A rank never outlives the process that started it: ``engine.rank_bootstrap`` arms Linux's
+parent-death signal before torch is imported (at the top of this module under torchrun, at the
+top of ``engine.launch`` for spawned ranks, again in ``spawn_entry``, and in every DataLoader
+worker), and a watchdog thread ends the rank and its workers where that signal does not exist.
 """
 
 from __future__ import annotations
+
+if __name__ == "__main__":
+    # Under torchrun: tie this rank to torchrun's agent before torch is imported (seconds).
+    from engine.rank_bootstrap import bind_to_parent
+
+    bind_to_parent()
 
 import argparse
 import contextlib
@@ -37,10 +46,10 @@ from engine import gpus
 from engine.config import ConfigError, apply_overrides, load_config, to_toml
 from engine.events import EventWriter, RankFailed, RankFinished, RankStarted
 from engine.plan import RunPlan, plan_run
+from engine.rank_bootstrap import LAUNCHER_PID_ENV, bind_to_parent
 from engine.rundir import COMPLETED, FAILED, RunDir, this_host
 from engine.training import gpu_index, pick_device, train_rank
 
-LAUNCHER_PID_ENV = "DDPTUI_LAUNCHER_PID"
 THREADS_ENV = "DDPTUI_THREADS_PER_RANK"
 WATCHDOG_INTERVAL_SECONDS = 0.5
 WATCHDOG_EXIT_CODE = 1
@@ -248,6 +257,7 @@ def spawn_entry(
     local_rank: int, run_dir: str, node_rank: int, nproc_per_node: int, world_size: int
 ) -> None:
     """Target of ``torch.multiprocessing.spawn`` (which passes ``local_rank`` first)."""
+    bind_to_parent()  # already done in __mp_main__ under our launcher; not under other spawners
     rank = node_rank * nproc_per_node + local_rank
     rd = RunDir(Path(run_dir))
     redirect_output(rd.rank_log_path(rank))

@@ -36,6 +36,7 @@ PLAIN_ENGINE_MODULES = [
     "engine.process_table",
     "engine.process_kill",
     "engine.speedup_table",
+    "engine.rank_bootstrap",
 ]
 
 

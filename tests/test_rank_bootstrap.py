@@ -1,0 +1,149 @@
+"""engine.rank_bootstrap on real processes: a bound process dies with its parent, one whose parent
+is already gone when it binds exits at once, and the module loads nothing but the standard
+library (it runs before torch in every rank, so it must stay cheap).
+
+The end-to-end cases (a launcher SIGKILLed while its ranks import torch, DataLoader workers of a
+SIGKILLed rank) are in tests/test_orphan_proof_runs.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import REPO_ROOT, wait_for
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's"
+)
+
+# The process under test: binds (or not), says so, then waits to be ended.
+CHILD = textwrap.dedent(
+    """
+    import sys, time
+    sys.path.insert(0, {repo!r})
+    from engine.rank_bootstrap import bind_to_parent
+    time.sleep({delay})
+    armed = bind_to_parent() if {bind} else False
+    print("bound" if armed else "unbound", flush=True)
+    time.sleep(60)
+    """
+)
+
+# Its parent, standing in for a launcher: starts the child with its own pid as
+# DDPTUI_LAUNCHER_PID, prints the child's pid, then waits (or exits at once).
+PARENT = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    env = {{**os.environ, "DDPTUI_LAUNCHER_PID": str(os.getpid())}}
+    child = subprocess.Popen([sys.executable, "-c", {child!r}], env=env)
+    print(child.pid, flush=True)
+    if not {exit_at_once}:
+        time.sleep(60)
+    """
+)
+
+
+def start_pair(
+    *, bind: bool, delay: float = 0.0, exit_at_once: bool = False
+) -> tuple[subprocess.Popen[str], psutil.Process]:
+    child = CHILD.format(repo=str(REPO_ROOT), delay=delay, bind=bind)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT.format(child=child, exit_at_once=exit_at_once)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert parent.stdout is not None
+    pid = int(parent.stdout.readline())
+    return parent, psutil.Process(pid)
+
+
+def gone(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def end(*procs: psutil.Process | subprocess.Popen[str]) -> None:
+    """End the child before the parent: an orphaned child holds the parent's pipes open."""
+    for p in procs:
+        if isinstance(p, subprocess.Popen):
+            if p.poll() is None:
+                p.kill()
+            p.communicate(timeout=10)
+        elif not gone(p):
+            p.kill()
+            psutil.wait_procs([p], timeout=5)
+
+
+def test_a_bound_process_dies_the_moment_its_parent_is_sigkilled() -> None:
+    parent, child = start_pair(bind=True)
+    try:
+        assert parent.stdout is not None
+        assert parent.stdout.readline().strip() == "bound"
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(timeout=5)
+        assert wait_for(lambda: gone(child), timeout=2.0), "the bound child outlived its parent"
+    finally:
+        end(child, parent)
+
+
+def test_an_unbound_process_outlives_its_parent_which_is_what_binding_prevents() -> None:
+    parent, child = start_pair(bind=False)
+    try:
+        assert parent.stdout is not None
+        assert parent.stdout.readline().strip() == "unbound"
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(timeout=5)
+        assert not wait_for(lambda: gone(child), timeout=1.0)
+        assert child.ppid() != parent.pid  # an orphan, reparented
+    finally:
+        end(child, parent)
+
+
+def test_a_process_whose_parent_ended_before_it_bound_exits_at_once() -> None:
+    # The parent exits right after starting the child; the child binds 0.5 s later, so the death
+    # signal can no longer fire: the re-check after arming must end it.
+    parent, child = start_pair(bind=True, delay=0.5, exit_at_once=True)
+    try:
+        out, err = parent.communicate(timeout=10)
+        assert wait_for(lambda: gone(child), timeout=5.0), "the orphan kept running"
+        assert "bound" not in out
+        assert "ddptui rank bootstrap:" in err and "exiting" in err
+    finally:
+        end(child, parent)
+
+
+def test_the_bootstrap_loads_only_the_standard_library() -> None:
+    code = (
+        "import sys; before = set(sys.modules); import engine.rank_bootstrap; "
+        "print(','.join(sorted(set(sys.modules) - before)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.strip()
+    loaded = {m.split(".")[0] for m in out.split(",") if m}
+    assert loaded - set(sys.stdlib_module_names) == {"engine"}, loaded
+
+
+def test_spawned_ranks_bind_before_torch_is_imported() -> None:
+    """The launcher module arms the bootstrap at its top when a spawned rank re-imports it as
+    __mp_main__, before any other import; under torchrun, engine.worker does the same."""
+    for module in ("engine/launch.py", "engine/worker.py"):
+        text = Path(REPO_ROOT, module).read_text(encoding="utf-8")
+        bind_at = text.index("bind_to_parent()")
+        first_import = text.index("\nimport ")
+        assert bind_at < first_import, f"{module} imports before it binds"
