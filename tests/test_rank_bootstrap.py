@@ -2,8 +2,8 @@
 is already gone when it binds exits at once, and the module loads nothing but the standard
 library (it runs before torch in every rank, so it must stay cheap).
 
-The end-to-end cases (a launcher SIGKILLed while its ranks import torch, DataLoader workers of a
-SIGKILLed rank) are in tests/test_orphan_proof_runs.py."""
+The end-to-end cases (a launcher SIGKILLed while its ranks import torch, a SIGKILLed rank with
+DataLoader workers) are in tests/test_orphan_proof_runs.py."""
 
 from __future__ import annotations
 
@@ -147,3 +147,52 @@ def test_spawned_ranks_bind_before_torch_is_imported() -> None:
         bind_at = text.index("bind_to_parent()")
         first_import = text.index("\nimport ")
         assert bind_at < first_import, f"{module} imports before it binds"
+
+
+# A rank whose DataLoader worker is busy in __getitem__ (30 s) when the rank is SIGKILLed. torch's
+# own check on the parent runs only between batches, so an unbound worker lives on.
+BUSY_LOADER = textwrap.dedent(
+    """
+    import os, sys, time
+    sys.path.insert(0, {repo!r})
+    from torch.utils.data import DataLoader, Dataset
+    from engine.data import _loader_options
+    from engine.config import RunConfig, DataConfig
+    import torch
+
+    class Busy(Dataset):
+        def __len__(self):
+            return 10
+        def __getitem__(self, i):
+            print(os.getpid(), flush=True)
+            time.sleep(30)
+            return i
+
+    options = _loader_options(RunConfig(data=DataConfig(num_workers=1)), torch.device("cpu"))
+    if not {bind}:
+        options["worker_init_fn"] = None
+    next(iter(DataLoader(Busy(), **options)))
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bind", [True, False], ids=["engine-loader", "unbound-control"])
+def test_a_busy_dataloader_worker_dies_with_its_rank(bind: bool) -> None:
+    rank = subprocess.Popen(
+        [sys.executable, "-c", BUSY_LOADER.format(repo=str(REPO_ROOT), bind=bind)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    worker: psutil.Process | None = None
+    try:
+        assert rank.stdout is not None
+        worker = psutil.Process(int(rank.stdout.readline()))
+        rank.kill()
+        rank.wait(timeout=10)
+        died = wait_for(lambda: gone(worker), timeout=2.0)  # type: ignore[arg-type]
+        assert died == bind
+    finally:
+        if worker is not None:
+            end(worker)
+        end(rank)
