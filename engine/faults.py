@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-FAULT_KINDS = ("crash", "exit", "hang", "slow")
+FAULT_KINDS = ("crash", "exit", "hang", "slow", "oom", "kill-launcher")
 
 
 @dataclass(frozen=True)
 class Fault:
-    kind: str  # crash: raises | exit: os._exit | hang: blocks forever | slow: sleeps every step
+    # crash: raises | exit: os._exit | hang: blocks forever | slow: sleeps every step
+    # oom: allocates until the kernel's OOM killer ends it (engine.memory_fault)
+    # kill-launcher: SIGKILLs the launcher, as an OOM kill of the launcher would end it
+    kind: str
     rank: int
     step: int  # global step (counted from 0 across epochs) at which it fires
 

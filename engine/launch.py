@@ -53,6 +53,8 @@ from engine.events import (
     RunStarted,
     StepProgress,
 )
+from engine.memory_fault import own_memory_cgroup, remove_fault_cgroup
+from engine.oom_evidence import oom_kill_count, sigkill_cause
 from engine.plan import RunPlan, plan_run
 from engine.process_kill import stop_processes
 from engine.rank_bootstrap import LAUNCHER_PID_ENV
@@ -127,6 +129,7 @@ class RankWatch:
     """What the launcher knows of one local rank."""
 
     rank: int
+    pid: int | None = None
     process: psutil.Process | None = None
     tail: EventTail | None = None
     last_event: float = field(default_factory=time.time)
@@ -162,8 +165,16 @@ def _descendants(proc: psutil.Process) -> list[psutil.Process]:
 class Supervisor:
     """Watches the local ranks of one run until every one has exited."""
 
-    def __init__(self, run_dir: RunDir, config: RunConfig, ranks: list[int], events: EventWriter):
+    def __init__(
+        self,
+        run_dir: RunDir,
+        config: RunConfig,
+        ranks: list[int],
+        events: EventWriter,
+        oom_kills_at_start: int | None = None,
+    ):
         self.run_dir = run_dir
+        self.oom_kills_at_start = oom_kills_at_start
         self.config = config
         self.events = events
         self.watches = {
@@ -249,6 +260,7 @@ class Supervisor:
                 code = None
             w.exited = True
             w.exitcode = code
+            w.pid = proc.pid
             self.first_exit_order.append(rank)
             exitcode, signal_name = _exit_status(code)
             self.events.write(
@@ -293,11 +305,15 @@ class Supervisor:
             w = min(silent, key=lambda w: self.first_exit_order.index(w.rank))
             exitcode, signal_name = _exit_status(w.exitcode)
             how = f"code {exitcode}" if exitcode is not None else signal_name or "an unknown status"
+            error = f"rank {w.rank} exited with {how} without reporting an error"
+            if signal_name == "SIGKILL" and w.pid is not None:
+                cause = sigkill_cause(w.pid, self.oom_kills_at_start)
+                error += f"; {cause}" if cause else ""
             return Failure(
                 rank=w.rank,
                 exitcode=exitcode,
                 signal=signal_name,
-                error=f"rank {w.rank} exited with {how} without reporting an error",
+                error=error,
                 traceback=_log_tail(self.run_dir.rank_log_path(w.rank)),
             )
         reported = [w for w in self.watches.values() if w.failed_event is not None]
@@ -324,10 +340,14 @@ def _log_tail(path: Path, lines: int = 40) -> str:
 
 
 def supervise(
-    run_dir: RunDir, config: RunConfig, processes: dict[int, psutil.Process], events: EventWriter
+    run_dir: RunDir,
+    config: RunConfig,
+    processes: dict[int, psutil.Process],
+    events: EventWriter,
+    oom_kills_at_start: int | None = None,
 ) -> tuple[str, Failure | None, str]:
     """Watch the ranks until all have exited; returns (status, root cause, reason)."""
-    sup = Supervisor(run_dir, config, sorted(processes), events)
+    sup = Supervisor(run_dir, config, sorted(processes), events, oom_kills_at_start)
     requested: list[str] = []
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -417,6 +437,7 @@ def launch(
         pgid=os.getpgid(0),
         node_rank=node_rank,
         nnodes=nnodes,
+        oom_kills_at_start=oom_kill_count(),
     )
     run_dir.events_dir.mkdir(parents=True, exist_ok=True)
     run_dir.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -452,7 +473,9 @@ def launch(
                 base, ranks=tuple(ProcessRef(p.pid, p.create_time()) for p in processes.values())
             )
         )
-        status, failure, reason = supervise(run_dir, config, processes, events)
+        status, failure, reason = supervise(
+            run_dir, config, processes, events, base.oom_kills_at_start
+        )
     except BaseException as err:  # the summary is written whatever happened
         reason = f"the launcher failed: {type(err).__name__}: {err}"
         failure = Failure(rank=None, error=reason, traceback=traceback.format_exc())
@@ -460,6 +483,9 @@ def launch(
         live = [p for p in processes.values() if p.is_running()]
         stop_processes(live, grace=3.0)
     finally:
+        cgroup = own_memory_cgroup()
+        for p in processes.values():  # the cgroup an `oom` fault made, once its rank is gone
+            remove_fault_cgroup(p.pid, cgroup)
         events.write(RunFinished(status=status, reason=reason))
         events.close()
         run_dir.write_run_info(

@@ -30,15 +30,18 @@ RUN_SCHEMA_VERSION = 1
 DEFAULT_RUNS_DIR = Path("runs")
 RUN_MARKER_ENV = "DDPTUI_RUN_ID"
 
-# run.json "state" and summary.json "status" values
-STARTING, RUNNING, COMPLETED, FAILED, KILLED = (
+# run.json "state" and summary.json "status" values. ``lost``: the launcher ended without writing
+# a summary (SIGKILL, out of memory) and nothing of the run is alive; whoever reads the run next
+# writes that summary (engine.lost_runs).
+STARTING, RUNNING, COMPLETED, FAILED, KILLED, LOST = (
     "starting",
     "running",
     "completed",
     "failed",
     "killed",
+    "lost",
 )
-FINAL_STATES = (COMPLETED, FAILED, KILLED)
+FINAL_STATES = (COMPLETED, FAILED, KILLED, LOST)
 
 
 class RunDirError(ValueError):
@@ -108,6 +111,7 @@ class RunInfo:
     ranks: tuple[ProcessRef, ...] = ()
     node_rank: int = 0
     nnodes: int = 1
+    oom_kills_at_start: int | None = None  # /proc/vmstat oom_kill when the launcher started
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -124,6 +128,7 @@ class RunInfo:
             "ranks": [r.to_json() for r in self.ranks],
             "node_rank": self.node_rank,
             "nnodes": self.nnodes,
+            "oom_kills_at_start": self.oom_kills_at_start,
             "marker_env": RUN_MARKER_ENV,
         }
 
@@ -143,7 +148,12 @@ class RunInfo:
             ranks=tuple(ProcessRef.from_json(r) for r in data.get("ranks", [])),
             node_rank=int(data.get("node_rank", 0)),
             nnodes=int(data.get("nnodes", 1)),
+            oom_kills_at_start=_optional_int(data.get("oom_kills_at_start")),
         )
+
+
+def _optional_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 class RunDir:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -109,6 +110,15 @@ def synchronized_clock(device: torch.device) -> float:
 # ---- fault injection -------------------------------------------------------------------------
 
 
+def kill_launcher() -> None:
+    """SIGKILL the launcher of this rank (the parent under torchrun); the rank's parent-death
+    signal then ends it too."""
+    from engine.rank_bootstrap import LAUNCHER_PID_ENV
+
+    launcher = os.environ.get(LAUNCHER_PID_ENV, "")
+    os.kill(int(launcher) if launcher.isdigit() else os.getppid(), signal.SIGKILL)
+
+
 class FaultInjector:
     """Acts on this rank's ``faults`` entries ("KIND:RANK:STEP") when it reaches global step STEP."""
 
@@ -129,6 +139,12 @@ class FaultInjector:
                 threading.Event().wait()  # forever: only a signal ends this rank
             if fault.kind == "slow":
                 self.slow = True
+            if fault.kind == "oom":
+                from engine.memory_fault import allocate_until_killed
+
+                allocate_until_killed()
+            if fault.kind == "kill-launcher":
+                kill_launcher()
         if self.slow:
             time.sleep(SLOW_FAULT_SECONDS)
 
