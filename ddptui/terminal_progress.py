@@ -12,8 +12,14 @@ import time
 from typing import TYPE_CHECKING, TextIO
 
 from engine.events import EpochEnded, Evaluation, EventTail, RankFailed, StepProgress
+from engine.lost_runs import settle_lost_run
 from engine.rundir import RunDir
 from engine.summary import RunSummary
+
+# How long ranks may take to end after their launcher did, before the run is left unsettled
+# (orphaned ranks, for `ddptui clean`): the parent-death signal ends them at once on Linux, the
+# watchdog within a second elsewhere.
+RANKS_END_SECONDS = 10.0
 
 if TYPE_CHECKING:
     from engine.run_start import StartedRun
@@ -109,6 +115,8 @@ def result_line(summary: RunSummary, run_dir: RunDir) -> str:
     if summary.failure is not None:
         where = f"rank {summary.failure.rank}" if summary.failure.rank is not None else "launcher"
         text += f"\n  root cause ({where}): {summary.failure.error}"
+        if summary.ranks:
+            text += "\n  " + ", ".join(r.describe() for r in summary.ranks)
     elif summary.reason:
         text += f"\n  {summary.reason}"
     return text + f"\n  run directory: {run_dir.path}"
@@ -135,6 +143,22 @@ def follow_run(started: StartedRun, printer: ProgressPrinter, *, on_interrupt: s
             printer.poll()
             time.sleep(0.2)
         printer.finish()
+        if not started.run_dir.summary_path.exists():
+            settle_after_launcher(started)
     finally:
         signal.signal(signal.SIGINT, previous)
     return interrupted
+
+
+def settle_after_launcher(started: StartedRun, wait_seconds: float = RANKS_END_SECONDS) -> None:
+    """The launcher exited without a summary (SIGKILL, out of memory): give its ranks a moment to
+    end (their parent-death signal ends them at once), then write the ``lost`` summary naming the
+    launcher's exit status, which only this process, its parent, knows."""
+    code = started.poll()
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        settled = settle_lost_run(started.run_dir, launcher_exit=code, launcher_exited=True)
+        done = settled is not None or started.run_dir.summary_path.exists()
+        if done or time.monotonic() >= deadline:
+            return
+        time.sleep(0.2)

@@ -36,6 +36,7 @@ from engine.events import (
     RunFinished,
     RunStarted,
 )
+from engine.lost_runs import settle_lost_run
 from engine.rank_states import LOST, ORPHANED, UNREADABLE, RankState, RankStateTracker
 from engine.rundir import FINAL_STATES, ProcessRef, RunDir, RunDirError, RunInfo
 
@@ -323,7 +324,9 @@ class RunReader:
             if code is not None and finished is not None:
                 return finished.status, finished.reason, False
             if code is not None:
-                return self._gone(info, f"the launcher exited (code {code}) without a summary")
+                return self._gone(
+                    info, f"the launcher exited (code {code}) without a summary", launcher_exit=code
+                )
         if info is None:
             return STARTING, "", None
         if info.launcher is None:
@@ -335,9 +338,21 @@ class RunReader:
             return (RUNNING if started else STARTING), "", True
         return self._gone(info, f"the launcher (pid {info.launcher.pid}) is gone without a summary")
 
-    def _gone(self, info: RunInfo | None, why: str) -> tuple[str, str, bool | None]:
+    def _gone(
+        self, info: RunInfo | None, why: str, launcher_exit: int | None = None
+    ) -> tuple[str, str, bool | None]:
         if info is not None and any(self.probe.alive(r) for r in info.ranks):
             return ORPHANED, why + "; some of its ranks are still alive (see Processes)", False
+        # Nothing of the run is alive: write the summary its launcher could not.
+        settled = settle_lost_run(
+            self.run_dir,
+            launcher_exit=launcher_exit,
+            launcher_exited=launcher_exit is not None,
+            alive=self.probe.alive,
+        )
+        if settled is not None:
+            self._summary = settled
+            return str(settled["status"]), str(settled["reason"]), False
         return LOST, why, False
 
     # -- the view --------------------------------------------------------------------------------
@@ -539,6 +554,9 @@ def _listing(run_dir: RunDir, now: float, probe: ProcessProbe) -> RunListing:
         status, detail = ORPHANED, "launcher gone, some ranks still alive"
     else:
         status, detail = LOST, "launcher gone without a summary"
+        settled = settle_lost_run(run_dir, alive=probe.alive)
+        if settled is not None:
+            status, detail = str(settled["status"]), str(settled["reason"])
     return RunListing(
         run_id=run_dir.run_id,
         path=run_dir.path,

@@ -43,7 +43,7 @@ from engine.events import (
     RunStarted,
     StepProgress,
 )
-from engine.rundir import FINAL_STATES, KILLED, RunDir, RunDirError, RunInfo
+from engine.rundir import FINAL_STATES, KILLED, LOST, RunDir, RunDirError, RunInfo
 
 STARTING, RUNNING, STALLED, STRAGGLER, FAILED, DONE, STOPPED = (
     "starting",
@@ -59,7 +59,7 @@ _STOP_SIGNALS = ("SIGTERM", "SIGKILL", "SIGINT")
 
 # Run-level states beyond run.json's starting / running / completed / failed / killed
 ORPHANED = "orphaned"  # launcher gone, no summary, some rank still alive
-LOST = "lost"  # launcher gone, no summary, nothing left alive
+# LOST (engine.rundir): launcher gone, no summary, nothing left alive
 UNREADABLE = "unreadable"  # run.json is corrupt
 
 
@@ -378,6 +378,11 @@ class RunWatch:
         elif launcher_alive is False:
             ranks_alive = any(ref_alive(r) for r in info.ranks)
             state = ORPHANED if ranks_alive else LOST
+            if state == LOST:  # nobody else will: write the summary the launcher could not
+                from engine.lost_runs import settle_lost_run
+
+                summary = settle_lost_run(self.run_dir) or summary
+                status = LOST if summary is not None else None
         else:
             state = info.state
         ranks = self.tracker.states(

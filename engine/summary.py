@@ -43,6 +43,24 @@ class Failure:
 
 
 @dataclass(frozen=True)
+class RankReached:
+    """How far one rank got, for a run whose launcher could not say (a ``lost`` run)."""
+
+    rank: int
+    state: str  # the rank state (engine.rank_states) it ended in
+    epoch: int | None = None  # counted from 0, as in the events
+    step: int | None = None  # steps done in that epoch
+    steps: int | None = None  # steps in that epoch
+    global_step: int | None = None
+
+    def describe(self) -> str:
+        if self.epoch is None:
+            return f"rank {self.rank} had not started training"
+        of = f"/{self.steps}" if self.steps is not None else ""
+        return f"rank {self.rank} reached epoch {self.epoch + 1} step {self.step or 0}{of}"
+
+
+@dataclass(frozen=True)
 class RunSummary:
     run_id: str
     preset: str
@@ -60,7 +78,9 @@ class RunSummary:
     elapsed_seconds: float = 0.0
     epochs: tuple[EpochFigures, ...] = ()
     failure: Failure | None = None
-    reason: str = ""  # one sentence for killed / failed runs
+    reason: str = ""  # one sentence for killed / failed / lost runs
+    launcher_end: str = ""  # lost runs: how the launcher ended, as far as can be told
+    ranks: tuple[RankReached, ...] = ()  # lost runs: how far each rank got
 
     # figures of the last epoch, the ones a speedup table shows
     @property
@@ -74,6 +94,7 @@ class RunSummary:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["epochs"] = [asdict(e) for e in self.epochs]
+        data["ranks"] = [asdict(r) for r in self.ranks]
         data["test_accuracy"] = self.test_accuracy
         return data
 
@@ -81,6 +102,7 @@ class RunSummary:
     def from_json(cls, data: dict[str, Any]) -> RunSummary:
         values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         values["epochs"] = tuple(EpochFigures(**e) for e in data.get("epochs", []))
+        values["ranks"] = tuple(RankReached(**r) for r in data.get("ranks", []))
         failure = data.get("failure")
         values["failure"] = Failure(**failure) if failure else None
         return cls(**values)

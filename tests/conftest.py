@@ -8,6 +8,7 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -66,6 +67,31 @@ def runs_dir(tmp_path: Path) -> Path:
     path = tmp_path / "runs"
     path.mkdir()
     return path
+
+
+@pytest.fixture
+def pen() -> Iterator[Any]:
+    """Throwaway processes (fixtures.made_runs.ProcessPen), every one ended afterwards."""
+    from fixtures.made_runs import ProcessPen
+
+    p = ProcessPen()
+    yield p
+    p.close()
+
+
+@pytest.fixture
+def run_reaper(runs_dir: Path) -> Iterator[None]:
+    """Ends whatever any run under ``runs_dir`` left, even when the test failed half-way."""
+    from fixtures.live_runs import run_processes
+
+    from engine.rundir import list_runs
+
+    yield
+    leftovers = [p for r in list_runs(runs_dir) for p in run_processes(r)]
+    for p in leftovers:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(leftovers, timeout=5)
 
 
 @pytest.fixture

@@ -13,7 +13,8 @@
 6. bad input (unknown run id, corrupt run.json, another user's pid): one clear sentence, non-zero
    exit, nothing killed.
 
-Every process is ended by a fixture even when a test fails (and conftest's reaper checks that).
+Every process is ended by a fixture (conftest's ``run_reaper`` and ``pen``) even when a test
+fails, and conftest's ``process_reaper`` checks that.
 """
 
 from __future__ import annotations
@@ -30,105 +31,16 @@ from pathlib import Path
 
 import psutil
 import pytest
+from fixtures.live_runs import QUICK, REPO_ROOT, ddptui, detached_run, run_processes
 from fixtures.made_runs import ProcessPen, make_run, ref_of, start_as_user
 
 from engine.process_table import ORPHANED, ref_alive, scan_processes
 from engine.rank_states import STALLED, read_run_progress
 from engine.rundir import ProcessRef, RunDir, list_runs
+from tests.conftest import wait_for
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 TORCHRUN = Path(sys.executable).parent / "torchrun"
 PLAIN_DDP = REPO_ROOT / "tests" / "fixtures" / "plain_ddp_sleep.py"
-# Small enough to start fast on two cores, long enough that a hang or a kill lands mid-run.
-QUICK = ["--devices", "cpu:2", "--epochs", "1", "--set", "training.evaluate=false"]
-
-
-def ddptui(
-    *args: str, timeout: float = 60, stdin: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ddptui", *args],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        input=stdin,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-
-
-def marked(run_id: str) -> list[psutil.Process]:
-    """Every live process carrying this run's marker."""
-    found = []
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if proc.environ().get("DDPTUI_RUN_ID") == run_id and proc.status() != "zombie":
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
-
-
-def run_processes(run_dir: RunDir) -> list[psutil.Process]:
-    """The launcher and ranks run.json names (alive with their start time) plus marked ones."""
-    procs = {p.pid: p for p in marked(run_dir.run_id)}
-    try:
-        info = run_dir.read_run_info()
-    except Exception:
-        return list(procs.values())
-    for ref in [info.launcher, *info.ranks]:
-        if ref is None:
-            continue
-        try:
-            p = psutil.Process(ref.pid)
-            if abs(p.create_time() - ref.start_time) < 1 and p.status() != "zombie":
-                procs[p.pid] = p
-        except psutil.Error:
-            continue
-    return list(procs.values())
-
-
-def wait_for(predicate, timeout: float, interval: float = 0.1) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return bool(predicate())
-
-
-@pytest.fixture
-def pen() -> Iterator[ProcessPen]:
-    p = ProcessPen()
-    yield p
-    p.close()
-
-
-@pytest.fixture
-def run_reaper(runs_dir: Path) -> Iterator[None]:
-    """Ends whatever any run under ``runs_dir`` left, even when the test failed half-way."""
-    yield
-    leftovers = [p for r in list_runs(runs_dir) for p in run_processes(r)]
-    for p in leftovers:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    psutil.wait_procs(leftovers, timeout=5)
-
-
-def detached_run(runs_dir: Path, *args: str) -> RunDir:
-    """Start a run with `ddptui run --detach` and return its directory once run.json names ranks."""
-    started = ddptui("run", "cpu-demo", *QUICK, "--detach", "--runs-dir", str(runs_dir), *args)
-    assert started.returncode == 0, started.stderr
-    run_dir = RunDir(runs_dir / started.stdout.strip().splitlines()[-1])
-    assert wait_for(lambda: _ranks_named(run_dir), timeout=30), "run.json never named its ranks"
-    return run_dir
-
-
-def _ranks_named(run_dir: RunDir) -> bool:
-    try:
-        return len(run_dir.read_run_info().ranks) == 2
-    except Exception:
-        return False
 
 
 def first_steps_reported(run_dir: RunDir) -> bool:

@@ -35,13 +35,28 @@ def test_a_live_run_shows_each_rank_state_and_an_eta() -> None:
     assert view.ranks[0].usage is not None and view.ranks[0].usage.cpu_percent == 97.0
 
 
-def test_a_run_whose_launcher_is_gone_is_not_shown_running() -> None:
-    view = reader(LIVE_RUN, StandInProbe(alive=())).poll()
+def copy_of_recorded(tmp_path: Path) -> Path:
+    """The recorded runs in a scratch directory: a reader settles a lost run by writing into it."""
+    runs = tmp_path / "runs"
+    shutil.copytree(RUNS, runs)
+    return runs
+
+
+def test_a_run_whose_launcher_is_gone_is_settled_as_lost_with_a_summary(tmp_path: Path) -> None:
+    runs = copy_of_recorded(tmp_path)
+    run_dir = RunDir(runs / LIVE_RUN)
+    view = RunReader(run_dir, clock=lambda: NOW, probe=StandInProbe(alive=())).poll()
     assert view is not None
     assert view.status == "lost"
-    assert "gone without a summary" in view.status_detail
+    assert "(pid 424242) ended without writing a summary" in view.status_detail
+    assert "rank 0 reached epoch 2 step 20/24" in view.status_detail
     assert not any(r.state in ("running", "straggler") for r in view.ranks)
     assert view.eta is None
+    summary = run_dir.read_summary()
+    assert summary is not None and summary["status"] == "lost"
+    assert summary["failure"]["rank"] is None
+    assert [r["rank"] for r in summary["ranks"]] == [0, 1, 2, 3]
+    assert run_dir.read_run_info().state == "lost"
 
 
 def test_orphaned_ranks_are_said_so() -> None:
@@ -99,8 +114,14 @@ def test_the_runs_list_is_newest_first_with_honest_statuses() -> None:
         (FAILED_RUN, "failed"),
         (GPU_RUN, "completed"),
     ]
-    gone = list_run_listings(RUNS, clock=lambda: NOW, probe=StandInProbe())
+
+
+def test_the_runs_list_settles_a_lost_run(tmp_path: Path) -> None:
+    runs = copy_of_recorded(tmp_path)
+    gone = list_run_listings(runs, clock=lambda: NOW, probe=StandInProbe())
     assert gone[0].status == "lost"
+    assert "ended without writing a summary" in gone[0].detail
+    assert (runs / LIVE_RUN / "summary.json").exists()
 
 
 def test_a_newer_snapshot_replaces_a_queued_one_and_counts_it() -> None:

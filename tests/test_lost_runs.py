@@ -1,0 +1,168 @@
+"""A run whose launcher died without a summary gets a ``lost`` one from whoever reads it next, and
+a SIGKILL is traced to the OOM killer when the kernel says so (engine.lost_runs,
+engine.oom_evidence). Hand-made run directories; the real processes are in
+tests/test_orphan_proof_runs.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fixtures.made_runs import ProcessPen, make_run, ref_of
+
+from engine import lost_runs, oom_evidence
+from engine.events import EpochStarted, RankStarted, StepProgress
+from engine.faults import parse_fault
+from engine.lost_runs import launcher_end, settle_lost_run
+from engine.rank_states import read_run_progress
+from engine.rundir import LOST, ProcessRef, RunInfo
+from engine.summary import RunSummary
+
+GONE = ProcessRef(pid=999_999, start_time=1.0)  # a pid with a start time no process has
+
+KERNEL_LOG = """\
+[30566.370174] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,task=python,pid=7889,uid=0
+[30566.370203] Memory cgroup out of memory: Killed process 7889 (python) total-vm:276308kB
+[40000.000001] Out of memory: Killed process 4242 (python) total-vm:9999kB, anon-rss:1kB
+"""
+
+
+@pytest.fixture
+def no_kernel_evidence(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The machine's own kernel log and OOM count must not leak into these verdicts."""
+    monkeypatch.setattr(oom_evidence, "read_kernel_log", lambda: "")
+    monkeypatch.setattr(oom_evidence, "oom_kill_count", lambda vmstat=None: 0)
+
+
+def rank_events(rank: int, step: int) -> list:  # type: ignore[type-arg]
+    return [
+        RankStarted(rank=rank, world_size=2, pid=100 + rank, host="here", device="cpu"),
+        EpochStarted(rank=rank, epoch=0, steps=30),
+        StepProgress(
+            rank=rank, epoch=0, step=step, steps=30, global_step=step, loss=2.0,
+            images_per_s=100.0, step_seconds=0.1, lr=0.05,
+        ),
+    ]  # fmt: skip
+
+
+# ---- the lost summary -----------------------------------------------------------------------
+
+
+def test_a_run_with_nothing_alive_gets_a_lost_summary_naming_how_far_each_rank_got(
+    runs_dir: Path, no_kernel_evidence: None
+) -> None:
+    run_dir = make_run(
+        runs_dir, "r", launcher=GONE, ranks=[GONE, GONE],
+        events={"rank-0": rank_events(0, 12), "rank-1": rank_events(1, 11)},
+    )  # fmt: skip
+    data = settle_lost_run(run_dir, launcher_exit=-9)
+    assert data is not None
+    summary = RunSummary.from_json(data)
+    assert summary.status == LOST
+    assert summary.failure is not None and summary.failure.rank is None
+    assert summary.failure.signal == "SIGKILL"
+    assert summary.launcher_end == (
+        "the launcher (pid 999999) was killed by SIGKILL before it could write a summary"
+    )
+    assert [(r.rank, r.epoch, r.step, r.steps) for r in summary.ranks] == [
+        (0, 0, 12, 30),
+        (1, 0, 11, 30),
+    ]
+    assert summary.reason.endswith(
+        "rank 0 reached epoch 1 step 12/30, rank 1 reached epoch 1 step 11/30"
+    )
+    assert run_dir.read_summary() == data
+    assert run_dir.read_run_info().state == LOST
+    # settled once: a second reader changes nothing
+    assert settle_lost_run(run_dir) is None
+
+
+def test_nothing_is_written_while_a_rank_is_alive_or_a_summary_exists(
+    runs_dir: Path, pen: ProcessPen
+) -> None:
+    rank = ref_of(pen.python())
+    orphaned = make_run(runs_dir, "orphaned", launcher=GONE, ranks=[rank])
+    assert settle_lost_run(orphaned) is None
+    assert not orphaned.summary_path.exists()
+    live = make_run(runs_dir, "live", launcher=rank)
+    assert settle_lost_run(live) is None
+    done = make_run(runs_dir, "done", launcher=GONE)
+    done.write_summary({"schema": 1, "status": "completed"})
+    assert settle_lost_run(done) is None
+    assert done.read_summary() == {"schema": 1, "status": "completed"}
+
+
+def test_a_run_that_never_named_its_launcher_is_lost_only_for_who_saw_the_launcher_exit(
+    runs_dir: Path, no_kernel_evidence: None
+) -> None:
+    run_dir = make_run(runs_dir, "early", launcher=None)
+    assert settle_lost_run(run_dir) is None  # a reader cannot tell it from a slow start
+    data = settle_lost_run(run_dir, launcher_exit=-9, launcher_exited=True)
+    assert data is not None and data["status"] == LOST
+    assert data["ranks"][0]["state"] == "stopped"
+    assert "had not started training" in data["reason"]
+
+
+def test_show_and_runs_settle_a_lost_run(runs_dir: Path, no_kernel_evidence: None) -> None:
+    run_dir = make_run(runs_dir, "r", launcher=GONE, events={"rank-0": rank_events(0, 3)})
+    progress = read_run_progress(run_dir)
+    assert progress.state == LOST
+    assert progress.summary is not None
+    assert "(pid 999999) ended without writing a summary" in progress.summary["reason"]
+    assert run_dir.read_summary() == progress.summary
+
+
+def test_the_launchers_end_reads_its_exit_status_and_the_oom_evidence(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    info = RunInfo(
+        run_id="r", preset="p", host="h", created=0.0, state="running", world_size=1,
+        devices="cpu:1", launcher=ProcessRef(4242, 1.0), oom_kills_at_start=3,
+    )  # fmt: skip
+    monkeypatch.setattr(oom_evidence, "read_kernel_log", lambda: "")
+    monkeypatch.setattr(oom_evidence, "oom_kill_count", lambda vmstat=None: 3)
+    assert launcher_end(info, 1).error == (
+        "the launcher (pid 4242) exited with code 1 without writing a summary"
+    )
+    assert launcher_end(info, -15).signal == "SIGTERM"
+    monkeypatch.setattr(oom_evidence, "oom_kill_count", lambda vmstat=None: 4)
+    assert launcher_end(info, -9).error.endswith(
+        "; likely out of memory: the kernel's OOM killer killed 1 process during the run"
+    )
+    monkeypatch.setattr(oom_evidence, "read_kernel_log", lambda: KERNEL_LOG)
+    assert launcher_end(info, None).error == (
+        "the launcher (pid 4242) ended without writing a summary; killed by the kernel's "
+        "out-of-memory killer (the kernel log names it)"
+    )
+    assert lost_runs.launcher_end(info, -15).error.count(";") == 0  # SIGTERM is no OOM kill
+
+
+# ---- OOM evidence ---------------------------------------------------------------------------
+
+
+def test_the_kernel_log_names_an_oom_victim_in_either_format() -> None:
+    assert oom_evidence.kernel_log_names_oom_kill(7889, KERNEL_LOG)
+    assert oom_evidence.kernel_log_names_oom_kill(4242, KERNEL_LOG)
+    assert not oom_evidence.kernel_log_names_oom_kill(788, KERNEL_LOG)
+    assert not oom_evidence.kernel_log_names_oom_kill(42, KERNEL_LOG)
+    assert not oom_evidence.kernel_log_names_oom_kill(7889, None)
+
+
+def test_the_oom_kill_count_is_read_from_vmstat(tmp_path: Path) -> None:
+    vmstat = tmp_path / "vmstat"
+    vmstat.write_text("pgfault 10\noom_kill 7\nnr_free_pages 1\n")
+    assert oom_evidence.oom_kill_count(vmstat) == 7
+    vmstat.write_text("pgfault 10\n")
+    assert oom_evidence.oom_kill_count(vmstat) is None
+    assert oom_evidence.oom_kill_count(tmp_path / "missing") is None
+
+
+def test_no_evidence_is_no_verdict() -> None:
+    assert oom_evidence.sigkill_cause(5, 2, oom_kills_now=2, kernel_log="") == ""
+    assert oom_evidence.sigkill_cause(5, None, oom_kills_now=9, kernel_log="") == ""
+    assert "2 processes" in oom_evidence.sigkill_cause(5, 2, oom_kills_now=4, kernel_log="")
+
+
+def test_the_new_fault_kinds_parse() -> None:
+    assert parse_fault("oom:1:3").kind == "oom"
+    assert parse_fault("kill-launcher:0:5").kind == "kill-launcher"
