@@ -36,7 +36,7 @@ from engine.events import (
     RunFinished,
     RunStarted,
 )
-from engine.lost_runs import settle_lost_run
+from engine.lost_runs import LAUNCHER_START_GRACE_SECONDS, settle_lost_run
 from engine.rank_states import LOST, ORPHANED, UNREADABLE, RankState, RankStateTracker
 from engine.rundir import FINAL_STATES, ProcessRef, RunDir, RunDirError, RunInfo
 
@@ -45,7 +45,7 @@ Clock = Callable[[], float]
 # Run statuses besides engine.rundir's final ones and engine.rank_states' orphaned / lost.
 STARTING, RUNNING = "starting", "running"
 # A run.json with no launcher recorded this long after it was created is lost.
-STARTING_GRACE_SECONDS = 30.0
+STARTING_GRACE_SECONDS = LAUNCHER_START_GRACE_SECONDS
 
 
 # ---- processes -----------------------------------------------------------------------------------
@@ -332,7 +332,7 @@ class RunReader:
         if info.launcher is None:
             if self.launcher_poll is not None or now - info.created < STARTING_GRACE_SECONDS:
                 return STARTING, "", None
-            return LOST, "no launcher was ever recorded in run.json", None
+            return self._gone(info, "no launcher was ever recorded in run.json")
         if self.probe.alive(info.launcher):
             started = any(r.last_event_time is not None for r in self.tracker.states(now=now))
             return (RUNNING if started else STARTING), "", True
@@ -349,6 +349,7 @@ class RunReader:
             launcher_exit=launcher_exit,
             launcher_exited=launcher_exit is not None,
             alive=self.probe.alive,
+            now=self.clock(),
         )
         if settled is not None:
             self._summary = settled
@@ -554,7 +555,7 @@ def _listing(run_dir: RunDir, now: float, probe: ProcessProbe) -> RunListing:
         status, detail = ORPHANED, "launcher gone, some ranks still alive"
     else:
         status, detail = LOST, "launcher gone without a summary"
-        settled = settle_lost_run(run_dir, alive=probe.alive)
+        settled = settle_lost_run(run_dir, alive=probe.alive, now=now)
         if settled is not None:
             status, detail = str(settled["status"]), str(settled["reason"])
     return RunListing(

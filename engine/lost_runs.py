@@ -11,6 +11,7 @@ OOM killer is the likely cause) and how far each rank got; run.json's state beco
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -21,6 +22,10 @@ from engine.oom_evidence import sigkill_cause
 from engine.rank_states import RankStateTracker
 from engine.rundir import FINAL_STATES, LOST, ProcessRef, RunDir, RunDirError, RunInfo
 from engine.summary import Failure, RankReached, build_summary
+
+# A launcher records itself in run.json within seconds of its start; a run.json that names none
+# this long after it was made belongs to a launcher that died first.
+LAUNCHER_START_GRACE_SECONDS = 30.0
 
 
 def _signal_name(code: int) -> str:
@@ -34,7 +39,11 @@ def launcher_end(info: RunInfo, launcher_exit: int | None) -> Failure:
     """How the launcher ended, as a Failure with no rank. ``launcher_exit`` is its wait status
     (negative: killed by that signal) when the caller is its parent, else None (unknown)."""
     pid = info.launcher.pid if info.launcher else None
-    who = f"the launcher (pid {pid})" if pid is not None else "the launcher"
+    who = (
+        f"the launcher (pid {pid})"
+        if pid is not None
+        else "the launcher, before it recorded itself,"
+    )
     exitcode: int | None = None
     signal_name: str | None = None
     if launcher_exit is None:
@@ -77,11 +86,13 @@ def settle_lost_run(
     launcher_exit: int | None = None,
     launcher_exited: bool = False,
     alive: Callable[[ProcessRef], bool] | None = None,
+    now: float | None = None,
 ) -> dict[str, Any] | None:
     """Write the ``lost`` summary of ``run_dir`` if it has none and nothing of it is alive; return
     it, or None when there is nothing to settle (a summary exists, something still runs, or the
-    run cannot be read). ``launcher_exited``: the caller saw the launcher exit (it was its parent),
-    so a run.json that never named a launcher is lost too."""
+    run cannot be read). A run.json that never named a launcher is lost when the caller saw the
+    launcher exit (``launcher_exited``: it was its parent), or ``LAUNCHER_START_GRACE_SECONDS``
+    after it was made (``now``, default the clock)."""
     if alive is None:
         from engine.process_table import ref_alive
 
@@ -93,7 +104,9 @@ def settle_lost_run(
     except RunDirError:
         return None
     known_exit = launcher_exit is not None or launcher_exited
-    if info.launcher is None and not known_exit:
+    now = time.time() if now is None else now
+    recent = now - info.created < LAUNCHER_START_GRACE_SECONDS
+    if info.launcher is None and not known_exit and recent:
         return None
     if info.launcher is not None and alive(info.launcher):
         return None

@@ -347,6 +347,7 @@ class RunWatch:
             self.tracker.feed_all(tail.read_new())
 
     def refresh(self, now: float | None = None) -> RunProgress:
+        from engine.lost_runs import LAUNCHER_START_GRACE_SECONDS, settle_lost_run
         from engine.process_table import ref_alive
 
         now = time.time() if now is None else now
@@ -375,13 +376,15 @@ class RunWatch:
             state = status
         elif info is None:
             state = UNREADABLE if problem else "starting"
+        elif info.launcher is None and now - info.created >= LAUNCHER_START_GRACE_SECONDS:
+            # its launcher never recorded itself: it died first
+            summary = settle_lost_run(self.run_dir, now=now) or summary
+            state = status = LOST if summary is not None else info.state
         elif launcher_alive is False:
             ranks_alive = any(ref_alive(r) for r in info.ranks)
             state = ORPHANED if ranks_alive else LOST
             if state == LOST:  # nobody else will: write the summary the launcher could not
-                from engine.lost_runs import settle_lost_run
-
-                summary = settle_lost_run(self.run_dir) or summary
+                summary = settle_lost_run(self.run_dir, now=now) or summary
                 status = LOST if summary is not None else None
         else:
             state = info.state

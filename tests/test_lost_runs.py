@@ -5,6 +5,7 @@ tests/test_orphan_proof_runs.py."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from fixtures.made_runs import ProcessPen, make_run, ref_of
 from engine import lost_runs, oom_evidence
 from engine.events import EpochStarted, RankStarted, StepProgress
 from engine.faults import parse_fault
-from engine.lost_runs import launcher_end, settle_lost_run
+from engine.lost_runs import LAUNCHER_START_GRACE_SECONDS, launcher_end, settle_lost_run
 from engine.rank_states import read_run_progress
 from engine.rundir import LOST, ProcessRef, RunInfo
 from engine.summary import RunSummary
@@ -92,15 +93,23 @@ def test_nothing_is_written_while_a_rank_is_alive_or_a_summary_exists(
     assert done.read_summary() == {"schema": 1, "status": "completed"}
 
 
-def test_a_run_that_never_named_its_launcher_is_lost_only_for_who_saw_the_launcher_exit(
+def test_a_run_that_never_named_its_launcher_is_lost_once_the_grace_is_over(
     runs_dir: Path, no_kernel_evidence: None
 ) -> None:
-    run_dir = make_run(runs_dir, "early", launcher=None)
-    assert settle_lost_run(run_dir) is None  # a reader cannot tell it from a slow start
-    data = settle_lost_run(run_dir, launcher_exit=-9, launcher_exited=True)
+    early = make_run(runs_dir, "early", launcher=None)  # made 5 s ago
+    assert settle_lost_run(early) is None  # a reader cannot tell it from a slow start yet
+    later = time.time() + LAUNCHER_START_GRACE_SECONDS
+    data = settle_lost_run(early, now=later)
     assert data is not None and data["status"] == LOST
+    assert data["launcher_end"] == (
+        "the launcher, before it recorded itself, ended without writing a summary"
+    )
+    assert "rank 0 had not started training" in data["reason"]
+    # the follower, the launcher's parent, knows at once
+    seen = make_run(runs_dir, "seen", launcher=None)
+    data = settle_lost_run(seen, launcher_exit=-9, launcher_exited=True)
+    assert data is not None and data["failure"]["signal"] == "SIGKILL"
     assert data["ranks"][0]["state"] == "stopped"
-    assert "had not started training" in data["reason"]
 
 
 def test_show_and_runs_settle_a_lost_run(runs_dir: Path, no_kernel_evidence: None) -> None:
