@@ -1,0 +1,287 @@
+"""Soak: many short real runs with random faults; does every one end with nothing left running and
+a summary.json? (issue 8)
+
+Each run is cpu-demo on ``cpu:2`` for a handful of steps, started the way ``ddptui run`` starts it
+(``engine.run_start.start_run``: the launcher in its own session, ranks spawned by it), with one
+fault drawn at random:
+
+- ``none``, ``crash``, ``exit``: a clean run, a rank raising, a rank's ``os._exit(3)``;
+- ``hang``: a rank blocks forever; ``supervision.kill_stalled_after`` makes the launcher end it;
+- ``oom``: a rank allocates until the kernel's OOM killer ends it (only where the fault can cap
+  itself in a memory cgroup: unconfined it would fill the machine);
+- ``kill-launcher``: a rank SIGKILLs its launcher mid-epoch;
+- ``sigkill-launcher``: this script SIGKILLs the launcher at a random moment, start-up included
+  (ranks still importing torch);
+- ``sigkill-rank``: this script SIGKILLs a rank mid-run.
+
+A run that ends without a launcher summary is settled half the time the way the ``ddptui run``
+follower does it (it knows the launcher's exit status) and half the time the way ``ddptui runs``
+does (``read_run_progress``), so both writers of ``lost`` summaries are exercised.
+
+After each run (and a grace of ``--grace`` seconds) it counts the processes still carrying the
+run's marker (goal 0), whether summary.json exists (goal 0 missing), its status against the one
+the fault should give, and any memory cgroup an ``oom`` fault left. Exit code 1 when a goal is
+missed.
+
+    .venv/bin/python bench/soak.py                      # 24 runs, about 4 minutes on 2 cores
+    .venv/bin/python bench/soak.py --runs 60 --seed 7 --max-minutes 12
+    .venv/bin/python bench/soak.py --faults sigkill-launcher,kill-launcher --runs 10 --keep
+
+Run on demand, never as a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import psutil  # noqa: E402
+
+from ddptui.terminal_progress import settle_after_launcher  # noqa: E402
+from engine.config import apply_overrides  # noqa: E402
+from engine.lost_runs import LAUNCHER_START_GRACE_SECONDS  # noqa: E402
+from engine.memory_fault import FAULT_CGROUP_PREFIX, own_memory_cgroup  # noqa: E402
+from engine.presets import load_preset  # noqa: E402
+from engine.rank_states import read_run_progress  # noqa: E402
+from engine.run_start import StartedRun, start_run  # noqa: E402
+from engine.rundir import RUN_MARKER_ENV, RunDir  # noqa: E402
+
+FAULTS = (
+    "none",
+    "crash",
+    "exit",
+    "hang",
+    "oom",
+    "kill-launcher",
+    "sigkill-launcher",
+    "sigkill-rank",
+)
+# The status each fault should end its run with.
+EXPECTED = {
+    "none": ("completed",),
+    "crash": ("failed",),
+    "exit": ("failed",),
+    "hang": ("failed",),
+    "oom": ("failed",),
+    "kill-launcher": ("lost",),
+    # killed before it wrote run.json's ranks, or before any rank started: still lost
+    "sigkill-launcher": ("lost",),
+    "sigkill-rank": ("failed",),
+}
+STEPS = 12
+RUN_TIMEOUT_SECONDS = 120.0
+
+
+@dataclass
+class Outcome:
+    fault: str
+    run_id: str
+    status: str  # summary.json's status, or "missing"
+    expected: bool
+    left: int  # processes still carrying the run's marker after the grace
+    cgroups_left: int
+    seconds: float
+    settled_by: str  # launcher | follower | reader
+
+
+def marked(run_id: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if proc.environ().get(RUN_MARKER_ENV) == run_id and proc.status() != "zombie":
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def fault_cgroups() -> set[str]:
+    group = own_memory_cgroup()
+    if group is None or not group.is_dir():
+        return set()
+    return {p.name for p in group.glob(f"{FAULT_CGROUP_PREFIX}*")}
+
+
+def oom_fault_can_be_confined() -> bool:
+    code = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(REPO)!r})
+        from engine.lost_runs import LAUNCHER_START_GRACE_SECONDS  # noqa: E402
+from engine.memory_fault import confine
+        print(confine(1 << 30) or "")
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    ).stdout.strip()
+    if out:
+        with contextlib.suppress(OSError):
+            Path(out).rmdir()
+    return bool(out)
+
+
+def overrides_for(fault: str, rng: random.Random) -> dict[str, object]:
+    values: dict[str, object] = {
+        "devices.spec": "cpu:2",
+        "training.epochs": 1,
+        "training.max_steps": STEPS,
+        "training.evaluate": False,
+        "training.checkpoint": False,
+        "training.report_interval": 0,
+    }
+    rank, step = rng.randrange(2), rng.randrange(1, STEPS - 2)
+    if fault in ("crash", "exit", "hang", "oom", "kill-launcher"):
+        values["faults"] = [f"{fault}:{rank}:{step}"]
+    if fault == "hang":
+        values["training.max_steps"] = 10_000
+        values["supervision.stall_seconds"] = 2
+        values["supervision.kill_stalled_after"] = 2
+    if fault in ("sigkill-launcher", "sigkill-rank"):
+        values["training.max_steps"] = 10_000  # this script ends it
+    return values
+
+
+def ranks_named(run_dir: RunDir) -> list[int]:
+    try:
+        return [r.pid for r in run_dir.read_run_info().ranks]
+    except Exception:
+        return []
+
+
+def inject_from_outside(started: StartedRun, fault: str, rng: random.Random) -> None:
+    """SIGKILL the launcher (at a random moment from start-up on) or a rank (once it trains)."""
+    deadline = time.monotonic() + 60
+    if fault == "sigkill-launcher":
+        time.sleep(rng.uniform(0.5, 8.0))
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(started.process.pid, signal.SIGKILL)
+        return
+    while time.monotonic() < deadline and started.poll() is None:
+        pids = ranks_named(started.run_dir)
+        if pids and any(started.run_dir.rank_event_paths()):
+            time.sleep(rng.uniform(0.2, 2.0))
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(rng.choice(pids), signal.SIGKILL)
+            return
+        time.sleep(0.1)
+
+
+def soak_one(fault: str, runs_dir: Path, rng: random.Random, grace: float) -> Outcome:
+    config = apply_overrides(load_preset("cpu-demo"), overrides_for(fault, rng))
+    began = time.monotonic()
+    started = start_run(config, runs_dir)
+    if fault in ("sigkill-launcher", "sigkill-rank"):
+        inject_from_outside(started, fault, rng)
+    try:
+        started.wait(timeout=RUN_TIMEOUT_SECONDS)
+    except subprocess.TimeoutExpired:
+        started.process.kill()
+        started.wait()
+    settled_by = "launcher"
+    if not started.run_dir.summary_path.exists():
+        if rng.random() < 0.5:
+            settled_by = "follower"
+            settle_after_launcher(started)
+        else:
+            # `ddptui runs` as it reads the run after the launcher's start-up grace: a launcher
+            # killed before it recorded itself is only then known to be gone
+            settled_by = "reader"
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                later = time.time() + LAUNCHER_START_GRACE_SECONDS
+                if read_run_progress(started.run_dir, now=later).summary is not None:
+                    break
+                time.sleep(0.2)
+    time.sleep(grace)
+    left = marked(started.run_id)
+    for proc in left:  # counted; now ended so the next run starts clean
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    summary = started.run_dir.read_summary()
+    status = str(summary.get("status")) if summary else "missing"
+    return Outcome(
+        fault=fault,
+        run_id=started.run_id,
+        status=status,
+        expected=status in EXPECTED[fault],
+        left=len(left),
+        cgroups_left=len(fault_cgroups()),
+        seconds=time.monotonic() - began,
+        settled_by=settled_by,
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=24)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-minutes", type=float, default=10.0, help="stop starting new runs")
+    parser.add_argument("--grace", type=float, default=2.0, help="seconds before counting")
+    parser.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset")
+    parser.add_argument("--keep", action="store_true", help="keep the run directories")
+    args = parser.parse_args()
+    faults = [f for f in args.faults.split(",") if f]
+    unknown = [f for f in faults if f not in FAULTS]
+    if unknown:
+        print(f"soak: unknown fault {unknown[0]!r}; choose from {', '.join(FAULTS)}")
+        return 2
+    if "oom" in faults and not oom_fault_can_be_confined():
+        print("soak: no writable memory cgroup here, so the oom fault is left out")
+        faults.remove("oom")
+    rng = random.Random(args.seed)
+    runs_dir = Path(tempfile.mkdtemp(prefix="ddptui-soak-"))
+    cgroups_before = fault_cgroups()
+    outcomes: list[Outcome] = []
+    stop_at = time.monotonic() + args.max_minutes * 60
+    # every fault once, then at random
+    plan = faults + [rng.choice(faults) for _ in range(max(0, args.runs - len(faults)))]
+    for i, fault in enumerate(plan[: args.runs]):
+        if time.monotonic() >= stop_at:
+            print(f"soak: --max-minutes {args.max_minutes} reached after {i} runs")
+            break
+        o = soak_one(fault, runs_dir, rng, args.grace)
+        outcomes.append(o)
+        flag = "" if o.expected and o.left == 0 and o.status != "missing" else "   <-- goal missed"
+        print(
+            f"{i + 1:3d}  {o.fault:17s} {o.status:10s} left {o.left}  "
+            f"settled by {o.settled_by:8s} {o.seconds:5.1f} s{flag}",
+            flush=True,
+        )
+    left = sum(o.left for o in outcomes)
+    missing = sum(o.status == "missing" for o in outcomes)
+    unexpected = [o for o in outcomes if not o.expected]
+    cgroups = len(fault_cgroups() - cgroups_before)
+    print()
+    print(f"runs               {len(outcomes)}")
+    print(f"faults             {dict(Counter(o.fault for o in outcomes))}")
+    print(f"statuses           {dict(Counter(o.status for o in outcomes))}")
+    print(f"settled by         {dict(Counter(o.settled_by for o in outcomes))}")
+    print(f"processes left     {left}   (goal 0)")
+    print(f"summaries missing  {missing}   (goal 0)")
+    print(f"unexpected status  {len(unexpected)}   {[(o.fault, o.status) for o in unexpected]}")
+    print(f"cgroups left       {cgroups}   (goal 0)")
+    print(f"run directories    {runs_dir}" + ("" if args.keep else " (removed)"))
+    if not args.keep:
+        import shutil
+
+        shutil.rmtree(runs_dir, ignore_errors=True)
+    return 1 if left or missing or unexpected or cgroups else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
