@@ -121,8 +121,7 @@ def oom_fault_can_be_confined() -> bool:
         f"""
         import sys
         sys.path.insert(0, {str(REPO)!r})
-        from engine.lost_runs import LAUNCHER_START_GRACE_SECONDS  # noqa: E402
-from engine.memory_fault import confine
+        from engine.memory_fault import confine
         print(confine(1 << 30) or "")
         """
     )
