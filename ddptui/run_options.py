@@ -15,6 +15,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 # option name -> config key
 SHORTCUTS = {
     "devices": "devices.spec",
+    "oversubscribe": "devices.oversubscribe",
     "epochs": "training.epochs",
     "max_steps": "training.max_steps",
     "batch_size": "training.batch_size",
@@ -42,6 +43,12 @@ def override_options(func: F) -> F:
         click.option(
             "--devices",
             help="auto, all, a GPU count (2), GPU indices in NVML/PCI order (0,2), cpu or cpu:N.",
+        ),
+        click.option(
+            "--oversubscribe",
+            is_flag=True,
+            default=None,
+            help="Allow more than 4 CPU ranks per core (devices.oversubscribe = true).",
         ),
         click.option("--epochs", type=int, help="Epochs to train."),
         click.option("--max-steps", type=int, help="Steps per epoch, for quick runs (0 = all)."),

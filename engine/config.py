@@ -58,6 +58,8 @@ class StrategyConfig:
 class DevicesConfig:
     # auto | all | N | "0,2" | cpu | cpu:N  (GPU indices are NVML / PCI bus order)
     spec: str = "auto"
+    # Allow more than engine.resource_guard.CPU_RANKS_PER_CORE CPU ranks per usable core.
+    oversubscribe: bool = False
 
     def __post_init__(self) -> None:
         from engine.devices import parse_device_spec  # plain module; avoids an import cycle

@@ -1,5 +1,9 @@
 """Start a run the way DESIGN.md says: validate, make the run directory, start the launcher.
 
+Validating is ``plan_run`` (can this combination run here at all) and then
+``engine.resource_guard.check_resources`` (do its ranks fit in this machine's cores, memory and
+GPUs); both refuse with a ConfigError before anything is created.
+
 Plain Python: the CLI and the UI call this, and it never imports torch. The launcher
 (``python -m engine.launch RUN_DIR``) runs as a child in a new session, so a closed terminal, a
 dropped SSH link or a crashed UI does not kill training.
@@ -17,6 +21,7 @@ from pathlib import Path
 from engine import gpus
 from engine.config import RunConfig, to_toml
 from engine.plan import RunPlan, plan_run
+from engine.resource_guard import ResourceCheck, check_resources
 from engine.rundir import STARTING, RunDir, RunInfo, new_run_id, this_host
 
 
@@ -27,10 +32,17 @@ class StartedRun:
     run_dir: RunDir
     plan: RunPlan
     process: subprocess.Popen[bytes]
+    # What the resource guard found: the estimate, the figures and the warnings.
+    resources: ResourceCheck | None = None
 
     @property
     def run_id(self) -> str:
         return self.run_dir.run_id
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """Sentences to show the user before following the run (a GPU other processes hold)."""
+        return self.resources.warnings if self.resources is not None else ()
 
     def poll(self) -> int | None:
         return self.process.poll()
@@ -39,12 +51,23 @@ class StartedRun:
         return self.process.wait(timeout)
 
 
+def check_run(config: RunConfig, *, gpu_count: int | None = None) -> tuple[RunPlan, ResourceCheck]:
+    """Plan ``config`` for this machine and check that its ranks fit; raises ConfigError
+    (ResourceError for cores, memory or GPUs) with the reason. Creates nothing."""
+    plan = plan_run(config, gpus.gpu_count() if gpu_count is None else gpu_count)
+    return plan, check_resources(plan)
+
+
 def prepare_run(
     config: RunConfig, runs_dir: Path, *, gpu_count: int | None = None, run_id: str | None = None
 ) -> tuple[RunDir, RunPlan]:
     """Check the config for this machine, then create the run directory with config.toml and
     run.json (state ``starting``). Raises ConfigError before creating anything."""
-    plan = plan_run(config, gpus.gpu_count() if gpu_count is None else gpu_count)
+    plan, _ = check_run(config, gpu_count=gpu_count)
+    return _create_run_dir(config, plan, runs_dir, run_id), plan
+
+
+def _create_run_dir(config: RunConfig, plan: RunPlan, runs_dir: Path, run_id: str | None) -> RunDir:
     run_dir = RunDir(Path(runs_dir) / (run_id or new_run_id(config.name)))
     run_dir.create()
     run_dir.config_path.write_text(to_toml(config), encoding="utf-8")
@@ -59,7 +82,7 @@ def prepare_run(
             devices=plan.devices.describe(),
         )
     )
-    return run_dir, plan
+    return run_dir
 
 
 def launcher_command(run_dir: RunDir, *extra: str) -> list[str]:
@@ -77,9 +100,11 @@ def start_run(
     """Validate ``config``, make its run directory and start its launcher in a new session.
 
     Returns at once; the run goes on without this process. Raises ConfigError (nothing started,
-    nothing created) when the config cannot run here.
+    nothing created) when the config cannot run here or its ranks do not fit; the resource
+    guard's warnings are ``StartedRun.warnings``.
     """
-    run_dir, plan = prepare_run(config, runs_dir, gpu_count=gpu_count, run_id=run_id)
+    plan, resources = check_run(config, gpu_count=gpu_count)
+    run_dir = _create_run_dir(config, plan, runs_dir, run_id)
     # The launcher's own output (before it redirects the ranks) goes to logs/launcher.log.
     with open(run_dir.launcher_log_path, "ab") as log:
         process = subprocess.Popen(
@@ -90,4 +115,4 @@ def start_run(
             start_new_session=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-    return StartedRun(run_dir=run_dir, plan=plan, process=process)
+    return StartedRun(run_dir=run_dir, plan=plan, process=process, resources=resources)

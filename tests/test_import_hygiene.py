@@ -37,6 +37,8 @@ PLAIN_ENGINE_MODULES = [
     "engine.process_kill",
     "engine.speedup_table",
     "engine.rank_bootstrap",
+    "engine.memory_estimate",
+    "engine.resource_guard",
 ]
 
 

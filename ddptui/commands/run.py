@@ -55,10 +55,12 @@ def run_command(
       ddptui run cpu-demo --devices cpu:4 --epochs 1 --max-steps 50
       ddptui run seed-ddp --devices 0,2 --set optimizer.lr_scaling=linear
       ddptui run cpu-demo --fault crash:1:3        # watch a rank fail on purpose
+      ddptui run cpu-demo --devices cpu:16 --oversubscribe   # more than 4 ranks per core
 
     The run starts in its own session: closing this terminal does not stop it (see `ddptui runs`).
     Ctrl-C stops the run. Exit code 0 when the run completed, 1 when it failed or was killed,
-    2 for bad input (nothing started).
+    2 for bad input or a run whose ranks do not fit in this machine's cores, memory or GPUs
+    (nothing started).
     """
     try:
         overrides = collect_overrides(set_values, **shortcuts)
@@ -69,6 +71,8 @@ def run_command(
     except (ConfigError, RunDirError) as err:
         click.echo(f"ddptui: {err}", err=True)
         sys.exit(exit_codes.BAD_INPUT)
+    for warning in started.warnings:
+        click.echo(f"ddptui: warning: {warning}", err=True)
     if detach:
         click.echo(started.run_id)
         return
