@@ -33,6 +33,10 @@ if TYPE_CHECKING:  # imported where first used: the first frame needs none of th
 
     from ddptui.actions import EngineActions
     from ddptui.watch import Clock, ProcessProbe
+    from engine.plan import RunPlan
+    from engine.resource_guard import ResourceCheck
+
+    ResourceChecker = Callable[[RunPlan, GpuInventory | None], ResourceCheck]
 
 RUNS_DIR_ENV = "DDPTUI_RUNS_DIR"
 REAP_SECONDS = 5.0
@@ -42,9 +46,19 @@ def default_runs_dir() -> Path:
     return Path(os.environ.get(RUNS_DIR_ENV) or DEFAULT_RUNS_DIR)
 
 
+def check_plan_resources(plan: RunPlan, inventory: GpuInventory | None) -> ResourceCheck:
+    """The resource guard on this machine's cores and memory, with the GPUs as last sampled (none
+    sampled yet: the GPU rules wait, rather than sample NVML on the UI thread)."""
+    from engine.resource_guard import check_resources
+
+    sampled = inventory if inventory is not None else GpuInventory(error="not sampled yet")
+    return check_resources(plan, inventory=sampled)
+
+
 class DdptuiApp(App[None]):
     """The whole UI. Everything that touches the machine is injectable for tests: the clock, the
-    process probe (psutil), the engine actions, the NVML sampler, and the polling intervals."""
+    process probe (psutil), the engine actions, the NVML sampler, the resource guard's reading of
+    cores and memory, and the polling intervals."""
 
     CSS_PATH = Path(__file__).parent / "app.tcss"
     TITLE = "ddptui"
@@ -73,6 +87,7 @@ class DdptuiApp(App[None]):
         probe: ProcessProbe | None = None,
         actions: EngineActions | None = None,
         gpu_sampler: Callable[[], GpuInventory] = sample_gpus,
+        resource_checker: ResourceChecker = check_plan_resources,
         run_poll_seconds: float = 0.5,
         gpu_poll_seconds: float = 1.0,
         list_poll_seconds: float = 2.0,
@@ -83,6 +98,7 @@ class DdptuiApp(App[None]):
         self._probe = probe
         self._actions = actions
         self.gpu_sampler = gpu_sampler
+        self.resource_checker = resource_checker
         self.run_poll_seconds = run_poll_seconds
         self.gpu_poll_seconds = gpu_poll_seconds
         self.list_poll_seconds = list_poll_seconds

@@ -199,9 +199,8 @@ def _gpu_problems(
             n = len(gpu.processes)
             pids = ", ".join(str(p.pid) for p in gpu.processes[:3]) + (", …" if n > 3 else "")
             warnings.append(
-                f"GPU {index} is in use by {n} other process{'es' if n != 1 else ''} (pid "
-                f"{pids}); it has room ({_size(free)} free, {_size(needed)} needed), but the run "
-                "shares its compute"
+                f"GPU {index} is also used by {n} other process{'es' if n != 1 else ''} (pid "
+                f"{pids}); the run shares it ({_size(free)} free, {_size(needed)} needed)"
             )
     return tuple(warnings)
 

@@ -257,7 +257,7 @@ def test_a_gpu_held_by_another_process_with_room_is_a_warning() -> None:
     inventory = GpuInventory(gpus=(gpu(0, used_gib=13, pids=(31010,)), gpu(1, used_gib=0)))
     check = check_resources(plan, inventory=inventory, available_bytes=PLENTY, cores=8)
     assert len(check.warnings) == 1
-    assert check.warnings[0].startswith("GPU 0 is in use by 1 other process (pid 31010)")
+    assert check.warnings[0].startswith("GPU 0 is also used by 1 other process (pid 31010)")
     assert check.device_bytes_per_gpu > 0
     free = GpuInventory(gpus=(gpu(0, used_gib=0), gpu(1, used_gib=0)))
     assert check_resources(plan, inventory=free, available_bytes=PLENTY, cores=8).warnings == ()
@@ -343,7 +343,7 @@ def test_ddptui_run_prints_the_guards_warnings(
     result = CliRunner().invoke(main, ["run", "cpu-demo", "--detach", "--runs-dir", str(runs_dir)])
     assert result.exit_code == 0, result.output
     assert result.stdout == "the-run\n"
-    assert result.stderr.startswith("ddptui: warning: GPU 0 is in use by 1 other process")
+    assert result.stderr.startswith("ddptui: warning: GPU 0 is also used by 1 other process")
 
 
 # ---- measured against the estimate ----------------------------------------------------------------

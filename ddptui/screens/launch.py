@@ -42,6 +42,7 @@ from engine.plan import RunPlan, plan_run
 
 if TYPE_CHECKING:
     from ddptui.app import DdptuiApp
+    from engine.resource_guard import ResourceCheck
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,21 @@ def describe_plan(plan: RunPlan) -> Text:
         + (f", {plan.backend}" if plan.backend else "")
         + f", lr {plan.base_lr:g}"
     )
+    return text
+
+
+def describe_resources(resources: ResourceCheck) -> Text:
+    """The resource guard's figures for a plan that fits, and its warnings."""
+    estimate = resources.estimate
+    text = Text(
+        f"\n  host memory ~{figures.gib(estimate.host_bytes)} of "
+        f"{figures.gib(resources.available_bytes)} GiB available",
+        style="dim",
+    )
+    if resources.device_bytes_per_gpu:
+        text.append(f", ~{figures.gib(resources.device_bytes_per_gpu)} GiB per GPU", "dim")
+    for warning in resources.warnings:
+        text.append(f"\n  ⚠ {warning}", style="yellow")
     return text
 
 
@@ -434,6 +450,8 @@ class LaunchScreen(Screen[None]):
             overrides = self.overrides()
             config = apply_overrides(check.config, overrides) if overrides else check.config
             plan = plan_run(config, self._gpu_count or 0)
+            # The guard start_run applies too (ResourceError is a ConfigError): shown here first.
+            resources = self.ddptui.resource_checker(plan, self.ddptui.gpu_inventory)
         except (ConfigError, ValueError) as err:
             self.problem = str(err)
             out.update(Text(f"✗ {err}", style="bold red"))
@@ -442,6 +460,7 @@ class LaunchScreen(Screen[None]):
         self.problem = ""
         self.effective, self.effective_plan = config, plan
         text = describe_plan(plan)
+        text.append_text(describe_resources(resources))
         if overrides:
             text.append(
                 "\n  overrides: " + ", ".join(f"{k}={v}" for k, v in overrides.items()), "cyan"

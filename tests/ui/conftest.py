@@ -12,6 +12,9 @@ from typing import Any
 import pytest
 
 from ddptui.app import DdptuiApp
+from engine.gpus import GpuInventory
+from engine.plan import RunPlan
+from engine.resource_guard import ResourceCheck, check_resources
 from tests.conftest import REPO_ROOT
 from tests.fixtures import make_recorded_run as recorded
 from tests.ui.standins import (
@@ -24,8 +27,20 @@ from tests.ui.standins import (
 )
 
 USER_PRESETS = REPO_ROOT / "tests" / "fixtures" / "user-presets"
+SNAPSHOT_MEMORY_BYTES = 64 * 2**30
+SNAPSHOT_CORES = 16
 SIZES = {"small": (80, 24), "large": (160, 48)}
 HOUR = 3600.0
+
+
+def pinned_resources(plan: RunPlan, inventory: GpuInventory | None) -> ResourceCheck:
+    """The resource guard on a fixed machine: 16 cores, 64 GiB available, the stand-in GPUs."""
+    return check_resources(
+        plan,
+        inventory=inventory or GpuInventory(error="not sampled yet"),
+        available_bytes=SNAPSHOT_MEMORY_BYTES,
+        cores=SNAPSHOT_CORES,
+    )
 
 
 @pytest.fixture
@@ -56,6 +71,7 @@ def make_app(pinned: None, nvml: Any) -> Callable[..., DdptuiApp]:
         probe = StandInProbe(alive=[recorded.LIVE_LAUNCHER.pid, *recorded.LIVE_RANK_PIDS])
         options: dict[str, Any] = {
             "clock": lambda: NOW,
+            "resource_checker": pinned_resources,
             "probe": probe,
             "actions": StandInActions(runs_dir),
             "run_poll_seconds": HOUR,

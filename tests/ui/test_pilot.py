@@ -134,6 +134,33 @@ async def test_a_config_that_cannot_run_starts_nothing(make_app: Callable[..., D
         )
 
 
+async def test_ranks_that_do_not_fit_show_the_guards_sentence_and_start_nothing(
+    make_app: Callable[..., DdptuiApp],
+) -> None:
+    app = make_app()  # the pinned machine: 16 cores, 64 GiB available
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(
+            pilot, lambda: isinstance(app.screen, LaunchScreen) and app.screen.current is not None
+        )
+        screen = app.screen
+        assert isinstance(screen, LaunchScreen)
+        assert "host memory ~" in text_of(screen.query_one("#launch-check", Static))
+        screen.query_one("#cpu-ranks", Input).value = "65"
+        await settle(pilot)
+        check = text_of(screen.query_one("#launch-check", Static))
+        assert "asks for 65 CPU ranks, but this machine has 16 cores" in check
+        assert screen.query_one("#start").disabled
+        screen.query_one("#presets").focus()
+        await pilot.press("s")
+        await settle(pilot)
+        assert actions(app).started == []
+        screen.query_one("#cpu-ranks", Input).value = "64"  # 4 per core: allowed by cores
+        screen.query_one("#train-size", Input).value = "50000"  # but 64 x ~1.2 GiB > 64 GiB
+        await settle(pilot)
+        assert "GiB is available here" in text_of(screen.query_one("#launch-check", Static))
+        assert screen.query_one("#start").disabled
+
+
 async def test_kill_asks_first_then_reports(make_app: Callable[..., DdptuiApp]) -> None:
     app = make_app()
     async with app.run_test(size=SMALL) as pilot:
