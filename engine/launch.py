@@ -58,6 +58,7 @@ from engine.oom_evidence import oom_kill_count, sigkill_cause
 from engine.plan import RunPlan, plan_run
 from engine.process_kill import stop_processes
 from engine.rank_bootstrap import LAUNCHER_PID_ENV
+from engine.resource_guard import available_memory_bytes, check_resources
 from engine.rundir import (
     COMPLETED,
     FAILED,
@@ -409,6 +410,12 @@ def launch(
     """Run one node's share of a run to the end; returns the final status."""
     config = load_config(run_dir.config_path)
     plan = plan_run(config, gpus.gpu_count())
+    # ddptui run checked this already; `python -m engine.launch` on another node did not. The
+    # estimate counts this launcher, which already holds its memory.
+    own = psutil.Process().memory_info().rss
+    resources = check_resources(plan, available_bytes=available_memory_bytes() + own)
+    for warning in resources.warnings:
+        print(f"ddptui: warning: {warning}", file=sys.stderr, flush=True)
     nproc = plan.world_size
     world_size = nproc * nnodes
     if nnodes > 1 and config.strategy.name != "ddp":

@@ -119,6 +119,27 @@ def test_launcher_refuses_a_port_in_use_and_says_so(runs_dir: Path, no_gpu: None
     assert not run.rank_events_path(0).exists()  # no rank started
 
 
+def test_the_launcher_itself_refuses_ranks_that_cannot_fit(runs_dir: Path, no_gpu: None) -> None:
+    """`python -m engine.launch` on a node of its own runs the resource guard too: a config.toml
+    asking for 999 CPU ranks is one sentence, exit 2, a failed summary and no rank started."""
+    run, _ = prepare_run(quick_config(), runs_dir)
+    config = apply_overrides(quick_config(), {"devices.spec": "cpu:999"})
+    run.config_path.write_text(to_toml(config), encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine.launch", str(run.path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert "asks for 999 CPU ranks" in line and "devices.oversubscribe" in line
+    summary = run.read_summary()
+    assert summary is not None and summary["status"] == "failed"
+    assert "999 CPU ranks" in summary["reason"]
+    assert not run.events_dir.exists() or not list(run.events_dir.glob("rank-*"))
+
+
 def final_parameters(run: RunDir) -> dict[str, torch.Tensor]:
     return torch.load(run.checkpoint_path, weights_only=True)
 

@@ -27,7 +27,9 @@ from engine.summary import RunSummary
     "faults",
     multiple=True,
     metavar="KIND:RANK:STEP",
-    help="Inject a fault for testing: crash, exit, hang or slow on RANK at global STEP (repeatable).",
+    help="Inject a fault for testing on RANK at global STEP (repeatable): crash (raise), exit "
+    "(os._exit), hang, slow, oom (allocate until the kernel's OOM killer ends the rank) or "
+    "kill-launcher (SIGKILL the launcher).",
 )
 @click.option(
     "--json",
@@ -55,6 +57,7 @@ def run_command(
       ddptui run cpu-demo --devices cpu:4 --epochs 1 --max-steps 50
       ddptui run seed-ddp --devices 0,2 --set optimizer.lr_scaling=linear
       ddptui run cpu-demo --fault crash:1:3        # watch a rank fail on purpose
+      ddptui run cpu-demo --fault kill-launcher:0:5  # a launcher lost mid-run: summary "lost"
       ddptui run cpu-demo --devices cpu:16 --oversubscribe   # more than 4 ranks per core
 
     The run starts in its own session: closing this terminal does not stop it (see `ddptui runs`).
@@ -88,7 +91,9 @@ def run_command(
     data = started.run_dir.read_summary()
     if data is None:
         click.echo(
-            f"ddptui: the launcher exited without writing {started.run_dir.summary_path}; see {started.run_dir.launcher_log_path}",
+            f"ddptui: the launcher exited without writing {started.run_dir.summary_path} and "
+            "some of its ranks are still alive; see `ddptui ps` and `ddptui clean`, and "
+            f"{started.run_dir.launcher_log_path}",
             err=True,
         )
         sys.exit(exit_codes.FAILED)
