@@ -6,6 +6,7 @@ so these figures hold on any machine; one slow test measures real ranks against 
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
@@ -396,3 +397,16 @@ def test_the_estimate_is_not_below_what_real_ranks_hold(runs_dir: Path) -> None:
         f"a rank peaked at {measured / MIB:.0f} MiB, above the estimate of "
         f"{estimate.rank_host_bytes / MIB:.0f} MiB: measure again with bench/rank_memory.py"
     )
+
+
+def test_ddptui_presets_says_a_preset_does_not_fit_and_why(
+    no_gpu: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(resource_guard, "usable_cores", lambda: 2)
+    monkeypatch.setattr(resource_guard, "available_memory_bytes", lambda: 100 * MIB)
+    result = CliRunner().invoke(main, ["presets", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in json.loads(result.stdout)}
+    assert rows["cpu-demo"]["runnable"] is False
+    assert "of host memory" in rows["cpu-demo"]["reason"]
+    assert "100 MiB is available here" in rows["cpu-demo"]["reason"]

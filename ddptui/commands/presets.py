@@ -11,6 +11,7 @@ from engine import gpus
 from engine.config import ConfigError
 from engine.plan import plan_run
 from engine.presets import list_presets, load_preset
+from engine.resource_guard import check_resources
 
 
 @click.command("presets")
@@ -25,7 +26,9 @@ def presets_command(as_json: bool) -> None:
         try:
             config = load_preset(preset.name)
             description = config.description
-            reason = f"runs on {plan_run(config, inventory.count).devices.describe()}"
+            plan = plan_run(config, inventory.count)
+            check_resources(plan, inventory=inventory)  # cores, memory, GPUs: as `run` checks
+            reason = f"runs on {plan.devices.describe()}"
             runnable = True
         except ConfigError as err:
             reason = str(err)
