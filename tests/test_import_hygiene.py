@@ -44,6 +44,11 @@ PLAIN_ENGINE_MODULES = [
 
 def loaded_after(statement: str, watched: tuple[str, ...]) -> list[str]:
     code = f"{statement}\nimport sys\nprint(','.join(m for m in {watched!r} if m in sys.modules))\n"
+    return [m for m in fresh_interpreter(code).split(",") if m]
+
+
+def fresh_interpreter(code: str) -> str:
+    """What ``code`` prints in a new interpreter started in the repository."""
     proc = subprocess.run(
         [sys.executable, "-c", code],
         cwd=REPO_ROOT,
@@ -53,7 +58,7 @@ def loaded_after(statement: str, watched: tuple[str, ...]) -> list[str]:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    return [m for m in proc.stdout.strip().split(",") if m]
+    return proc.stdout.strip()
 
 
 @pytest.mark.parametrize("statement", UI_IMPORTS)
@@ -64,3 +69,13 @@ def test_the_ui_never_imports_torch(statement: str) -> None:
 def test_plain_engine_modules_never_import_textual() -> None:
     statement = "import " + ", ".join(PLAIN_ENGINE_MODULES)
     assert loaded_after(statement, ("textual", "ddptui", "torch")) == []
+
+
+def test_the_rank_bootstrap_loads_only_the_standard_library() -> None:
+    """It runs first in every rank, before torch: it must cost next to nothing."""
+    code = (
+        "import sys; before = set(sys.modules); import engine.rank_bootstrap; "
+        "print(','.join(sorted(set(sys.modules) - before)))"
+    )
+    loaded = {m.split(".")[0] for m in fresh_interpreter(code).split(",") if m}
+    assert loaded - set(sys.stdlib_module_names) == {"engine"}, loaded
