@@ -71,7 +71,7 @@ from engine.rundir import (
     RunInfo,
     this_host,
 )
-from engine.summary import Failure, build_summary
+from engine.summary import Failure, build_summary, exit_status
 
 POLL_SECONDS = 0.1
 STARTUP_ALLOWANCE_SECONDS = 60.0
@@ -142,18 +142,6 @@ class RankWatch:
     exited: bool = False
     stalled: bool = False
     straggling: bool = False
-
-
-def _exit_status(code: int | None) -> tuple[int | None, str | None]:
-    """(exit code, signal name) of a waited-for process; a negative code is a signal."""
-    if code is None:
-        return None, None
-    if code >= 0:
-        return code, None
-    try:
-        return None, signal.Signals(-code).name
-    except ValueError:
-        return None, f"signal {-code}"
 
 
 def _descendants(proc: psutil.Process) -> list[psutil.Process]:
@@ -263,7 +251,7 @@ class Supervisor:
             w.exitcode = code
             w.pid = proc.pid
             self.first_exit_order.append(rank)
-            exitcode, signal_name = _exit_status(code)
+            exitcode, signal_name = exit_status(code)
             self.events.write(
                 RankExited(rank=rank, pid=proc.pid, exitcode=exitcode, signal=signal_name)
             )
@@ -304,7 +292,7 @@ class Supervisor:
         silent = [w for w in bad if w.failed_event is None]
         if silent:
             w = min(silent, key=lambda w: self.first_exit_order.index(w.rank))
-            exitcode, signal_name = _exit_status(w.exitcode)
+            exitcode, signal_name = exit_status(w.exitcode)
             how = f"code {exitcode}" if exitcode is not None else signal_name or "an unknown status"
             error = f"rank {w.rank} exited with {how} without reporting an error"
             if signal_name == "SIGKILL" and w.pid is not None:
@@ -321,7 +309,7 @@ class Supervisor:
         if reported:
             w = min(reported, key=lambda w: w.failed_event.time if w.failed_event else 0.0)
             assert w.failed_event is not None
-            exitcode, signal_name = _exit_status(w.exitcode)
+            exitcode, signal_name = exit_status(w.exitcode)
             return Failure(
                 rank=w.rank,
                 exitcode=exitcode,

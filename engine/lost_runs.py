@@ -10,7 +10,6 @@ OOM killer is the likely cause) and how far each rank got; run.json's state beco
 
 from __future__ import annotations
 
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -21,18 +20,11 @@ from engine.events import read_events
 from engine.oom_evidence import sigkill_cause
 from engine.rank_states import RankStateTracker
 from engine.rundir import FINAL_STATES, LOST, ProcessRef, RunDir, RunDirError, RunInfo
-from engine.summary import Failure, RankReached, build_summary
+from engine.summary import Failure, RankReached, build_summary, exit_status
 
 # A launcher records itself in run.json within seconds of its start; a run.json that names none
 # this long after it was made belongs to a launcher that died first.
 LAUNCHER_START_GRACE_SECONDS = 30.0
-
-
-def _signal_name(code: int) -> str:
-    try:
-        return signal.Signals(-code).name
-    except ValueError:
-        return f"signal {-code}"
 
 
 def launcher_end(info: RunInfo, launcher_exit: int | None) -> Failure:
@@ -44,16 +36,13 @@ def launcher_end(info: RunInfo, launcher_exit: int | None) -> Failure:
         if pid is not None
         else "the launcher, before it recorded itself,"
     )
-    exitcode: int | None = None
-    signal_name: str | None = None
-    if launcher_exit is None:
-        how = "ended without writing a summary"
-    elif launcher_exit < 0:
-        signal_name = _signal_name(launcher_exit)
+    exitcode, signal_name = exit_status(launcher_exit)
+    if signal_name is not None:
         how = f"was killed by {signal_name} before it could write a summary"
-    else:
-        exitcode = launcher_exit
+    elif exitcode is not None:
         how = f"exited with code {exitcode} without writing a summary"
+    else:
+        how = "ended without writing a summary"
     cause = ""
     if pid is not None and signal_name in (None, "SIGKILL"):
         cause = sigkill_cause(pid, info.oom_kills_at_start)

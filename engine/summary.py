@@ -6,6 +6,7 @@ writes it when the launcher is gone; the bench table and the UI read it.
 
 from __future__ import annotations
 
+import signal
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -106,6 +107,18 @@ class RunSummary:
         failure = data.get("failure")
         values["failure"] = Failure(**failure) if failure else None
         return cls(**values)
+
+
+def exit_status(code: int | None) -> tuple[int | None, str | None]:
+    """(exit code, signal name) of a waited-for process; a negative code is a signal."""
+    if code is None:
+        return None, None
+    if code >= 0:
+        return code, None
+    try:
+        return None, signal.Signals(-code).name
+    except ValueError:
+        return None, f"signal {-code}"
 
 
 def epoch_figures(rank0_events: list[Event]) -> list[EpochFigures]:
