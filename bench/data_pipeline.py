@@ -1,6 +1,6 @@
 """Images/s of the ``tensor`` input pipeline against the ``torchvision`` one (PIL + workers).
 
-Both pipelines come from ``engine.data.make_train_batches``, on the same synthetic CIFAR-shaped
+Both pipelines come from ``engine.train.data.make_train_batches``, on the same synthetic CIFAR-shaped
 images, batch and augmentation (random crop with 4-pixel padding + horizontal flip, normalise), on
 the CPU. Only the input pipeline runs: no model. The two are measured alternately, ``--rounds``
 times each, and compared by
@@ -56,8 +56,8 @@ def endless(batches: Any) -> Iterator[Any]:
 def measure(pipeline: str, args: argparse.Namespace) -> dict[str, float]:
     import torch
 
-    from engine.config import RunConfig, apply_overrides
-    from engine.data import make_train_batches
+    from engine.core.config import RunConfig, apply_overrides
+    from engine.train.data import make_train_batches
 
     config = apply_overrides(
         RunConfig(),

@@ -2,7 +2,7 @@
 
 Three comparisons, each on the same model, batch, images, augmentation and thread count:
 
-- loop: the engine's training loop (``engine.training.train_rank``, writing its events to a
+- loop: the engine's training loop (``engine.train.training.train_rank``, writing its events to a
   temporary run directory) against the tutorial's loop (``plain_ddp.plain_training``), in this one
   process, one epoch each, alternating. Both see the same load at the same moment, so this is the
   figure a busy machine cannot blur; it leaves out what the launcher costs;
@@ -42,10 +42,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from engine.config import RunConfig, apply_overrides, to_toml  # noqa: E402
-from engine.presets import load_preset  # noqa: E402
-from engine.run_start import start_run  # noqa: E402
-from engine.summary import RunSummary  # noqa: E402
+from engine.core.config import RunConfig, apply_overrides, to_toml  # noqa: E402
+from engine.core.presets import load_preset  # noqa: E402
+from engine.core.run_start import start_run  # noqa: E402
+from engine.core.summary import RunSummary  # noqa: E402
 
 PLAIN_SCRIPT = REPO / "bench" / "plain_ddp.py"
 sys.path.insert(0, str(PLAIN_SCRIPT.parent))
@@ -171,10 +171,10 @@ def loop_epoch_images_per_s(args: argparse.Namespace, side: str) -> float:
             seed=0,
         )
         return images / seconds
-    from engine.events import EpochEnded, EventWriter, read_events
-    from engine.plan import plan_run
-    from engine.rundir import RunDir
-    from engine.training import train_rank
+    from engine.core.events import EpochEnded, EventWriter, read_events
+    from engine.core.plan import plan_run
+    from engine.core.rundir import RunDir
+    from engine.train.training import train_rank
 
     config = apply_overrides(engine_config(args, 1), {"training.epochs": 1})
     with tempfile.TemporaryDirectory(prefix="ddptui-bench-") as tmp:

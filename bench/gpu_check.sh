@@ -74,7 +74,7 @@ echo "ddptui GPU check on $(hostname), $(date -u +%Y-%m-%dT%H:%MZ), python: $PYT
 
 # 1. NVML sampling, the thin layer the UI's GPU panel reads.
 nvml=$("$PYTHON" - <<'EOF'
-from engine.gpus import sample_gpus
+from engine.core.gpus import sample_gpus
 inv = sample_gpus()
 if inv.error or not inv.gpus:
     print("FAIL\t" + (inv.error or "NVML sees no GPU"))

@@ -2,7 +2,7 @@
 a summary.json? (issue 8)
 
 Each run is cpu-demo on ``cpu:2`` for a handful of steps, started the way ``ddptui run`` starts it
-(``engine.run_start.start_run``: the launcher in its own session, ranks spawned by it), with one
+(``engine.core.run_start.start_run``: the launcher in its own session, ranks spawned by it), with one
 fault drawn at random:
 
 - ``none``, ``crash``, ``exit``: a clean run, a rank raising, a rank's ``os._exit(3)``;
@@ -52,13 +52,13 @@ sys.path.insert(0, str(REPO))
 import psutil  # noqa: E402
 
 from ddptui.terminal_progress import settle_after_launcher  # noqa: E402
-from engine.config import apply_overrides  # noqa: E402
-from engine.lost_runs import LAUNCHER_START_GRACE_SECONDS  # noqa: E402
-from engine.memory_fault import FAULT_CGROUP_PREFIX, own_memory_cgroup  # noqa: E402
-from engine.presets import load_preset  # noqa: E402
-from engine.rank_states import read_run_progress  # noqa: E402
-from engine.run_start import StartedRun, start_run  # noqa: E402
-from engine.rundir import RUN_MARKER_ENV, RunDir  # noqa: E402
+from engine.core.config import apply_overrides  # noqa: E402
+from engine.core.lost_runs import LAUNCHER_START_GRACE_SECONDS  # noqa: E402
+from engine.core.presets import load_preset  # noqa: E402
+from engine.core.rank_states import read_run_progress  # noqa: E402
+from engine.core.run_start import StartedRun, start_run  # noqa: E402
+from engine.core.rundir import RUN_MARKER_ENV, RunDir  # noqa: E402
+from engine.train.memory_fault import FAULT_CGROUP_PREFIX, own_memory_cgroup  # noqa: E402
 
 FAULTS = (
     "none",
@@ -121,7 +121,7 @@ def oom_fault_can_be_confined() -> bool:
         f"""
         import sys
         sys.path.insert(0, {str(REPO)!r})
-        from engine.memory_fault import confine
+        from engine.train.memory_fault import confine
         print(confine(1 << 30) or "")
         """
     )

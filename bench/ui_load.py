@@ -31,10 +31,10 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from engine.config import apply_overrides, to_toml  # noqa: E402
-from engine.events import EpochStarted, EventWriter, RankStarted, RunStarted, StepProgress  # noqa: E402
-from engine.presets import load_preset  # noqa: E402
-from engine.rundir import ProcessRef, RunDir, RunInfo  # noqa: E402
+from engine.core.config import apply_overrides, to_toml  # noqa: E402
+from engine.core.events import EpochStarted, EventWriter, RankStarted, RunStarted, StepProgress  # noqa: E402
+from engine.core.presets import load_preset  # noqa: E402
+from engine.core.rundir import ProcessRef, RunDir, RunInfo  # noqa: E402
 
 TARGET_PERCENT = 10.0
 

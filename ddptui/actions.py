@@ -1,7 +1,7 @@
 """The engine calls the UI makes that change or survey the machine, one method each.
 
-Start a run (``engine.run_start``), stop one and clean orphans (process control), scan processes
-(``engine.process_table``), build a speedup table (``engine.speedup_table``). The screens call these
+Start a run (``engine.core.run_start``), stop one and clean orphans (process control), scan processes
+(``engine.core.process_table``), build a speedup table (``engine.core.speedup_table``). The screens call these
 from thread workers only, and only through an ``EngineActions``, so each stays one swappable call
 (tests pass a subclass). Engine modules are imported when first called, which keeps them (and
 anything they import) off the app's start-up path.
@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.config import RunConfig
-from engine.rundir import RunDir
+from engine.core.config import RunConfig
+from engine.core.rundir import RunDir
 
 if TYPE_CHECKING:
-    from engine.process_table import ProcessTable
-    from engine.run_start import StartedRun
-    from engine.speedup_table import SpeedupTable
+    from engine.core.process_table import ProcessTable
+    from engine.core.run_start import StartedRun
+    from engine.core.speedup_table import SpeedupTable
 
 KILL_GRACE_SECONDS = 5.0
 
@@ -39,19 +39,19 @@ class EngineActions:
 
     def start_run(self, config: RunConfig, gpu_count: int) -> StartedRun:
         """Start the launcher in its own session; raises ConfigError with the reason."""
-        from engine.run_start import start_run
+        from engine.core.run_start import start_run
 
         return start_run(config, self.runs_dir, gpu_count=gpu_count)
 
     def kill_run(self, run_dir: RunDir, grace: float = KILL_GRACE_SECONDS) -> Outcome:
-        """The job-scoped kill (``engine.process_kill``): every process of this run, nothing else."""
-        from engine.process_kill import kill_run
+        """The job-scoped kill (``engine.core.process_kill``): every process of this run, nothing else."""
+        from engine.core.process_kill import kill_run
 
         result = kill_run(run_dir, grace, reason="stopped from the ddptui app")
         return Outcome(ok=result.ok, report=describe_kill(result))
 
     def scan_processes(self) -> ProcessTable:
-        from engine.process_table import ProcessScanner
+        from engine.core.process_table import ProcessScanner
 
         if self._scanner is None:
             self._scanner = ProcessScanner(self.runs_dir)
@@ -60,8 +60,8 @@ class EngineActions:
 
     def clean(self, grace: float = KILL_GRACE_SECONDS) -> Outcome:
         """Stop this user's orphaned jobs, from a fresh scan (what ``ddptui clean`` does)."""
-        from engine.process_kill import clean_orphans, plan_clean
-        from engine.process_table import scan_processes
+        from engine.core.process_kill import clean_orphans, plan_clean
+        from engine.core.process_table import scan_processes
 
         plan = plan_clean(scan_processes(self.runs_dir, cpu_interval=0.0))
         cleaned = clean_orphans(plan, grace)
@@ -77,14 +77,14 @@ class EngineActions:
 
     def session_table(self, run_dirs: list[RunDir], baseline: str | None) -> SpeedupTable:
         """The speedup table of the given runs (one row each, labelled by run id)."""
-        from engine.speedup_table import build_speedup_table
+        from engine.core.speedup_table import build_speedup_table
 
         return build_speedup_table(
             session_rows(run_dirs), title="Runs launched in this session", baseline=baseline
         )
 
     def list_benches(self) -> list[Any]:
-        from engine.result_history import ResultHistory, default_db_path
+        from engine.core.result_history import ResultHistory, default_db_path
 
         if not default_db_path().exists():
             return []
@@ -93,7 +93,7 @@ class EngineActions:
 
     def bench_table(self, bench_id: int, baseline: str | None) -> SpeedupTable:
         """A stored bench's table, rebuilt from its runs when another baseline is chosen."""
-        from engine.result_history import ResultHistory
+        from engine.core.result_history import ResultHistory
 
         with ResultHistory(create=False) as history:
             record = history.get(bench_id)
@@ -104,8 +104,8 @@ class EngineActions:
 
 def session_rows(run_dirs: list[RunDir]) -> list[Any]:
     """One speedup-table row per run; a run still going or unreadable is a skipped row saying so."""
-    from engine.speedup_table import RowResult
-    from engine.summary import RunSummary
+    from engine.core.speedup_table import RowResult
+    from engine.core.summary import RunSummary
 
     rows = []
     labels = _short_labels([r.run_id for r in run_dirs])
@@ -152,7 +152,7 @@ def _short_labels(run_ids: list[str]) -> dict[str, str]:
 
 def rebaseline(record: Any, baseline: str) -> SpeedupTable:
     """Rebuild a stored bench's table from its recorded runs with another baseline row."""
-    from engine.speedup_table import RowResult, build_speedup_table
+    from engine.core.speedup_table import RowResult, build_speedup_table
 
     runs_by_row: dict[str, list[Any]] = {}
     for run in record.runs:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
-from engine.gpus import GpuInventory
+from engine.core.gpus import GpuInventory
 
 if TYPE_CHECKING:  # only annotations: the app starts without ddptui.watch
     from ddptui.watch import RunListing, RunView
@@ -56,7 +56,7 @@ class RunProgressed(Snapshot):
 
 
 class GpusSampled(Snapshot):
-    """One NVML sample of every GPU (``engine.gpus.sample_gpus``, which never raises)."""
+    """One NVML sample of every GPU (``engine.core.gpus.sample_gpus``, which never raises)."""
 
     def __init__(self, inventory: GpuInventory) -> None:
         super().__init__()
@@ -90,7 +90,7 @@ class PresetsChecked(Message, bubble=False):
 
 
 class RunLaunched(Message):
-    """The launcher of a run started (``engine.run_start.start_run``), or why it did not."""
+    """The launcher of a run started (``engine.core.run_start.start_run``), or why it did not."""
 
     def __init__(self, run_id: str | None, started: Any = None, error: str = "") -> None:
         super().__init__()

@@ -1,5 +1,5 @@
 """The override options shared by ``ddptui run`` and ``ddptui bench``: ``--set section.key=value``
-plus shortcuts, turned into one overrides mapping for ``engine.config.apply_overrides``."""
+plus shortcuts, turned into one overrides mapping for ``engine.core.config.apply_overrides``."""
 
 from __future__ import annotations
 

@@ -11,10 +11,10 @@ import sys
 import time
 from typing import TYPE_CHECKING, TextIO
 
-from engine.events import EpochEnded, Evaluation, EventTail, RankFailed, StepProgress
-from engine.lost_runs import settle_lost_run
-from engine.rundir import RunDir
-from engine.summary import RunSummary
+from engine.core.events import EpochEnded, Evaluation, EventTail, RankFailed, StepProgress
+from engine.core.lost_runs import settle_lost_run
+from engine.core.rundir import RunDir
+from engine.core.summary import RunSummary
 
 # How long ranks may take to end after their launcher did, before the run is left unsettled
 # (orphaned ranks, for `ddptui clean`): the parent-death signal ends them at once on Linux, the
@@ -22,7 +22,7 @@ from engine.summary import RunSummary
 RANKS_END_SECONDS = 10.0
 
 if TYPE_CHECKING:
-    from engine.run_start import StartedRun
+    from engine.core.run_start import StartedRun
 
 
 class ProgressPrinter:

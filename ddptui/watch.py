@@ -23,8 +23,8 @@ import psutil
 
 # Kept here for its importers; it lives apart so the app can start without this module.
 from ddptui.gpu_history import GpuHistory as GpuHistory
-from engine.config import ConfigError, RunConfig, load_config
-from engine.events import (
+from engine.core.config import ConfigError, RunConfig, load_config
+from engine.core.events import (
     CheckpointSaved,
     Evaluation,
     Event,
@@ -36,13 +36,13 @@ from engine.events import (
     RunFinished,
     RunStarted,
 )
-from engine.lost_runs import LAUNCHER_START_GRACE_SECONDS, settle_lost_run
-from engine.rank_states import LOST, ORPHANED, UNREADABLE, RankState, RankStateTracker
-from engine.rundir import FINAL_STATES, ProcessRef, RunDir, RunDirError, RunInfo
+from engine.core.lost_runs import LAUNCHER_START_GRACE_SECONDS, settle_lost_run
+from engine.core.rank_states import LOST, ORPHANED, UNREADABLE, RankState, RankStateTracker
+from engine.core.rundir import FINAL_STATES, ProcessRef, RunDir, RunDirError, RunInfo
 
 Clock = Callable[[], float]
 
-# Run statuses besides engine.rundir's final ones and engine.rank_states' orphaned / lost.
+# Run statuses besides engine.core.rundir's final ones and engine.core.rank_states' orphaned / lost.
 STARTING, RUNNING = "starting", "running"
 # A run.json with no launcher recorded this long after it was created is lost.
 STARTING_GRACE_SECONDS = LAUNCHER_START_GRACE_SECONDS
@@ -178,7 +178,7 @@ class RunView:
 
 @dataclass
 class _RankPlace:
-    """Where a rank runs (from its RankStarted); its state comes from engine.rank_states."""
+    """Where a rank runs (from its RankStarted); its state comes from engine.core.rank_states."""
 
     device: str = "?"
     gpu_index: int | None = None
@@ -209,7 +209,7 @@ def _gpu_indices(devices: str) -> tuple[int, ...]:
 class RunReader:
     """Folds one run directory into ``RunView``s, reading only what was appended since the last poll.
 
-    Rank states come from ``engine.rank_states.RankStateTracker`` (the same rules as ``ddptui runs``
+    Rank states come from ``engine.core.rank_states.RankStateTracker`` (the same rules as ``ddptui runs``
     and the launcher); this adds where each rank runs, the run's status with the launcher's
     liveness, the root cause of a failure, the log tail and the ETA. Safe to call from a worker
     thread: a poll that finds the previous one still running returns None (counted in
@@ -517,7 +517,7 @@ def list_run_listings(
     runs_dir: Path, *, clock: Clock = time.time, probe: ProcessProbe | None = None
 ) -> list[RunListing]:
     """Every run under ``runs_dir``, newest first, with an honest status (as ``RunReader``'s)."""
-    from engine.rundir import list_runs
+    from engine.core.rundir import list_runs
 
     probe = probe or ProcessProbe()
     now = clock()

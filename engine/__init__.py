@@ -1,7 +1,6 @@
 """ddptui's training engine: trains, launches and supervises data-parallel runs.
 
-The plain-Python modules (config, devices, plan, presets, events, rundir, summary, gpus, faults,
-rank_bootstrap, ...) never import torch, so the UI can use them; the rest (data, models, training,
-worker, launch) do.
-This package never imports textual or ddptui.
+Two halves with a boundary that ``lint-imports`` checks: ``engine.core`` (plain Python, the only
+part the UI imports) and ``engine.train`` (everything that imports torch). The engine never imports
+textual or ddptui.
 """

@@ -84,7 +84,7 @@ def run_reaper(runs_dir: Path) -> Iterator[None]:
     """Ends whatever any run under ``runs_dir`` left, even when the test failed half-way."""
     from fixtures.live_runs import run_processes
 
-    from engine.rundir import list_runs
+    from engine.core.rundir import list_runs
 
     yield
     leftovers = [p for r in list_runs(runs_dir) for p in run_processes(r)]
@@ -97,7 +97,7 @@ def run_reaper(runs_dir: Path) -> Iterator[None]:
 @pytest.fixture
 def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make NVML report no GPU, whatever machine the tests run on."""
-    from engine import gpus
+    from engine.core import gpus
 
     monkeypatch.setattr(gpus, "gpu_count", lambda: 0)
 

@@ -15,8 +15,8 @@ from click.testing import CliRunner, Result
 
 from ddptui.cli import main
 from ddptui.commands.bench import INTERRUPTED
-from engine.rundir import RunDir
-from engine.summary import RunSummary
+from engine.core.rundir import RunDir
+from engine.core.summary import RunSummary
 from tests.conftest import wait_for
 
 # Tiny and quick: a full epoch of 1,024 synthetic images, the small CNN, one global batch of 64.

@@ -23,13 +23,13 @@ import torch
 import torch.multiprocessing as mp
 from torchvision.datasets import CIFAR10
 
-from engine import data
-from engine.config import RunConfig, apply_overrides, load_config, to_toml
-from engine.events import Evaluation, EventWriter, RankFinished, StepProgress, read_events
-from engine.plan import CIFAR_DIRNAME, plan_run
-from engine.rundir import RunDir
-from engine.training import train_rank
-from engine.worker import spawn_entry
+from engine.core.config import RunConfig, apply_overrides, load_config, to_toml
+from engine.core.events import Evaluation, EventWriter, RankFinished, StepProgress, read_events
+from engine.core.plan import CIFAR_DIRNAME, plan_run
+from engine.core.rundir import RunDir
+from engine.train import data
+from engine.train.training import train_rank
+from engine.train.worker import spawn_entry
 
 IMAGES_PER_FILE = 20
 TRAIN_FILES = [f"data_batch_{i}" for i in range(1, 6)]

@@ -15,9 +15,9 @@ from click.testing import CliRunner
 from fixtures.made_runs import ProcessPen, make_run, ref_of
 
 from ddptui.cli import main
-from engine.gpus import GpuInventory
-from engine.process_kill import CleanPlan, clean_orphans, plan_clean
-from engine.process_table import (
+from engine.core.gpus import GpuInventory
+from engine.core.process_kill import CleanPlan, clean_orphans, plan_clean
+from engine.core.process_table import (
     KIND_ENV,
     ORPHANED,
     RUNNING,
@@ -45,14 +45,14 @@ def pen() -> Iterator[ProcessPen]:
 
 @pytest.fixture(autouse=True)
 def no_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine import gpus
+    from engine.core import gpus
 
     monkeypatch.setattr(gpus, "sample_gpus", lambda: GpuInventory(error="NVML: stand-in"))
     monkeypatch.setattr(
-        "engine.process_table.sample_gpus", lambda: GpuInventory(error="NVML: stand-in")
+        "engine.core.process_table.sample_gpus", lambda: GpuInventory(error="NVML: stand-in")
     )
     monkeypatch.setattr(
-        "engine.process_kill.sample_gpus", lambda: GpuInventory(error="NVML: stand-in")
+        "engine.core.process_kill.sample_gpus", lambda: GpuInventory(error="NVML: stand-in")
     )
 
 

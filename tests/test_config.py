@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import ConfigError, RunConfig, apply_overrides, load_config, to_toml
-from engine.devices import DevicePlan, resolve_devices
-from engine.plan import lr_at_step, plan_run
-from engine.presets import list_presets, load_preset
+from engine.core.config import ConfigError, RunConfig, apply_overrides, load_config, to_toml
+from engine.core.devices import DevicePlan, resolve_devices
+from engine.core.plan import lr_at_step, plan_run
+from engine.core.presets import list_presets, load_preset
 
 BUNDLED = ["cpu-demo", "fast-ddp", "seed-dataparallel", "seed-ddp", "seed-ddp-amp", "seed-single"]
 

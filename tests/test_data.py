@@ -1,4 +1,4 @@
-"""Data sets, augmentation and sampling (engine.data), in one process."""
+"""Data sets, augmentation and sampling (engine.train.data), in one process."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine import data
-from engine.config import RunConfig, apply_overrides
+from engine.core.config import RunConfig, apply_overrides
+from engine.train import data
 
 CPU = torch.device("cpu")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.events import (
+from engine.core.events import (
     EVENT_TYPES,
     EpochEnded,
     EventTail,
@@ -18,7 +18,7 @@ from engine.events import (
     event_from_json,
     read_events,
 )
-from engine.rundir import ProcessRef, RunDir, RunDirError, RunInfo, find_run
+from engine.core.rundir import ProcessRef, RunDir, RunDirError, RunInfo, find_run
 
 
 def test_every_event_round_trips_through_one_json_line() -> None:

@@ -34,9 +34,9 @@ import pytest
 from fixtures.live_runs import QUICK, REPO_ROOT, ddptui, detached_run, run_processes
 from fixtures.made_runs import ProcessPen, make_run, ref_of, start_as_user
 
-from engine.process_table import ORPHANED, ref_alive, scan_processes
-from engine.rank_states import STALLED, read_run_progress
-from engine.rundir import ProcessRef, RunDir, list_runs
+from engine.core.process_table import ORPHANED, ref_alive, scan_processes
+from engine.core.rank_states import STALLED, read_run_progress
+from engine.core.rundir import ProcessRef, RunDir, list_runs
 from tests.conftest import wait_for
 
 TORCHRUN = Path(sys.executable).parent / "torchrun"

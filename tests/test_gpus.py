@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from engine import gpus
+from engine.core import gpus
 
 
 class NVMLError(Exception):

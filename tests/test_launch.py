@@ -17,11 +17,11 @@ from click.testing import CliRunner
 from fixtures.spawning import free_port
 
 from ddptui.cli import main
-from engine.config import apply_overrides, to_toml
-from engine.events import EpochEnded, Evaluation, RankStarted, StepProgress, read_events
-from engine.presets import load_preset
-from engine.run_start import prepare_run, start_run
-from engine.rundir import RunDir
+from engine.core.config import apply_overrides, to_toml
+from engine.core.events import EpochEnded, Evaluation, RankStarted, StepProgress, read_events
+from engine.core.presets import load_preset
+from engine.core.run_start import prepare_run, start_run
+from engine.core.rundir import RunDir
 
 pytestmark = pytest.mark.slow
 
@@ -107,7 +107,14 @@ def test_launcher_refuses_a_port_in_use_and_says_so(runs_dir: Path, no_gpu: None
         busy.listen()
         port = busy.getsockname()[1]
         proc = subprocess.run(
-            [sys.executable, "-m", "engine.launch", str(run.path), "--master-port", str(port)],
+            [
+                sys.executable,
+                "-m",
+                "engine.train.launch",
+                str(run.path),
+                "--master-port",
+                str(port),
+            ],
             capture_output=True,
             text=True,
             timeout=60,
@@ -120,13 +127,13 @@ def test_launcher_refuses_a_port_in_use_and_says_so(runs_dir: Path, no_gpu: None
 
 
 def test_the_launcher_itself_refuses_ranks_that_cannot_fit(runs_dir: Path, no_gpu: None) -> None:
-    """`python -m engine.launch` on a node of its own runs the resource guard too: a config.toml
+    """`python -m engine.train.launch` on a node of its own runs the resource guard too: a config.toml
     asking for 999 CPU ranks is one sentence, exit 2, a failed summary and no rank started."""
     run, _ = prepare_run(quick_config(), runs_dir)
     config = apply_overrides(quick_config(), {"devices.spec": "cpu:999"})
     run.config_path.write_text(to_toml(config), encoding="utf-8")
     proc = subprocess.run(
-        [sys.executable, "-m", "engine.launch", str(run.path)],
+        [sys.executable, "-m", "engine.train.launch", str(run.path)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -167,7 +174,7 @@ def test_torchrun_and_two_node_launch_agree_with_spawn(
             "--master-port",
             str(free_port()),
             "-m",
-            "engine.worker",
+            "engine.train.worker",
             str(torchrun_dir.path),
             "--preset",
             str(preset),
@@ -191,7 +198,15 @@ def test_torchrun_and_two_node_launch_agree_with_spawn(
     common = ["--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", port]
     launchers = [
         subprocess.Popen(
-            [sys.executable, "-m", "engine.launch", str(node.path), "--node-rank", str(i), *common]
+            [
+                sys.executable,
+                "-m",
+                "engine.train.launch",
+                str(node.path),
+                "--node-rank",
+                str(i),
+                *common,
+            ]
         )
         for i, node in enumerate((node0, node1))
     ]

@@ -1,6 +1,6 @@
 """A run whose launcher died without a summary gets a ``lost`` one from whoever reads it next, and
-a SIGKILL is traced to the OOM killer when the kernel says so (engine.lost_runs,
-engine.oom_evidence). Hand-made run directories; the real processes are in
+a SIGKILL is traced to the OOM killer when the kernel says so (engine.core.lost_runs,
+engine.core.oom_evidence). Hand-made run directories; the real processes are in
 tests/test_orphan_proof_runs.py."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from fixtures.made_runs import ProcessPen, make_run, ref_of
 
-from engine import lost_runs, oom_evidence
-from engine.events import EpochStarted, RankStarted, StepProgress
-from engine.faults import parse_fault
-from engine.lost_runs import LAUNCHER_START_GRACE_SECONDS, launcher_end, settle_lost_run
-from engine.rank_states import read_run_progress
-from engine.rundir import LOST, ProcessRef, RunInfo
-from engine.summary import RunSummary
+from engine.core import lost_runs, oom_evidence
+from engine.core.events import EpochStarted, RankStarted, StepProgress
+from engine.core.faults import parse_fault
+from engine.core.lost_runs import LAUNCHER_START_GRACE_SECONDS, launcher_end, settle_lost_run
+from engine.core.rank_states import read_run_progress
+from engine.core.rundir import LOST, ProcessRef, RunInfo
+from engine.core.summary import RunSummary
 
 GONE = ProcessRef(pid=999_999, start_time=1.0)  # a pid with a start time no process has
 

@@ -1,4 +1,4 @@
-"""Models (engine.models): shapes, heads, memory format, SyncBatchNorm refusal on the CPU."""
+"""Models (engine.train.models): shapes, heads, memory format, SyncBatchNorm refusal on the CPU."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from engine.config import ConfigError, ModelConfig
-from engine.models import SmallCNN, build_model, has_batchnorm, num_classes, prepare_model
+from engine.core.config import ConfigError, ModelConfig
+from engine.train.models import SmallCNN, build_model, has_batchnorm, num_classes, prepare_model
 
 CPU = torch.device("cpu")
 

@@ -27,9 +27,9 @@ import psutil
 import pytest
 from fixtures.live_runs import QUICK, ddptui, detached_run, run_processes
 
-from engine.memory_fault import FAULT_CGROUP_PREFIX, own_memory_cgroup
-from engine.rank_states import read_run_progress
-from engine.rundir import LOST, RunDir, list_runs
+from engine.core.rank_states import read_run_progress
+from engine.core.rundir import LOST, RunDir, list_runs
+from engine.train.memory_fault import FAULT_CGROUP_PREFIX, own_memory_cgroup
 from tests.conftest import REPO_ROOT, wait_for
 
 pytestmark = [
@@ -103,7 +103,7 @@ CAN_CONFINE = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, {repo!r})
-    from engine.memory_fault import confine
+    from engine.train.memory_fault import confine
     group = confine(1 << 30)
     print(group or "")
     """

@@ -14,10 +14,10 @@ import psutil
 import pytest
 from fixtures.made_runs import STUBBORN, ProcessPen, make_run, ref_of, start_as_user
 
-from engine import process_kill
-from engine.gpus import GpuInventory, GpuProcess, GpuSample
-from engine.process_kill import KillRefused, gpu_memory_left, kill_run, stop_processes
-from engine.rundir import ProcessRef, RunDirError
+from engine.core import process_kill
+from engine.core.gpus import GpuInventory, GpuProcess, GpuSample
+from engine.core.process_kill import KillRefused, gpu_memory_left, kill_run, stop_processes
+from engine.core.rundir import ProcessRef, RunDirError
 
 SPAWNS_A_CHILD = (
     "import subprocess, sys, time\n"

@@ -15,10 +15,10 @@ from click.testing import CliRunner
 from fixtures.made_runs import ProcessPen, make_run, ref_of
 
 from ddptui.cli import main
-from engine import process_table
-from engine.events import RankStalled, RankStarted
-from engine.gpus import GpuInventory, GpuProcess, GpuSample
-from engine.process_table import (
+from engine.core import process_table
+from engine.core.events import RankStalled, RankStarted
+from engine.core.gpus import GpuInventory, GpuProcess, GpuSample
+from engine.core.process_table import (
     KIND_DDPTUI,
     KIND_ELASTIC,
     KIND_ENV,
@@ -33,7 +33,7 @@ from engine.process_table import (
     launcher_kind,
     scan_processes,
 )
-from engine.rundir import ProcessRef
+from engine.core.rundir import ProcessRef
 
 NO_GPU = GpuInventory(error="NVML: stand-in says no driver")
 
@@ -75,7 +75,7 @@ def wait_for_env(pid: int, key: str) -> None:
         (["torchrun", "t.py"], "torchrun"),
         (["python", "-m", "torch.distributed.run", "t.py"], "torch.distributed.run"),
         (["python", "-m", "torch.distributed.launch", "t.py"], "torch.distributed.launch"),
-        (["python", "-m", "engine.launch", "runs/x"], "ddptui"),
+        (["python", "-m", "engine.train.launch", "runs/x"], "ddptui"),
         (["python", "train.py", "--torchrun"], None),
         (["vim", "torchrun.md"], None),
     ],

@@ -1,4 +1,4 @@
-"""engine.rank_bootstrap on real processes: a bound process dies with its parent, and one whose
+"""engine.train.rank_bootstrap on real processes: a bound process dies with its parent, and one whose
 parent is already gone when it binds exits at once. (That it loads only the standard library is
 checked in tests/test_import_hygiene.py.)
 
@@ -28,7 +28,7 @@ CHILD = textwrap.dedent(
     """
     import sys, time
     sys.path.insert(0, {repo!r})
-    from engine.rank_bootstrap import bind_to_parent
+    from engine.train.rank_bootstrap import bind_to_parent
     time.sleep({delay})
     armed = bind_to_parent() if {bind} else False
     print("bound" if armed else "unbound", flush=True)
@@ -116,8 +116,8 @@ def test_a_process_whose_parent_ended_before_it_bound_exits_at_once() -> None:
 
 def test_spawned_ranks_bind_before_torch_is_imported() -> None:
     """The launcher module arms the bootstrap at its top when a spawned rank re-imports it as
-    __mp_main__, before any other import; under torchrun, engine.worker does the same."""
-    for module in ("engine/launch.py", "engine/worker.py"):
+    __mp_main__, before any other import; under torchrun, engine.train.worker does the same."""
+    for module in ("engine/train/launch.py", "engine/train/worker.py"):
         text = Path(REPO_ROOT, module).read_text(encoding="utf-8")
         bind_at = text.index("bind_to_parent()")
         first_import = text.index("\nimport ")
@@ -131,8 +131,8 @@ BUSY_LOADER = textwrap.dedent(
     import os, sys, time
     sys.path.insert(0, {repo!r})
     from torch.utils.data import DataLoader, Dataset
-    from engine.data import _loader_options
-    from engine.config import RunConfig, DataConfig
+    from engine.train.data import _loader_options
+    from engine.core.config import RunConfig, DataConfig
     import torch
 
     class Busy(Dataset):

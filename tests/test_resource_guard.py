@@ -18,20 +18,27 @@ from click.testing import CliRunner
 
 from ddptui.cli import main
 from ddptui.run_options import collect_overrides
-from engine import resource_guard
-from engine.config import MODELS, ConfigError, ModelConfig, apply_overrides, load_config, to_toml
-from engine.gpus import GpuInventory, GpuProcess, GpuSample
-from engine.memory_estimate import GIB, MIB, estimate_memory, parameter_count
-from engine.plan import RunPlan, plan_run
-from engine.presets import load_preset
-from engine.resource_guard import (
+from engine.core import resource_guard
+from engine.core.config import (
+    MODELS,
+    ConfigError,
+    ModelConfig,
+    apply_overrides,
+    load_config,
+    to_toml,
+)
+from engine.core.gpus import GpuInventory, GpuProcess, GpuSample
+from engine.core.memory_estimate import GIB, MIB, estimate_memory, parameter_count
+from engine.core.plan import RunPlan, plan_run
+from engine.core.presets import load_preset
+from engine.core.resource_guard import (
     ResourceError,
     available_memory_bytes,
     cgroup_memory_headroom,
     check_resources,
     usable_cores,
 )
-from engine.run_start import prepare_run, start_run
+from engine.core.run_start import prepare_run, start_run
 
 PLENTY = 10**15  # bytes: more memory than any estimate here
 
@@ -139,7 +146,7 @@ def test_the_estimate_grows_with_what_a_rank_holds() -> None:
 def test_parameter_table_matches_the_real_models() -> None:
     from torch import nn
 
-    from engine.models import build_model
+    from engine.train.models import build_model
 
     for name in MODELS:
         model = build_model(ModelConfig(name=name))

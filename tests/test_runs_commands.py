@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from fixtures.made_runs import ProcessPen, make_run, ref_of
 
 from ddptui.cli import main
-from engine.events import (
+from engine.core.events import (
     EpochStarted,
     RankExited,
     RankFailed,
@@ -24,7 +24,7 @@ from engine.events import (
     RunStarted,
     StepProgress,
 )
-from engine.rank_states import (
+from engine.core.rank_states import (
     DONE,
     FAILED,
     LOST,
@@ -38,7 +38,7 @@ from engine.rank_states import (
     RunWatch,
     read_run_progress,
 )
-from engine.rundir import ProcessRef
+from engine.core.rundir import ProcessRef
 
 T0 = 1_000_000.0
 
@@ -253,7 +253,7 @@ def test_runs_with_no_runs_directory_says_so(tmp_path: Path) -> None:
 
 
 def test_show_prints_ranks_summary_and_the_failure_traceback(runs_dir: Path) -> None:
-    from engine.summary import Failure, build_summary
+    from engine.core.summary import Failure, build_summary
 
     now = time.time()
     run_dir = make_run(

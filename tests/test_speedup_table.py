@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from engine.speedup_table import (
+from engine.core.speedup_table import (
     CSV_COLUMNS,
     FAILED,
     OK,
@@ -20,7 +20,7 @@ from engine.speedup_table import (
     build_speedup_table,
     compare_tables,
 )
-from engine.summary import EpochFigures, Failure, RunSummary
+from engine.core.summary import EpochFigures, Failure, RunSummary
 
 
 def summary(

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import ConfigError
-from engine.suites import list_suites, load_suite, resolve_rows, row_config, suite_of_presets
+from engine.core.config import ConfigError
+from engine.core.suites import list_suites, load_suite, resolve_rows, row_config, suite_of_presets
 
 
 def write(tmp_path: Path, text: str, name: str = "mine.toml") -> Path:

@@ -1,4 +1,4 @@
-"""The training loop (engine.training) against its promises: DDP on 2 ranks with batch b trains the
+"""The training loop (engine.train.training) against its promises: DDP on 2 ranks with batch b trains the
 same model as one process with batch 2b, and evaluation on 2 ranks counts every test image once.
 
 Multi-process tests start real gloo ranks with torch.multiprocessing.spawn, which joins them and
@@ -18,14 +18,21 @@ import torch.distributed as dist
 from fixtures.spawning import free_port, spawn_ranks
 from torch import nn
 
-from engine.config import ConfigError, ModelConfig, RunConfig, apply_overrides, load_config, to_toml
-from engine.data import TestBatches
-from engine.events import EpochEnded, Evaluation, EventWriter, StepProgress, read_events
-from engine.models import SmallCNN, build_model
-from engine.plan import plan_run
-from engine.rundir import RunDir
-from engine.training import evaluate, train_rank
-from engine.worker import end_process
+from engine.core.config import (
+    ConfigError,
+    ModelConfig,
+    RunConfig,
+    apply_overrides,
+    load_config,
+    to_toml,
+)
+from engine.core.events import EpochEnded, Evaluation, EventWriter, StepProgress, read_events
+from engine.core.plan import plan_run
+from engine.core.rundir import RunDir
+from engine.train.data import TestBatches
+from engine.train.models import SmallCNN, build_model
+from engine.train.training import evaluate, train_rank
+from engine.train.worker import end_process
 
 CPU = torch.device("cpu")
 

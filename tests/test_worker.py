@@ -1,4 +1,4 @@
-"""The rank entry (engine.worker): spawn_entry end to end, failures as events, fault injection, the
+"""The rank entry (engine.train.worker): spawn_entry end to end, failures as events, fault injection, the
 launcher-death watchdog and the torchrun entry. Real processes throughout."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import torch
 import torch.multiprocessing as mp
 from fixtures.spawning import free_port, spawn_ranks
 
-from engine.config import ConfigError, RunConfig, apply_overrides, load_config, to_toml
-from engine.events import (
+from engine.core.config import ConfigError, RunConfig, apply_overrides, load_config, to_toml
+from engine.core.events import (
     CheckpointSaved,
     EpochEnded,
     Evaluation,
@@ -28,12 +28,12 @@ from engine.events import (
     StepProgress,
     read_events,
 )
-from engine.models import build_model
-from engine.plan import plan_run
-from engine.presets import load_preset
-from engine.rundir import RunDir
-from engine.training import FaultInjector
-from engine.worker import (
+from engine.core.plan import plan_run
+from engine.core.presets import load_preset
+from engine.core.rundir import RunDir
+from engine.train.models import build_model
+from engine.train.training import FaultInjector
+from engine.train.worker import (
     launcher_gone,
     main,
     plan_for_world,
@@ -194,7 +194,7 @@ def test_slow_fault_sleeps_every_step_from_its_step_on() -> None:
 
 def test_exit_fault_ends_the_process_with_code_3() -> None:
     proc = python(
-        "from engine.training import FaultInjector\n"
+        "from engine.train.training import FaultInjector\n"
         "f = FaultInjector(['exit:0:1'], rank=0)\n"
         "f.at_step(0)\n"
         "print('step 0 done', flush=True)\n"
@@ -208,7 +208,7 @@ def test_exit_fault_ends_the_process_with_code_3() -> None:
 
 def test_hang_fault_blocks_until_killed() -> None:
     proc = python(
-        "from engine.training import FaultInjector\n"
+        "from engine.train.training import FaultInjector\n"
         "print('hanging', flush=True)\n"
         "FaultInjector(['hang:0:0'], rank=0).at_step(0)\n"
     )
@@ -226,7 +226,7 @@ def test_hang_fault_blocks_until_killed() -> None:
 
 RANK_WITH_WATCHDOG = """
 import json, os, subprocess, sys, time
-from engine.worker import start_launcher_watchdog
+from engine.train.worker import start_launcher_watchdog
 start_launcher_watchdog(interval=0.1)
 worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
 print(json.dumps([os.getpid(), worker.pid]), flush=True)
@@ -283,7 +283,7 @@ def test_redirect_output_sends_python_and_fd_output_to_the_log(tmp_path: Path) -
     log = tmp_path / "logs" / "rank-0.log"
     proc = python(
         "import os, sys\n"
-        "from engine.worker import redirect_output\n"
+        "from engine.train.worker import redirect_output\n"
         f"redirect_output(__import__('pathlib').Path({str(log)!r}))\n"
         "print('from print')\n"
         "print('from stderr', file=sys.stderr)\n"
@@ -354,7 +354,7 @@ def torchrun(run_dir: Path, *sets: str) -> subprocess.CompletedProcess[str]:
         "--standalone",
         "--nproc_per_node=2",
         "-m",
-        "engine.worker",
+        "engine.train.worker",
         str(run_dir),
         "--preset",
         "cpu-demo",

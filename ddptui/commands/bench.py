@@ -22,20 +22,20 @@ import click
 from ddptui import exit_codes
 from ddptui.run_options import collect_overrides, override_options
 from ddptui.terminal_progress import ProgressPrinter, follow_run
-from engine import gpus
-from engine.config import ConfigError, RunConfig
-from engine.devices import parse_device_spec
-from engine.machine_info import MachineInfo, collect_machine_info
-from engine.result_history import HistoryError, RecordedRun, ResultHistory, default_db_path
-from engine.rundir import RunDirError
-from engine.speedup_table import (
+from engine.core import gpus
+from engine.core.config import ConfigError, RunConfig
+from engine.core.devices import parse_device_spec
+from engine.core.machine_info import MachineInfo, collect_machine_info
+from engine.core.result_history import HistoryError, RecordedRun, ResultHistory, default_db_path
+from engine.core.rundir import RunDirError
+from engine.core.speedup_table import (
     FORMATS,
     RowResult,
     SpeedupTable,
     build_speedup_table,
     failure_reason,
 )
-from engine.suites import (
+from engine.core.suites import (
     ResolvedRow,
     Suite,
     list_suites,
@@ -43,7 +43,7 @@ from engine.suites import (
     resolve_rows,
     suite_of_presets,
 )
-from engine.summary import RunSummary
+from engine.core.summary import RunSummary
 
 INTERRUPTED = "the bench was interrupted (Ctrl-C) before this row ran"
 
@@ -98,7 +98,7 @@ def run_once(
     resolved: ResolvedRow, runs_dir: Path, out: TextIO, state: BenchState
 ) -> tuple[RunSummary | None, str, str]:
     """Run one repeat of a row to its end: (summary or None, run directory, why there is none)."""
-    from engine.run_start import start_run  # here, so `ddptui bench --help` stays light
+    from engine.core.run_start import start_run  # here, so `ddptui bench --help` stays light
 
     try:
         started = start_run(resolved.config, runs_dir)

@@ -7,11 +7,11 @@ from typing import Any
 
 import click
 
-from engine import gpus
-from engine.config import ConfigError
-from engine.plan import plan_run
-from engine.presets import list_presets, load_preset
-from engine.resource_guard import check_resources
+from engine.core import gpus
+from engine.core.config import ConfigError
+from engine.core.plan import plan_run
+from engine.core.presets import list_presets, load_preset
+from engine.core.resource_guard import check_resources
 
 
 @click.command("presets")

@@ -19,7 +19,7 @@ import click
 
 from ddptui import exit_codes
 from ddptui.run_options import default_runs_dir
-from engine.process_kill import (
+from engine.core.process_kill import (
     CleanPlan,
     KillRefused,
     KillResult,
@@ -27,8 +27,8 @@ from engine.process_kill import (
     kill_run,
     plan_clean,
 )
-from engine.process_table import ProcessTable, TrainingJob, TrainingProcess, scan_processes
-from engine.rundir import RunDirError, find_run
+from engine.core.process_table import ProcessTable, TrainingJob, TrainingProcess, scan_processes
+from engine.core.rundir import RunDirError, find_run
 
 runs_dir_option = click.option(
     "--runs-dir",

@@ -10,8 +10,8 @@ from typing import Any
 import click
 
 from ddptui import exit_codes
-from engine.result_history import BenchRecord, HistoryError, ResultHistory, default_db_path
-from engine.speedup_table import FORMATS, comparison_markdown, markdown_table
+from engine.core.result_history import BenchRecord, HistoryError, ResultHistory, default_db_path
+from engine.core.speedup_table import FORMATS, comparison_markdown, markdown_table
 
 DB_OPTION = click.option(
     "--db",

@@ -12,11 +12,11 @@ import click
 from ddptui import exit_codes
 from ddptui.run_options import collect_overrides, override_options
 from ddptui.terminal_progress import ProgressPrinter, follow_run, result_line
-from engine.config import ConfigError, apply_overrides
-from engine.presets import load_preset
-from engine.run_start import start_run
-from engine.rundir import COMPLETED, RunDirError
-from engine.summary import RunSummary
+from engine.core.config import ConfigError, apply_overrides
+from engine.core.presets import load_preset
+from engine.core.run_start import start_run
+from engine.core.rundir import COMPLETED, RunDirError
+from engine.core.summary import RunSummary
 
 
 @click.command("run")

@@ -16,8 +16,8 @@ import click
 
 from ddptui import exit_codes
 from ddptui.commands.processes import format_age, runs_dir_option
-from engine.rank_states import RankState, RunProgress, read_run_progress
-from engine.rundir import RunDirError, find_run, list_runs
+from engine.core.rank_states import RankState, RunProgress, read_run_progress
+from engine.core.rundir import RunDirError, find_run, list_runs
 
 
 def _stalled_cell(progress: RunProgress) -> str:
@@ -101,7 +101,7 @@ def _rank_rows(ranks: tuple[RankState, ...], now: float) -> list[str]:
 
 
 def _config_lines(progress: RunProgress) -> list[str]:
-    from engine.config import ConfigError, load_config
+    from engine.core.config import ConfigError, load_config
 
     path = progress.path / "config.toml"
     try:

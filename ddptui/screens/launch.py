@@ -2,7 +2,7 @@
 pick the devices, override epochs / max steps / batch / images / precision / data, and start it.
 
 Presets that cannot run on this machine stay in the list, marked, with the reason. Starting a run
-goes through ``engine.run_start`` in a thread worker: the launcher runs in its own session, never in
+goes through ``engine.core.run_start`` in a thread worker: the launcher runs in its own session, never in
 the UI process.
 """
 
@@ -36,13 +36,13 @@ from textual.widgets.selection_list import Selection
 
 from ddptui.messages import PresetsChecked, RunLaunched, WorkerProblem
 from ddptui.widgets import figures
-from engine.config import DATASETS, PRECISIONS, ConfigError, RunConfig, apply_overrides
-from engine.gpus import GpuInventory, GpuSample
-from engine.plan import RunPlan, plan_run
+from engine.core.config import DATASETS, PRECISIONS, ConfigError, RunConfig, apply_overrides
+from engine.core.gpus import GpuInventory, GpuSample
+from engine.core.plan import RunPlan, plan_run
 
 if TYPE_CHECKING:
     from ddptui.app import DdptuiApp
-    from engine.resource_guard import ResourceCheck
+    from engine.core.resource_guard import ResourceCheck
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,8 @@ class PresetCheck:
 
 def check_presets(gpu_count: int) -> list[PresetCheck]:
     """Every preset with the reason it cannot run on a machine with ``gpu_count`` GPUs, if any."""
-    from engine.config import load_config
-    from engine.presets import list_presets
+    from engine.core.config import load_config
+    from engine.core.presets import list_presets
 
     checks = []
     for preset in list_presets():

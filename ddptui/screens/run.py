@@ -28,8 +28,8 @@ from ddptui.widgets.confirm import confirm_kill
 from ddptui.widgets.gpu_panel import GpuPanel
 from ddptui.widgets.log_tail import LogTail
 from ddptui.widgets.rank_table import RankTable
-from engine.gpus import GpuInventory
-from engine.rundir import RunDir
+from engine.core.gpus import GpuInventory
+from engine.core.rundir import RunDir
 
 if TYPE_CHECKING:
     from ddptui.app import DdptuiApp

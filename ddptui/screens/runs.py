@@ -18,7 +18,7 @@ from ddptui.messages import RunsListed, WorkerProblem
 from ddptui.screens.run import STATUS_STYLES
 from ddptui.watch import RunListing, list_run_listings
 from ddptui.widgets import figures
-from engine.rundir import RunDir
+from engine.core.rundir import RunDir
 
 if TYPE_CHECKING:
     from ddptui.app import DdptuiApp

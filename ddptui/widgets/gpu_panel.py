@@ -13,7 +13,7 @@ from textual.widget import Widget
 
 from ddptui.watch import GpuHistory, RankView
 from ddptui.widgets import figures
-from engine.gpus import GpuInventory, GpuSample
+from engine.core.gpus import GpuInventory, GpuSample
 
 CPU_HISTORY = 60
 

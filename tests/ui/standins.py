@@ -16,10 +16,10 @@ from typing import Any
 from ddptui.actions import EngineActions, Outcome
 from ddptui.app import DdptuiApp
 from ddptui.watch import ProcessProbe, ProcessUsage
-from engine import gpus
-from engine.config import RunConfig
-from engine.process_table import ProcessTable, TrainingJob, TrainingProcess
-from engine.rundir import ProcessRef, RunDir
+from engine.core import gpus
+from engine.core.config import RunConfig
+from engine.core.process_table import ProcessTable, TrainingJob, TrainingProcess
+from engine.core.rundir import ProcessRef, RunDir
 from tests.fixtures import make_recorded_run as recorded
 
 RECORDED = Path("tests/fixtures/recorded-run")  # relative: snapshots show it as is
@@ -97,7 +97,7 @@ def fake_pynvml(*, gpu_count: int = 2, fail_init: str | None = None) -> types.Mo
 
 @contextmanager
 def standin_nvml(**kwargs: Any) -> Iterator[types.ModuleType]:
-    """Install the fake pynvml in sys.modules for the duration (engine.gpus imports it lazily)."""
+    """Install the fake pynvml in sys.modules for the duration (engine.core.gpus imports it lazily)."""
     saved = sys.modules.get("pynvml")
     module = fake_pynvml(**kwargs)
     sys.modules["pynvml"] = module
@@ -170,7 +170,7 @@ def orphan_table() -> ProcessTable:
         cpu_percent=1.0,
         rss_bytes=90 * 2**20,
         gpu=(),
-        command=f"python -m engine.launch runs/{LIVE_RUN}",
+        command=f"python -m engine.train.launch runs/{LIVE_RUN}",
         own=True,
     )
     orphans = tuple(

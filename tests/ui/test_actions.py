@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from ddptui.actions import EngineActions, session_rows
-from engine.machine_info import MachineInfo
-from engine.result_history import RecordedRun, ResultHistory
-from engine.rundir import RunDir
-from engine.speedup_table import RowResult, build_speedup_table
-from engine.summary import RunSummary
+from engine.core.machine_info import MachineInfo
+from engine.core.result_history import RecordedRun, ResultHistory
+from engine.core.rundir import RunDir
+from engine.core.speedup_table import RowResult, build_speedup_table
+from engine.core.summary import RunSummary
 from tests.conftest import REPO_ROOT
 from tests.ui.standins import FAILED_RUN, GPU_RUN, LIVE_RUN, RECORDED
 

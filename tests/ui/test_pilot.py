@@ -25,7 +25,7 @@ from ddptui.screens.run import RunScreen
 from ddptui.screens.runs import RunsScreen
 from ddptui.widgets.confirm import ConfirmDialog
 from ddptui.widgets.gpu_panel import GpuPanel
-from engine.rundir import RunDir
+from engine.core.rundir import RunDir
 from tests.conftest import REPO_ROOT
 from tests.ui.standins import FAILED_RUN, GPU_RUN, LIVE_RUN, RECORDED, StandInActions, settle
 

@@ -15,7 +15,7 @@ import pytest
 from textual.pilot import Pilot
 
 from ddptui.app import DdptuiApp
-from engine.rundir import RunDir
+from engine.core.rundir import RunDir
 from tests.ui.conftest import SIZES
 from tests.ui.standins import FAILED_RUN, GPU_RUN, LIVE_RUN, RECORDED, settle, standin_nvml
 

@@ -58,11 +58,11 @@ class StrategyConfig:
 class DevicesConfig:
     # auto | all | N | "0,2" | cpu | cpu:N  (GPU indices are NVML / PCI bus order)
     spec: str = "auto"
-    # Allow more than engine.resource_guard.CPU_RANKS_PER_CORE CPU ranks per usable core.
+    # Allow more than engine.core.resource_guard.CPU_RANKS_PER_CORE CPU ranks per usable core.
     oversubscribe: bool = False
 
     def __post_init__(self) -> None:
-        from engine.devices import parse_device_spec  # plain module; avoids an import cycle
+        from engine.core.devices import parse_device_spec  # plain module; avoids an import cycle
 
         parse_device_spec(self.spec)
 
@@ -197,7 +197,7 @@ class RunConfig:
     faults: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        from engine.faults import parse_fault  # plain module
+        from engine.core.faults import parse_fault  # plain module
 
         for fault in self.faults:
             parse_fault(fault)

@@ -31,9 +31,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from engine.config import ConfigError, ModelConfig
-from engine.data import Batch, TestBatches, TrainBatches, make_train_batches
-from engine.events import (
+from engine.core.config import ConfigError, ModelConfig
+from engine.core.events import (
     CheckpointSaved,
     EpochEnded,
     EpochStarted,
@@ -41,10 +40,11 @@ from engine.events import (
     EventWriter,
     StepProgress,
 )
-from engine.faults import parse_fault
-from engine.models import build_model, prepare_model
-from engine.plan import RunPlan, lr_at_step
-from engine.rundir import RunDir
+from engine.core.faults import parse_fault
+from engine.core.plan import RunPlan, lr_at_step
+from engine.core.rundir import RunDir
+from engine.train.data import Batch, TestBatches, TrainBatches, make_train_batches
+from engine.train.models import build_model, prepare_model
 
 SLOW_FAULT_SECONDS = 0.5
 
@@ -113,7 +113,7 @@ def synchronized_clock(device: torch.device) -> float:
 def kill_launcher() -> None:
     """SIGKILL the launcher of this rank (the parent under torchrun); the rank's parent-death
     signal then ends it too."""
-    from engine.rank_bootstrap import LAUNCHER_PID_ENV
+    from engine.train.rank_bootstrap import LAUNCHER_PID_ENV
 
     launcher = os.environ.get(LAUNCHER_PID_ENV, "")
     os.kill(int(launcher) if launcher.isdigit() else os.getppid(), signal.SIGKILL)
@@ -140,7 +140,7 @@ class FaultInjector:
             if fault.kind == "slow":
                 self.slow = True
             if fault.kind == "oom":
-                from engine.memory_fault import allocate_until_killed
+                from engine.train.memory_fault import allocate_until_killed
 
                 allocate_until_killed()
             if fault.kind == "kill-launcher":

@@ -1,11 +1,11 @@
 """Start a run the way DESIGN.md says: validate, make the run directory, start the launcher.
 
 Validating is ``plan_run`` (can this combination run here at all) and then
-``engine.resource_guard.check_resources`` (do its ranks fit in this machine's cores, memory and
+``engine.core.resource_guard.check_resources`` (do its ranks fit in this machine's cores, memory and
 GPUs); both refuse with a ConfigError before anything is created.
 
 Plain Python: the CLI and the UI call this, and it never imports torch. The launcher
-(``python -m engine.launch RUN_DIR``) runs as a child in a new session, so a closed terminal, a
+(``python -m engine.train.launch RUN_DIR``) runs as a child in a new session, so a closed terminal, a
 dropped SSH link or a crashed UI does not kill training.
 """
 
@@ -18,11 +18,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine import gpus
-from engine.config import RunConfig, to_toml
-from engine.plan import RunPlan, plan_run
-from engine.resource_guard import ResourceCheck, check_resources
-from engine.rundir import STARTING, RunDir, RunInfo, new_run_id, this_host
+from engine.core import gpus
+from engine.core.config import RunConfig, to_toml
+from engine.core.plan import RunPlan, plan_run
+from engine.core.resource_guard import ResourceCheck, check_resources
+from engine.core.rundir import STARTING, RunDir, RunInfo, new_run_id, this_host
 
 
 @dataclass
@@ -86,7 +86,7 @@ def _create_run_dir(config: RunConfig, plan: RunPlan, runs_dir: Path, run_id: st
 
 
 def launcher_command(run_dir: RunDir, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "engine.launch", str(run_dir.path), *extra]
+    return [sys.executable, "-m", "engine.train.launch", str(run_dir.path), *extra]
 
 
 def start_run(

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.machine_info import MachineInfo
-from engine.speedup_table import SpeedupTable, TableError
-from engine.summary import RunSummary
+from engine.core.machine_info import MachineInfo
+from engine.core.speedup_table import SpeedupTable, TableError
+from engine.core.summary import RunSummary
 
 HISTORY_SCHEMA_VERSION = 1
 APPLICATION_ID = 0x64647475  # "ddtu"

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.config import ConfigError, RunConfig, apply_overrides, read_toml_file
-from engine.plan import RunPlan, plan_run
-from engine.presets import bundled_presets_dir, load_preset, user_presets_dir
+from engine.core.config import ConfigError, RunConfig, apply_overrides, read_toml_file
+from engine.core.plan import RunPlan, plan_run
+from engine.core.presets import bundled_presets_dir, load_preset, user_presets_dir
 
 SUITE_KEYS = ("description", "baseline", "set", "rows")
 ROW_KEYS = ("label", "preset", "set")

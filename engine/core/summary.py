@@ -11,8 +11,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from engine.events import EpochEnded, Evaluation, Event, RankFailed, RankStarted, RunStarted
-from engine.rundir import RunDir, RunInfo
+from engine.core.events import EpochEnded, Evaluation, Event, RankFailed, RankStarted, RunStarted
+from engine.core.rundir import RunDir, RunInfo
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class RankReached:
     """How far one rank got, for a run whose launcher could not say (a ``lost`` run)."""
 
     rank: int
-    state: str  # the rank state (engine.rank_states) it ended in
+    state: str  # the rank state (engine.core.rank_states) it ended in
     epoch: int | None = None  # counted from 0, as in the events
     step: int | None = None  # steps done in that epoch
     steps: int | None = None  # steps in that epoch
@@ -150,7 +150,7 @@ def epoch_figures(rank0_events: list[Event]) -> list[EpochFigures]:
 
 def first_rank_failure(run_dir: RunDir) -> Failure | None:
     """The earliest RankFailed event of any rank (the root cause), if a rank reported one."""
-    from engine.events import read_events
+    from engine.core.events import read_events
 
     failures = [
         e
@@ -165,7 +165,7 @@ def first_rank_failure(run_dir: RunDir) -> Failure | None:
 
 
 def started_time(run_dir: RunDir, info: RunInfo) -> float:
-    from engine.events import read_events
+    from engine.core.events import read_events
 
     for e in read_events(run_dir.launcher_events_path):
         if isinstance(e, RunStarted):
@@ -181,8 +181,8 @@ def build_summary(
     Works on whatever the run left: a run killed before rank 0 wrote anything gets a summary with
     no epochs. ``failure`` defaults to the first RankFailed event when ``status`` is failed.
     """
-    from engine.config import load_config
-    from engine.events import read_events
+    from engine.core.config import load_config
+    from engine.core.events import read_events
 
     config = load_config(run_dir.config_path)
     try:

@@ -1,6 +1,6 @@
 """Device sets: parse ``--devices`` and resolve it against this machine, before anything starts.
 
-Plain Python: GPU counts come from NVML (``engine.gpus``), never from CUDA, so the UI can call this.
+Plain Python: GPU counts come from NVML (``engine.core.gpus``), never from CUDA, so the UI can call this.
 GPU indices are NVML / PCI bus order; the launcher sets ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so that
 CUDA's index i is the same card.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.config import ConfigError
+from engine.core.config import ConfigError
 
 DEFAULT_CPU_DDP_RANKS = 2
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from engine.config import ConfigError, ModelConfig
-from engine.data import NUM_CLASSES
+from engine.core.config import ConfigError, ModelConfig
+from engine.train.data import NUM_CLASSES
 
 IMAGENET_CLASSES = 1000
 

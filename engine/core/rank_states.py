@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from engine.events import (
+from engine.core.events import (
     EpochStarted,
     Event,
     EventTail,
@@ -43,7 +43,7 @@ from engine.events import (
     RunStarted,
     StepProgress,
 )
-from engine.rundir import FINAL_STATES, KILLED, LOST, RunDir, RunDirError, RunInfo
+from engine.core.rundir import FINAL_STATES, KILLED, LOST, RunDir, RunDirError, RunInfo
 
 STARTING, RUNNING, STALLED, STRAGGLER, FAILED, DONE, STOPPED = (
     "starting",
@@ -59,7 +59,7 @@ _STOP_SIGNALS = ("SIGTERM", "SIGKILL", "SIGINT")
 
 # Run-level states beyond run.json's starting / running / completed / failed / killed
 ORPHANED = "orphaned"  # launcher gone, no summary, some rank still alive
-# LOST (engine.rundir): launcher gone, no summary, nothing left alive
+# LOST (engine.core.rundir): launcher gone, no summary, nothing left alive
 UNREADABLE = "unreadable"  # run.json is corrupt
 
 
@@ -332,7 +332,7 @@ class RunWatch:
             return
         self._configured = True
         try:
-            from engine.config import load_config
+            from engine.core.config import load_config
 
             sup = load_config(self.run_dir.config_path).supervision
         except Exception:  # a broken config must not hide the ranks
@@ -347,8 +347,8 @@ class RunWatch:
             self.tracker.feed_all(tail.read_new())
 
     def refresh(self, now: float | None = None) -> RunProgress:
-        from engine.lost_runs import LAUNCHER_START_GRACE_SECONDS, settle_lost_run
-        from engine.process_table import ref_alive
+        from engine.core.lost_runs import LAUNCHER_START_GRACE_SECONDS, settle_lost_run
+        from engine.core.process_table import ref_alive
 
         now = time.time() if now is None else now
         self._configure()

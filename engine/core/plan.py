@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.config import ConfigError, RunConfig
-from engine.devices import DevicePlan, resolve_devices
+from engine.core.config import ConfigError, RunConfig
+from engine.core.devices import DevicePlan, resolve_devices
 
 CIFAR_DIRNAME = "cifar-10-batches-py"
 

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from engine.summary import RunSummary
+from engine.core.summary import RunSummary
 
 TABLE_SCHEMA_VERSION = 1
 

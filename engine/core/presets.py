@@ -11,9 +11,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.config import ConfigError, RunConfig, load_config
+from engine.core.config import ConfigError, RunConfig, load_config
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+# engine/ (this file is engine/core/presets.py): the wheel carries the presets in engine/bundled_presets.
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 
 def bundled_presets_dir() -> Path:

@@ -2,7 +2,7 @@
 
 - ``spawn_entry(local_rank, run_dir, node_rank, nproc_per_node, world_size)``: the target the
   launcher passes to ``torch.multiprocessing.spawn``.
-- ``python -m engine.worker RUN_DIR [--preset NAME_OR_PATH] [--set section.key=value ...]``: the
+- ``python -m engine.train.worker RUN_DIR [--preset NAME_OR_PATH] [--set section.key=value ...]``: the
   same rank under ``torchrun`` (RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT from the
   environment). With no launcher there, global rank 0 writes summary.json at the end, and a rank
   that fails writes a failed one if none exists yet.
@@ -11,9 +11,9 @@ Either way a rank sends its stdout and stderr (file descriptors 1 and 2, so C++ 
 ``logs/rank-<r>.log``, writes its events to ``events/rank-<r>.jsonl``, reports an exception as a
 ``RankFailed`` event before exiting non-zero, and leaves the process group on the way out.
 
-A rank never outlives the process that started it: ``engine.rank_bootstrap`` arms Linux's
+A rank never outlives the process that started it: ``engine.train.rank_bootstrap`` arms Linux's
 parent-death signal before torch is imported (at the top of this module under torchrun, at the
-top of ``engine.launch`` for spawned ranks, again in ``spawn_entry``, and in every DataLoader
+top of ``engine.train.launch`` for spawned ranks, again in ``spawn_entry``, and in every DataLoader
 worker), and a watchdog thread ends the rank and its workers where that signal does not exist.
 """
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 if __name__ == "__main__":
     # Under torchrun: tie this rank to torchrun's agent before torch is imported (seconds).
-    from engine.rank_bootstrap import bind_to_parent
+    from engine.train.rank_bootstrap import bind_to_parent
 
     bind_to_parent()
 
@@ -42,13 +42,13 @@ import psutil
 import torch
 import torch.distributed as dist
 
-from engine import gpus
-from engine.config import ConfigError, apply_overrides, load_config, to_toml
-from engine.events import EventWriter, RankFailed, RankFinished, RankStarted
-from engine.plan import RunPlan, plan_run
-from engine.rank_bootstrap import LAUNCHER_PID_ENV, bind_to_parent
-from engine.rundir import COMPLETED, FAILED, RunDir, this_host
-from engine.training import gpu_index, pick_device, train_rank
+from engine.core import gpus
+from engine.core.config import ConfigError, apply_overrides, load_config, to_toml
+from engine.core.events import EventWriter, RankFailed, RankFinished, RankStarted
+from engine.core.plan import RunPlan, plan_run
+from engine.core.rundir import COMPLETED, FAILED, RunDir, this_host
+from engine.train.rank_bootstrap import LAUNCHER_PID_ENV, bind_to_parent
+from engine.train.training import gpu_index, pick_device, train_rank
 
 THREADS_ENV = "DDPTUI_THREADS_PER_RANK"
 WATCHDOG_INTERVAL_SECONDS = 0.5
@@ -271,7 +271,7 @@ def spawn_entry(
 def write_config_if_missing(run_dir: RunDir, preset: str | None, overrides: Sequence[str]) -> None:
     """Resolve ``preset`` + ``overrides`` into RUN_DIR/config.toml unless it is there. Every rank
     may get here at once: each writes the same text to its own temp file and renames it."""
-    from engine.presets import load_preset
+    from engine.core.presets import load_preset
 
     run_dir.events_dir.mkdir(parents=True, exist_ok=True)
     run_dir.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -302,14 +302,14 @@ def _environment_int(name: str) -> int:
 
 
 def _write_summary(run_dir: RunDir, status: str) -> None:
-    from engine.summary import build_summary
+    from engine.core.summary import build_summary
 
     run_dir.write_summary(build_summary(run_dir, status).to_json())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m engine.worker",
+        prog="python -m engine.train.worker",
         description="One ddptui training rank under torchrun (rank and world from the environment).",
     )
     parser.add_argument("run_dir", type=Path, help="the run directory (made if missing)")

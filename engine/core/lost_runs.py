@@ -15,12 +15,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from engine.config import ConfigError
-from engine.events import read_events
-from engine.oom_evidence import sigkill_cause
-from engine.rank_states import RankStateTracker
-from engine.rundir import FINAL_STATES, LOST, ProcessRef, RunDir, RunDirError, RunInfo
-from engine.summary import Failure, RankReached, build_summary, exit_status
+from engine.core.config import ConfigError
+from engine.core.events import read_events
+from engine.core.oom_evidence import sigkill_cause
+from engine.core.rank_states import RankStateTracker
+from engine.core.rundir import FINAL_STATES, LOST, ProcessRef, RunDir, RunDirError, RunInfo
+from engine.core.summary import Failure, RankReached, build_summary, exit_status
 
 # A launcher records itself in run.json within seconds of its start; a run.json that names none
 # this long after it was made belongs to a launcher that died first.
@@ -83,7 +83,7 @@ def settle_lost_run(
     launcher exit (``launcher_exited``: it was its parent), or ``LAUNCHER_START_GRACE_SECONDS``
     after it was made (``now``, default the clock)."""
     if alive is None:
-        from engine.process_table import ref_alive
+        from engine.core.process_table import ref_alive
 
         alive = ref_alive
     if run_dir.summary_path.exists():

@@ -1,11 +1,11 @@
 """Refuse, before anything starts, a plan whose ranks cannot fit on this machine.
 
 Plain Python (the UI calls it on every change of the launch form): the machine is read from
-``os``, ``psutil``, the memory cgroup files and NVML (``engine.gpus``), never from torch. The rules:
+``os``, ``psutil``, the memory cgroup files and NVML (``engine.core.gpus``), never from torch. The rules:
 
 - CPU ranks: at most ``CPU_RANKS_PER_CORE`` per usable core, unless the config sets
   ``devices.oversubscribe = true``;
-- host memory: the run's estimated peak (``engine.memory_estimate``) must fit in what is available
+- host memory: the run's estimated peak (``engine.core.memory_estimate``) must fit in what is available
   now: the kernel's available memory, or the memory cgroup's limit minus its usage where that is
   less. No override: a run that does not fit is killed by the kernel, or takes the machine down;
 - GPUs: each chosen GPU must have the estimated device memory free. A GPU that other processes
@@ -21,10 +21,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.config import ConfigError
-from engine.gpus import GpuInventory, GpuSample, sample_gpus
-from engine.memory_estimate import GIB, MIB, MemoryEstimate, estimate_memory
-from engine.plan import RunPlan
+from engine.core.config import ConfigError
+from engine.core.gpus import GpuInventory, GpuSample, sample_gpus
+from engine.core.memory_estimate import GIB, MIB, MemoryEstimate, estimate_memory
+from engine.core.plan import RunPlan
 
 CPU_RANKS_PER_CORE = 4
 CGROUP_ROOT = Path("/sys/fs/cgroup")

@@ -1,6 +1,6 @@
 """Stopping processes safely: ``ddptui kill RUN_ID``, ``ddptui clean`` and the UI's kill button.
 
-Plain Python (psutil; NVML through ``engine.gpus``). One way to stop anything, ``stop_processes``:
+Plain Python (psutil; NVML through ``engine.core.gpus``). One way to stop anything, ``stop_processes``:
 SIGTERM to every target and its descendants, a grace period, SIGKILL to what is left (children
 that appeared meanwhile included), then a check that nothing is left, as torchelastic's
 subprocess handler does. Processes are named by pid *and* start time, so a pid the kernel gave to
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import psutil
 
-from engine.gpus import sample_gpus
-from engine.process_table import (
+from engine.core.gpus import sample_gpus
+from engine.core.process_table import (
     KIND_DDPTUI,
     ORPHANED,
     ProcessTable,
@@ -32,7 +32,7 @@ from engine.process_table import (
     process_ended,
     same_start,
 )
-from engine.rundir import FINAL_STATES, KILLED, RUN_MARKER_ENV, ProcessRef, RunDir, RunDirError
+from engine.core.rundir import FINAL_STATES, KILLED, RUN_MARKER_ENV, ProcessRef, RunDir, RunDirError
 
 POLL_SECONDS = 0.05
 KILL_WAIT_SECONDS = 5.0  # after SIGKILL: a process in uninterruptible sleep may take a moment
@@ -282,7 +282,7 @@ def _marked(run_id: str, protected: set[int]) -> list[psutil.Process]:
 
 
 def _launchers_of(run_dir: RunDir, protected: set[int]) -> list[psutil.Process]:
-    """``python -m engine.launch RUN_DIR`` processes of this run (before run.json names one)."""
+    """``python -m engine.train.launch RUN_DIR`` processes of this run (before run.json names one)."""
     wanted = run_dir.path.resolve()
     found = []
     for proc in psutil.process_iter(["pid", "cmdline", "cwd"]):
@@ -347,7 +347,7 @@ def _status_before(run_dir: RunDir) -> str:
 def record_killed(run_dir: RunDir, reason: str) -> bool:
     """Write summary.json (status killed) and run.json's state, unless the launcher already
     recorded the kill. True when this wrote the summary."""
-    from engine.summary import RunSummary, build_summary
+    from engine.core.summary import RunSummary, build_summary
 
     try:
         existing = run_dir.read_summary()

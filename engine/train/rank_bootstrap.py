@@ -1,7 +1,7 @@
 """Tie a rank's life to the process that started it, before anything heavy is imported.
 
-Standard library only, and it must stay so: it runs first in every rank (``engine.launch`` calls it
-at the top of the module a spawned rank re-imports as ``__mp_main__``, ``engine.worker`` at the top
+Standard library only, and it must stay so: it runs first in every rank (``engine.train.launch`` calls it
+at the top of the module a spawned rank re-imports as ``__mp_main__``, ``engine.train.worker`` at the top
 of its torchrun entry) and first in every DataLoader worker (its ``worker_init_fn``). Importing
 torch takes seconds; a launcher SIGKILLed or OOM-killed during those seconds must not leave the
 rank behind with parent 1, which is what a watchdog thread started after ``import torch`` allowed.
@@ -9,7 +9,7 @@ rank behind with parent 1, which is what a watchdog thread started after ``impor
 On Linux, ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` makes the kernel kill this process the moment its
 parent (the thread that forked it) ends. The parent may already have ended before the call, so the
 parent is checked again after it. Elsewhere there is no such call: ``bind_to_parent`` returns
-False and the watchdog thread in ``engine.worker`` is what ends an orphaned rank.
+False and the watchdog thread in ``engine.train.worker`` is what ends an orphaned rank.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ FAULT_KINDS = ("crash", "exit", "hang", "slow", "oom", "kill-launcher")
 @dataclass(frozen=True)
 class Fault:
     # crash: raises | exit: os._exit | hang: blocks forever | slow: sleeps every step
-    # oom: allocates until the kernel's OOM killer ends it (engine.memory_fault)
+    # oom: allocates until the kernel's OOM killer ends it (engine.train.memory_fault)
     # kill-launcher: SIGKILLs the launcher, as an OOM kill of the launcher would end it
     kind: str
     rank: int
@@ -18,7 +18,7 @@ class Fault:
 
 
 def parse_fault(text: str) -> Fault:
-    from engine.config import ConfigError
+    from engine.core.config import ConfigError
 
     parts = text.split(":")
     if (

@@ -1,4 +1,4 @@
-"""The launcher: ``python -m engine.launch RUN_DIR`` starts the ranks of one run and supervises them.
+"""The launcher: ``python -m engine.train.launch RUN_DIR`` starts the ranks of one run and supervises them.
 
 It sets the environment every rank inherits (run marker, free port, GPU set, thread split) before
 anything touches CUDA, starts the ranks with ``torch.multiprocessing.spawn``, records their pids and
@@ -21,7 +21,7 @@ from __future__ import annotations
 if __name__ == "__mp_main__":
     # A rank spawned by this launcher re-imports this module as __mp_main__ before anything
     # else (torch included): tie it to the launcher first, so that it dies with it.
-    from engine.rank_bootstrap import bind_to_parent
+    from engine.train.rank_bootstrap import bind_to_parent
 
     bind_to_parent()
 
@@ -39,9 +39,9 @@ from pathlib import Path
 
 import psutil
 
-from engine import gpus
-from engine.config import ConfigError, RunConfig, load_config
-from engine.events import (
+from engine.core import gpus
+from engine.core.config import ConfigError, RunConfig, load_config
+from engine.core.events import (
     EventTail,
     EventWriter,
     RankExited,
@@ -53,13 +53,11 @@ from engine.events import (
     RunStarted,
     StepProgress,
 )
-from engine.memory_fault import own_memory_cgroup, remove_fault_cgroup
-from engine.oom_evidence import oom_kill_count, sigkill_cause
-from engine.plan import RunPlan, plan_run
-from engine.process_kill import stop_processes
-from engine.rank_bootstrap import LAUNCHER_PID_ENV
-from engine.resource_guard import available_memory_bytes, check_resources
-from engine.rundir import (
+from engine.core.oom_evidence import oom_kill_count, sigkill_cause
+from engine.core.plan import RunPlan, plan_run
+from engine.core.process_kill import stop_processes
+from engine.core.resource_guard import available_memory_bytes, check_resources
+from engine.core.rundir import (
     COMPLETED,
     FAILED,
     KILLED,
@@ -71,7 +69,9 @@ from engine.rundir import (
     RunInfo,
     this_host,
 )
-from engine.summary import Failure, build_summary, exit_status
+from engine.core.summary import Failure, build_summary, exit_status
+from engine.train.memory_fault import own_memory_cgroup, remove_fault_cgroup
+from engine.train.rank_bootstrap import LAUNCHER_PID_ENV
 
 POLL_SECONDS = 0.1
 STARTUP_ALLOWANCE_SECONDS = 60.0
@@ -398,7 +398,7 @@ def launch(
     """Run one node's share of a run to the end; returns the final status."""
     config = load_config(run_dir.config_path)
     plan = plan_run(config, gpus.gpu_count())
-    # ddptui run checked this already; `python -m engine.launch` on another node did not. The
+    # ddptui run checked this already; `python -m engine.train.launch` on another node did not. The
     # estimate counts this launcher, which already holds its memory.
     own = psutil.Process().memory_info().rss
     resources = check_resources(plan, available_bytes=available_memory_bytes() + own)
@@ -451,7 +451,7 @@ def launch(
     try:
         import torch.multiprocessing as mp  # only now: the environment above is in place
 
-        from engine.worker import spawn_entry
+        from engine.train.worker import spawn_entry
 
         context = mp.start_processes(
             spawn_entry,
@@ -503,7 +503,7 @@ def _create_time(p: psutil.Process) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m engine.launch",
+        prog="python -m engine.train.launch",
         description="Start and supervise the ranks of one ddptui run (its directory holds config.toml).",
     )
     parser.add_argument("run_dir", type=Path)

@@ -1,7 +1,7 @@
 """Which distributed-training processes run on this machine, grouped into jobs (``ddptui ps``,
 ``ddptui clean`` and the UI's process screen).
 
-Plain Python (psutil; NVML through ``engine.gpus``), never torch.
+Plain Python (psutil; NVML through ``engine.core.gpus``), never torch.
 
 Recognised processes:
 
@@ -40,8 +40,8 @@ from typing import Any
 
 import psutil
 
-from engine.gpus import GpuInventory, sample_gpus
-from engine.rundir import RUN_MARKER_ENV, ProcessRef, RunDir, RunDirError, RunInfo
+from engine.core.gpus import GpuInventory, sample_gpus
+from engine.core.rundir import RUN_MARKER_ENV, ProcessRef, RunDir, RunDirError, RunInfo
 
 # Process states
 RUNNING, ORPHANED, STALLED, ZOMBIE = "running", "orphaned", "stalled", "zombie"
@@ -188,7 +188,7 @@ def launcher_kind(cmdline: Iterable[str]) -> str | None:
             module = args[i + 1]
             if module in ("torch.distributed.run", "torch.distributed.launch"):
                 return module
-            if module == "engine.launch":
+            if module == "engine.train.launch":
                 return "ddptui"
     return None
 
@@ -718,8 +718,8 @@ def _pgid(pid: int) -> int | str:
 
 
 def _stalled_ranks(run_dir: RunDir, now: float) -> dict[int, str]:
-    from engine.rank_states import STALLED as RANK_STALLED
-    from engine.rank_states import read_run_progress
+    from engine.core.rank_states import STALLED as RANK_STALLED
+    from engine.core.rank_states import read_run_progress
 
     try:
         progress = read_run_progress(run_dir, now)

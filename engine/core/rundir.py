@@ -32,7 +32,7 @@ RUN_MARKER_ENV = "DDPTUI_RUN_ID"
 
 # run.json "state" and summary.json "status" values. ``lost``: the launcher ended without writing
 # a summary (SIGKILL, out of memory) and nothing of the run is alive; whoever reads the run next
-# writes that summary (engine.lost_runs).
+# writes that summary (engine.core.lost_runs).
 STARTING, RUNNING, COMPLETED, FAILED, KILLED, LOST = (
     "starting",
     "running",

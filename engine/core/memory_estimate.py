@@ -8,10 +8,10 @@ bound for what was measured, not on it being tight.
 
 What one run holds on the host:
 
-- the launcher (``python -m engine.launch``: an interpreter with torch imported);
+- the launcher (``python -m engine.train.launch``: an interpreter with torch imported);
 - per rank: the interpreter with torch imported, the model's parameters, gradients, momentum and
   DDP's gradient buckets, the activations of one training batch, and the data set, which every
-  rank holds whole (``engine.data.load_split``) - more than once while it is being made;
+  rank holds whole (``engine.train.data.load_split``) - more than once while it is being made;
 - per rank with the ``torchvision`` pipeline: ``data.num_workers`` DataLoader workers for training
   (persistent, so still alive at evaluation) plus as many for evaluation. Ranks are started with
   ``spawn``, so their workers are spawned too: each is a fresh interpreter that imports torch and
@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.config import ModelConfig, RunConfig
-from engine.plan import RunPlan
+from engine.core.config import ModelConfig, RunConfig
+from engine.core.plan import RunPlan
 
 MIB = 2**20
 GIB = 2**30
@@ -107,7 +107,7 @@ CUDA_CONTEXT_DEVICE_BYTES = 614 * MIB
 DEVICE_MARGIN = 1.25
 
 # Trainable parameters without the classifier head, and the head's input features (torchvision's
-# resnet18/34/50 and engine.models.SmallCNN at width 16).
+# resnet18/34/50 and engine.train.models.SmallCNN at width 16).
 _BACKBONES = {
     "small_cnn": (23_696, 64),
     "resnet18": (11_176_512, 512),

@@ -2,7 +2,7 @@
 
 Plain Python: the CLI and the UI call this without importing torch. Torch's versions come from a
 short ``python -c`` subprocess (the same interpreter the runs use), GPU names and the driver from
-NVML through ``engine.gpus``. Nothing here raises: what cannot be found is recorded as
+NVML through ``engine.core.gpus``. Nothing here raises: what cannot be found is recorded as
 "unknown (reason)", so a bench is always recorded.
 """
 
@@ -135,7 +135,7 @@ def torch_versions(python: str = sys.executable, timeout: float = 60.0) -> dict[
 
 def collect_machine_info(*, probe_torch: bool = True) -> MachineInfo:
     """This machine, now. Takes a second or two (the torch probe); never raises."""
-    from engine.gpus import sample_gpus
+    from engine.core.gpus import sample_gpus
 
     inventory = sample_gpus()
     versions = torch_versions() if probe_torch else {"torch": "", "cuda": "", "nccl": ""}
