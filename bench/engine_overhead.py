@@ -45,7 +45,6 @@ sys.path.insert(0, str(REPO))
 from engine.core.config import RunConfig, apply_overrides, to_toml  # noqa: E402
 from engine.core.presets import load_preset  # noqa: E402
 from engine.core.run_start import start_run  # noqa: E402
-from engine.core.summary import RunSummary  # noqa: E402
 
 PLAIN_SCRIPT = REPO / "bench" / "plain_ddp.py"
 sys.path.insert(0, str(PLAIN_SCRIPT.parent))
@@ -97,11 +96,10 @@ def engine_images_per_s(args: argparse.Namespace, ranks: int) -> float:
             started.process.terminate()
             started.wait(timeout=30)
             raise SystemExit(f"the engine run took over {args.timeout} s; see --timeout") from None
-        data = started.run_dir.read_summary()
-        if data is None:
+        summary = started.run_dir.read_summary()
+        if summary is None:
             log = started.run_dir.launcher_log_path.read_text(errors="replace")[-2000:]
             raise SystemExit(f"the engine run left no summary.json; launcher log:\n{log}")
-        summary = RunSummary.from_json(data)
         last = summary.last_epoch
         if summary.status != "completed" or last is None:
             raise SystemExit(f"the engine run ended {summary.status}: {summary.reason}")

@@ -39,7 +39,6 @@ from engine.core.memory_estimate import MemoryEstimate, estimate_memory  # noqa:
 from engine.core.plan import plan_run  # noqa: E402
 from engine.core.presets import load_preset  # noqa: E402
 from engine.core.run_start import start_run  # noqa: E402
-from engine.core.summary import RunSummary  # noqa: E402
 
 MIB = 2**20
 SAMPLE_SECONDS = 0.02
@@ -134,10 +133,9 @@ def measure(config: RunConfig, timeout: float) -> RunPeaks:
                 raise SystemExit(f"{config.model.name}: the run took over {timeout} s")
             sample(launcher, peaks)
             time.sleep(SAMPLE_SECONDS)
-        data = started.run_dir.read_summary()
-        if data is None:
+        summary = started.run_dir.read_summary()
+        if summary is None:
             raise SystemExit(f"{config.model.name}: the run left no summary.json")
-        summary = RunSummary.from_json(data)
         if summary.status != "completed":
             raise SystemExit(
                 f"{config.model.name}: the run ended {summary.status}: {summary.reason}"

@@ -51,13 +51,13 @@ sys.path.insert(0, str(REPO))
 
 import psutil  # noqa: E402
 
-from ddptui.terminal_progress import settle_after_launcher  # noqa: E402
 from engine.core.config import apply_overrides  # noqa: E402
-from engine.core.lost_runs import LAUNCHER_START_GRACE_SECONDS  # noqa: E402
+from engine.core.follower import follow_run  # noqa: E402
+from engine.core.observer import LAUNCHER_START_GRACE_SECONDS, observe_run  # noqa: E402
 from engine.core.presets import load_preset  # noqa: E402
-from engine.core.rank_states import read_run_progress  # noqa: E402
+from engine.core.run_environment import RUN_MARKER_ENV  # noqa: E402
 from engine.core.run_start import StartedRun, start_run  # noqa: E402
-from engine.core.rundir import RUN_MARKER_ENV, RunDir  # noqa: E402
+from engine.core.rundir import RunDir  # noqa: E402
 from engine.train.memory_fault import FAULT_CGROUP_PREFIX, own_memory_cgroup  # noqa: E402
 
 FAULTS = (
@@ -195,7 +195,7 @@ def soak_one(fault: str, runs_dir: Path, rng: random.Random, grace: float) -> Ou
     if not started.run_dir.summary_path.exists():
         if rng.random() < 0.5:
             settled_by = "follower"
-            settle_after_launcher(started)
+            follow_run(started, on_state=lambda _state: None)  # the launcher has exited
         else:
             # `ddptui runs` as it reads the run after the launcher's start-up grace: a launcher
             # killed before it recorded itself is only then known to be gone
@@ -203,7 +203,7 @@ def soak_one(fault: str, runs_dir: Path, rng: random.Random, grace: float) -> Ou
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
                 later = time.time() + LAUNCHER_START_GRACE_SECONDS
-                if read_run_progress(started.run_dir, now=later).summary is not None:
+                if observe_run(started.run_dir, now=later).summary is not None:  # and settles it
                     break
                 time.sleep(0.2)
     time.sleep(grace)
@@ -212,7 +212,7 @@ def soak_one(fault: str, runs_dir: Path, rng: random.Random, grace: float) -> Ou
         with contextlib.suppress(psutil.Error):
             proc.kill()
     summary = started.run_dir.read_summary()
-    status = str(summary.get("status")) if summary else "missing"
+    status = str(summary.status) if summary else "missing"
     return Outcome(
         fault=fault,
         run_id=started.run_id,

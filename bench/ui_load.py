@@ -34,7 +34,8 @@ sys.path.insert(0, str(REPO))
 from engine.core.config import apply_overrides, to_toml  # noqa: E402
 from engine.core.events import EpochStarted, EventWriter, RankStarted, RunStarted, StepProgress  # noqa: E402
 from engine.core.presets import load_preset  # noqa: E402
-from engine.core.rundir import ProcessRef, RunDir, RunInfo  # noqa: E402
+from engine.core.process_identity import ProcessRef  # noqa: E402
+from engine.core.rundir import RunDir, RunInfo  # noqa: E402
 
 TARGET_PERCENT = 10.0
 
@@ -129,7 +130,7 @@ async def measure(runs_dir: Path, run: RunDir, warmup: float, seconds: float) ->
         await pilot.pause(warmup)
         screen = app.screen
         assert isinstance(screen, RunScreen)
-        events_before = screen.view.events_read if screen.view else 0
+        events_before = screen.view.run.events_read if screen.view else 0
         coalesced_before = screen.coalesced
         cpu0, wall0 = cpu_seconds(), time.monotonic()
         tick = 0.1
@@ -143,11 +144,11 @@ async def measure(runs_dir: Path, run: RunDir, warmup: float, seconds: float) ->
         result = {
             "cpu_percent_of_one_core": 100.0 * (cpu1 - cpu0) / (wall1 - wall0),
             "measured_seconds": wall1 - wall0,
-            "events_read": float((view.events_read if view else 0) - events_before),
+            "events_read": float((view.run.events_read if view else 0) - events_before),
             "stale_updates_skipped": float(screen.coalesced - coalesced_before),
             "loop_lag_p95_ms": 1000 * statistics.quantiles(lags, n=20)[-1],
             "loop_lag_max_ms": 1000 * max(lags),
-            "ranks_shown": float(len(view.ranks) if view else 0),
+            "ranks_shown": float(len(view.run.ranks) if view else 0),
         }
     return result
 

@@ -4,7 +4,8 @@ Start a run (``engine.core.run_start``), stop one and clean orphans (process con
 (``engine.core.process_table``), build a speedup table (``engine.core.speedup_table``). The screens call these
 from thread workers only, and only through an ``EngineActions``, so each stays one swappable call
 (tests pass a subclass). Engine modules are imported when first called, which keeps them (and
-anything they import) off the app's start-up path.
+anything they import) off the app's start-up path: every import inside a method below is there
+for start-up time, not to dodge an import cycle.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from engine.core.config import RunConfig
 from engine.core.rundir import RunDir
+from engine.core.statuses import KillOutcome
 
 if TYPE_CHECKING:
+    from engine.core.process_identity import ProcessProbe
     from engine.core.process_table import ProcessTable
     from engine.core.run_start import StartedRun
     from engine.core.speedup_table import SpeedupTable
@@ -75,12 +78,18 @@ class EngineActions:
             parts.append(f"left {job.label} alone: {why}")
         return Outcome(ok=not left, report="; ".join(parts))
 
-    def session_table(self, run_dirs: list[RunDir], baseline: str | None) -> SpeedupTable:
-        """The speedup table of the given runs (one row each, labelled by run id)."""
+    def session_table(
+        self, run_dirs: list[RunDir], baseline: str | None, probe: ProcessProbe | None = None
+    ) -> SpeedupTable:
+        """The speedup table of the given runs (one row each, labelled by run id), each run as
+        the run observer sees it through ``probe`` (a running one is a row that says so)."""
         from engine.core.speedup_table import build_speedup_table
+        from engine.core.table_rows import session_rows
 
         return build_speedup_table(
-            session_rows(run_dirs), title="Runs launched in this session", baseline=baseline
+            session_rows(run_dirs, probe),
+            title="Runs launched in this session",
+            baseline=baseline,
         )
 
     def list_benches(self) -> list[Any]:
@@ -94,6 +103,7 @@ class EngineActions:
     def bench_table(self, bench_id: int, baseline: str | None) -> SpeedupTable:
         """A stored bench's table, rebuilt from its runs when another baseline is chosen."""
         from engine.core.result_history import ResultHistory
+        from engine.core.table_rows import rebaseline
 
         with ResultHistory(create=False) as history:
             record = history.get(bench_id)
@@ -102,86 +112,11 @@ class EngineActions:
         return rebaseline(record, baseline)
 
 
-def session_rows(run_dirs: list[RunDir]) -> list[Any]:
-    """One speedup-table row per run; a run still going or unreadable is a skipped row saying so."""
-    from engine.core.speedup_table import RowResult
-    from engine.core.summary import RunSummary
-
-    rows = []
-    labels = _short_labels([r.run_id for r in run_dirs])
-    for run_dir in run_dirs:
-        label = labels[run_dir.run_id]
-        try:
-            data = run_dir.read_summary()
-            info = run_dir.read_run_info()
-        except Exception as err:  # a broken run is a row that says so, not a broken table
-            rows.append(RowResult(label, "", "", "", 0, "", 0, skipped=str(err)))
-            continue
-        if data is None:
-            rows.append(
-                RowResult(label, info.preset, "", info.devices, 0, "", 0, skipped="still running")
-            )
-            continue
-        summary = RunSummary.from_json(data)
-        rows.append(
-            RowResult(
-                label=label,
-                preset=summary.preset,
-                strategy=summary.strategy,
-                devices=summary.devices,
-                device_count=summary.device_count,
-                precision=summary.precision,
-                global_batch=summary.global_batch,
-                summaries=(summary,),
-            )
-        )
-    return rows
-
-
-def _short_labels(run_ids: list[str]) -> dict[str, str]:
-    """``20261202-105133-cpu-demo-3f9a`` -> ``cpu-demo-3f9a``, unless that would not be unique."""
-    short = {}
-    for run_id in run_ids:
-        parts = run_id.split("-", 2)
-        ok = len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit()
-        short[run_id] = parts[2] if ok else run_id
-    if len(set(short.values())) != len(short):
-        return {r: r for r in run_ids}
-    return short
-
-
-def rebaseline(record: Any, baseline: str) -> SpeedupTable:
-    """Rebuild a stored bench's table from its recorded runs with another baseline row."""
-    from engine.core.speedup_table import RowResult, build_speedup_table
-
-    runs_by_row: dict[str, list[Any]] = {}
-    for run in record.runs:
-        runs_by_row.setdefault(run.row_label, []).append(run.summary)
-    rows = []
-    for row in record.table.rows:
-        rows.append(
-            RowResult(
-                label=row.label,
-                preset=row.preset,
-                strategy=row.strategy,
-                devices=row.devices,
-                device_count=row.device_count,
-                precision=row.precision,
-                global_batch=row.global_batch,
-                summaries=tuple(runs_by_row.get(row.label, ())),
-                skipped=row.reason if row.status == "skipped" else "",
-            )
-        )
-    return build_speedup_table(
-        rows, title=record.table.title, baseline=baseline, header_lines=record.table.header_lines
-    )
-
-
 def describe_kill(result: Any) -> str:
     """A ``KillResult`` in one or two sentences: what was stopped and whether anything is left."""
-    if result.outcome == "already-finished":
+    if result.outcome == KillOutcome.ALREADY_FINISHED:
         return f"run {result.run_id} had already finished; no process of it was left"
-    if result.outcome == "nothing-running":
+    if result.outcome == KillOutcome.NOTHING_RUNNING:
         return f"no process of run {result.run_id} was left; it is now recorded as killed"
     stop = result.stop
     n = len(result.targets)

@@ -52,7 +52,7 @@ class RunProgressed(Snapshot):
 
     @property
     def key(self) -> object:
-        return (type(self), self.view.run_id)
+        return (type(self), self.view.run.run_id)
 
 
 class GpusSampled(Snapshot):

@@ -1,28 +1,24 @@
-"""Follow a run's event files and print its progress on a plain terminal (``ddptui run``).
+"""Print a followed run's progress on a plain terminal (``ddptui run``, ``ddptui bench``).
 
 One status line rewritten in place on a terminal, a line every few seconds when the output is a
-file or pipe, and one line per finished epoch either way.
+file or pipe, and one line per finished epoch either way. The rank figures come from the run
+observer's states (``engine.core.follower`` hands them over); the epoch lines from rank 0's
+epoch-end and evaluation events.
 """
 
 from __future__ import annotations
 
-import signal
 import sys
 import time
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
-from engine.core.events import EpochEnded, Evaluation, EventTail, RankFailed, StepProgress
-from engine.core.lost_runs import settle_lost_run
+from engine.core.events import EpochEnded, Evaluation, EventTail, RankFailed
+from engine.core.follower import FollowResult, follow_run
+from engine.core.observer import RunState
+from engine.core.rank_states import StepReport
+from engine.core.run_start import StartedRun
 from engine.core.rundir import RunDir
 from engine.core.summary import RunSummary
-
-# How long ranks may take to end after their launcher did, before the run is left unsettled
-# (orphaned ranks, for `ddptui clean`): the parent-death signal ends them at once on Linux, the
-# watchdog within a second elsewhere.
-RANKS_END_SECONDS = 10.0
-
-if TYPE_CHECKING:
-    from engine.core.run_start import StartedRun
 
 
 class ProgressPrinter:
@@ -32,18 +28,19 @@ class ProgressPrinter:
         self.out = out
         self.tty = out.isatty()
         self.tails: dict[int, EventTail] = {}
-        self.latest: dict[int, StepProgress] = {}
+        self.state: RunState | None = None
         self.epoch_lines: dict[int, str] = {}
         self.last_plain_print = 0.0
         self.line_open = False
 
-    def poll(self) -> None:
+    def show(self, state: RunState | None = None) -> None:
+        """Print what is new: epoch lines from rank 0's events, then the status line."""
+        if state is not None:
+            self.state = state
         for rank, path in self.run_dir.rank_event_paths().items():
             tail = self.tails.setdefault(rank, EventTail(path))
             for event in tail.read_new():
-                if isinstance(event, StepProgress):
-                    self.latest[rank] = event
-                elif isinstance(event, EpochEnded) and rank == 0:
+                if isinstance(event, EpochEnded) and rank == 0:
                     share = (
                         event.global_data_wait_seconds / event.global_seconds
                         if event.global_seconds
@@ -61,20 +58,31 @@ class ProgressPrinter:
                     self._print_line(f"{line}, test accuracy {event.accuracy:.1%}")
                 elif isinstance(event, RankFailed):
                     self._print_line(f"rank {event.rank} failed: {event.error}")
+        reports = self._reports()
         for epoch in sorted(self.epoch_lines):
             # without evaluation, the epoch line stands alone once the next epoch is under way
-            if any(p.epoch > epoch for p in self.latest.values()):
+            if any(p.epoch > epoch for p in reports.values()):
                 self._print_line(self.epoch_lines.pop(epoch))
-        self._status()
+        self._status(reports)
 
-    def _status(self) -> None:
-        if not self.latest:
+    def _reports(self) -> dict[int, StepReport]:
+        """Each rank's latest step report with figures (an epoch start has none yet)."""
+        if self.state is None:
+            return {}
+        return {
+            r.rank: r.report
+            for r in self.state.ranks
+            if r.report is not None and r.report.loss is not None
+        }
+
+    def _status(self, reports: dict[int, StepReport]) -> None:
+        if not reports:
             return
         parts = [
-            f"r{r} {p.step}/{p.steps} loss {p.loss:.3f} {p.images_per_s:,.0f} img/s"
-            for r, p in sorted(self.latest.items())
+            f"r{r} {p.step}/{p.steps} loss {p.loss or 0:.3f} {p.images_per_s or 0:,.0f} img/s"
+            for r, p in sorted(reports.items())
         ]
-        epoch = max(p.epoch for p in self.latest.values()) + 1
+        epoch = max(p.epoch for p in reports.values()) + 1
         line = f"epoch {epoch}/{self.epochs}  " + " | ".join(parts)
         if self.tty:
             self.out.write("\r\x1b[2K" + line[:200])
@@ -92,7 +100,7 @@ class ProgressPrinter:
         self.out.flush()
 
     def finish(self) -> None:
-        self.poll()
+        self.show()
         for epoch in sorted(self.epoch_lines):
             self._print_line(self.epoch_lines.pop(epoch))
         if self.line_open:
@@ -122,43 +130,15 @@ def result_line(summary: RunSummary, run_dir: RunDir) -> str:
     return text + f"\n  run directory: {run_dir.path}"
 
 
-def follow_run(started: StartedRun, printer: ProgressPrinter, *, on_interrupt: str) -> bool:
-    """Print a started run's progress until its launcher exits; returns whether Ctrl-C was pressed.
+def follow_with_progress(
+    started: StartedRun, printer: ProgressPrinter, *, on_interrupt: str
+) -> FollowResult:
+    """Follow a started run to its end (``engine.core.follower``), printing its progress; Ctrl-C
+    stops the run, printing ``on_interrupt``."""
 
-    Ctrl-C sends the launcher SIGTERM once (it stops the ranks and writes a ``killed`` summary)
-    and prints ``on_interrupt``; the wait goes on until the launcher is done.
-    """
-    interrupted = False
+    def interrupted() -> None:
+        printer.out.write(f"\n{on_interrupt}\n")
 
-    def stop(_signum: int, _frame: object) -> None:
-        nonlocal interrupted
-        if not interrupted:
-            interrupted = True
-            printer.out.write(f"\n{on_interrupt}\n")
-            started.process.send_signal(signal.SIGTERM)
-
-    previous = signal.signal(signal.SIGINT, stop)
-    try:
-        while started.poll() is None:
-            printer.poll()
-            time.sleep(0.2)
-        printer.finish()
-        if not started.run_dir.summary_path.exists():
-            settle_after_launcher(started)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    return interrupted
-
-
-def settle_after_launcher(started: StartedRun, wait_seconds: float = RANKS_END_SECONDS) -> None:
-    """The launcher exited without a summary (SIGKILL, out of memory): give its ranks a moment to
-    end (their parent-death signal ends them at once), then write the ``lost`` summary naming the
-    launcher's exit status, which only this process, its parent, knows."""
-    code = started.poll()
-    deadline = time.monotonic() + wait_seconds
-    while True:
-        settled = settle_lost_run(started.run_dir, launcher_exit=code, launcher_exited=True)
-        done = settled is not None or started.run_dir.summary_path.exists()
-        if done or time.monotonic() >= deadline:
-            return
-        time.sleep(0.2)
+    result = follow_run(started, printer.show, on_interrupt=interrupted)
+    printer.finish()
+    return result

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from ddptui.cli import main
-from ddptui.commands.bench import INTERRUPTED
+from engine.core.bench_runner import INTERRUPTED
 from engine.core.rundir import RunDir
 from engine.core.summary import RunSummary
 from tests.conftest import wait_for
@@ -56,9 +56,9 @@ def write_suite(tmp_path: Path, body: str, name: str = "tiny.toml") -> Path:
 
 
 def summary_of(tmp_path: Path, run_id: str) -> RunSummary:
-    data = RunDir(tmp_path / "runs" / run_id).read_summary()
-    assert data is not None
-    return RunSummary.from_json(data)
+    summary = RunDir(tmp_path / "runs" / run_id).read_summary()
+    assert summary is not None
+    return summary
 
 
 def still_running(pid: int, start_time: float) -> bool:

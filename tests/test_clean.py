@@ -17,15 +17,12 @@ from fixtures.made_runs import ProcessPen, make_run, ref_of
 from ddptui.cli import main
 from engine.core.gpus import GpuInventory
 from engine.core.process_kill import CleanPlan, clean_orphans, plan_clean
-from engine.core.process_table import (
-    KIND_ENV,
-    ORPHANED,
-    RUNNING,
-    ProcessTable,
-    TrainingJob,
-    TrainingProcess,
-    scan_processes,
-)
+from engine.core.process_table import ProcessTable, TrainingJob, TrainingProcess, scan_processes
+from engine.core.statuses import JobKind, JobState
+
+KIND_ENV = JobKind.ENV
+ORPHANED = JobState.ORPHANED
+RUNNING = JobState.RUNNING
 
 ELASTIC = {
     "TORCHELASTIC_RUN_ID": "clean-me",
@@ -156,9 +153,9 @@ def test_clean_records_our_orphaned_run_as_killed(runs_dir: Path, pen: ProcessPe
     (cleaned,) = clean_orphans(CleanPlan(jobs=(job,), left_alone=()), grace=2.0)
     assert cleaned.stop.stopped == (rank.pid,)
     assert cleaned.summary_written
-    summary = json.loads(run_dir.summary_path.read_text())
-    assert summary["status"] == "killed"
-    assert "ddptui clean" in summary["reason"]
+    summary = run_dir.read_summary()
+    assert summary is not None and summary.status == "killed"
+    assert "ddptui clean" in summary.reason
 
 
 def test_clean_is_refused_for_a_job_whose_pid_was_reused(pen: ProcessPen) -> None:

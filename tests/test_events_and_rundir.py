@@ -18,7 +18,8 @@ from engine.core.events import (
     event_from_json,
     read_events,
 )
-from engine.core.rundir import ProcessRef, RunDir, RunDirError, RunInfo, find_run
+from engine.core.process_identity import ProcessRef
+from engine.core.rundir import RunDir, RunDirError, RunInfo, find_run
 
 
 def test_every_event_round_trips_through_one_json_line() -> None:

@@ -34,22 +34,25 @@ import pytest
 from fixtures.live_runs import QUICK, REPO_ROOT, ddptui, detached_run, run_processes
 from fixtures.made_runs import ProcessPen, make_run, ref_of, start_as_user
 
-from engine.core.process_table import ORPHANED, ref_alive, scan_processes
-from engine.core.rank_states import STALLED, read_run_progress
-from engine.core.rundir import ProcessRef, RunDir, list_runs
+from engine.core.observer import observe_run
+from engine.core.process_identity import ProcessRef, ref_alive
+from engine.core.process_table import scan_processes
+from engine.core.rundir import RunDir, list_runs
+from engine.core.statuses import JobState, RankStatus
 from tests.conftest import wait_for
 
+ORPHANED, STALLED = JobState.ORPHANED, RankStatus.STALLED
 TORCHRUN = Path(sys.executable).parent / "torchrun"
 PLAIN_DDP = REPO_ROOT / "tests" / "fixtures" / "plain_ddp_sleep.py"
 
 
 def first_steps_reported(run_dir: RunDir) -> bool:
-    progress = read_run_progress(run_dir)
+    progress = observe_run(run_dir)
     return all(r.step is not None for r in progress.ranks) and len(progress.ranks) == 2
 
 
 def hung_after_a_step(run_dir: RunDir) -> bool:
-    rank0 = read_run_progress(run_dir).ranks[0]
+    rank0 = observe_run(run_dir).ranks[0]
     return rank0.state == STALLED and rank0.global_step is not None
 
 
@@ -70,7 +73,7 @@ def test_1_a_crash_on_rank_1_fails_the_run_and_names_its_traceback(
     assert result.returncode != 0, result.stdout
     (run_dir,) = list_runs(runs_dir)
     summary = run_dir.read_summary()
-    assert summary is not None and summary["status"] == "failed"
+    assert summary is not None and summary.status == "failed"
     # Bounded from the crash on: the other rank is stopped within failure_grace_seconds (5 s).
     # The whole command, start-up included, within 30 s on an idle machine; the slack is for
     # two cores shared with other tests.
@@ -79,11 +82,11 @@ def test_1_a_crash_on_rank_1_fails_the_run_and_names_its_traceback(
         for e in map(json.loads, run_dir.rank_events_path(1).read_text().splitlines())
         if e["type"] == "rank_failed"
     )
-    assert summary["finished"] - crashed < 15, "the run took too long to end after the crash"
+    assert summary.finished - crashed < 15, "the run took too long to end after the crash"
     assert took < 45, f"the failed run took {took:.1f} s to end"
-    assert summary["failure"]["rank"] == 1
-    assert "injected crash at step 3" in summary["failure"]["error"]
-    assert "Traceback (most recent call last)" in summary["failure"]["traceback"]
+    assert summary.failure.rank == 1
+    assert "injected crash at step 3" in summary.failure.error
+    assert "Traceback (most recent call last)" in summary.failure.traceback
     assert run_processes(run_dir) == []
     # `ddptui show` tells the same story
     shown = ddptui("show", run_dir.run_id, "--runs-dir", str(runs_dir))
@@ -108,7 +111,7 @@ def test_2_a_hung_rank_is_reported_stalled_and_kill_ends_everything(
     # within stall_seconds, plus the launcher's poll and a loaded machine's slack
     # (the launcher may also call a rank slow to start stalled: only a stall after a step counts)
     assert wait_for(lambda: hung_after_a_step(run_dir), timeout=40)
-    rank0 = read_run_progress(run_dir).ranks[0]
+    rank0 = observe_run(run_dir).ranks[0]
     assert rank0.state == STALLED and rank0.last_event_time is not None
     reported = [
         e["time"]
@@ -133,7 +136,7 @@ def test_2_a_hung_rank_is_reported_stalled_and_kill_ends_everything(
     assert not any(p.is_running() and p.status() != "zombie" for p in processes)
     assert run_processes(run_dir) == []
     summary = run_dir.read_summary()
-    assert summary is not None and summary["status"] == "killed"
+    assert summary is not None and summary.status == "killed"
 
 
 # ---- 3. a killed launcher -------------------------------------------------------------------
@@ -164,7 +167,7 @@ def test_3_ranks_of_a_sigkilled_launcher_end_or_are_cleaned(
         assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
     assert run_processes(run_dir) == []
     assert not any(p.is_running() and p.status() != "zombie" for p in ranks)
-    assert read_run_progress(run_dir).state in ("lost", "killed")
+    assert observe_run(run_dir).status in ("lost", "killed")
 
 
 # ---- 4. a foreign torchrun job --------------------------------------------------------------

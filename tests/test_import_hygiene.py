@@ -9,8 +9,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
-
 from tests.conftest import REPO_ROOT
 
 
@@ -18,9 +16,7 @@ def every_module(package: str) -> list[str]:
     """Every module of ``package``, found on disk: a new module is checked without a list to keep."""
     base = REPO_ROOT / package.replace(".", "/")
     return sorted(
-        ".".join((package, *path.relative_to(base).with_suffix("").parts)).removesuffix(
-            ".__init__"
-        )
+        ".".join((package, *path.relative_to(base).with_suffix("").parts)).removesuffix(".__init__")
         for path in base.rglob("*.py")
         if path.name != "__main__.py"
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import subprocess
@@ -60,14 +59,14 @@ def test_cpu_demo_trains_to_90_percent_and_leaves_a_complete_run_dir(
     assert "completed: cpu-demo (ddp, fp32) on cpu:2" in result.output
     (path,) = runs_dir.iterdir()
     run = RunDir(path)
-    summary = json.loads(run.summary_path.read_text())
-    assert summary["status"] == "completed"
-    assert summary["world_size"] == 2 and summary["global_batch"] == 256
-    assert len(summary["epochs"]) == 2
-    assert summary["test_accuracy"] > 0.90
-    last = summary["epochs"][-1]
-    assert 0 < last["data_wait_seconds"] < last["seconds"]
-    assert last["steady_images_per_s"] > 0 and last["warmup_steps"] == 5
+    summary = run.read_summary()
+    assert summary is not None and summary.status == "completed"
+    assert summary.world_size == 2 and summary.global_batch == 256
+    assert len(summary.epochs) == 2
+    assert summary.test_accuracy > 0.90
+    last = summary.epochs[-1]
+    assert 0 < last.data_wait_seconds < last.seconds
+    assert last.steady_images_per_s > 0 and last.warmup_steps == 5
     # run.json: final state, the launcher and both ranks with pids and start times
     info = run.read_run_info()
     assert info.state == "completed" and len(info.ranks) == 2 and info.launcher is not None
@@ -81,7 +80,7 @@ def test_cpu_demo_trains_to_90_percent_and_leaves_a_complete_run_dir(
         assert [e.samples for e in evaluations] == [2000, 2000]
     rank0 = read_events(run.rank_events_path(0))
     ended = [e for e in rank0 if isinstance(e, EpochEnded)]
-    assert [e.global_images for e in ended] == [e["images"] for e in summary["epochs"]]
+    assert [e.global_images for e in ended] == [e.images for e in summary.epochs]
     # rank 0's checkpoint loads without unpickling code
     state = torch.load(run.checkpoint_path, weights_only=True)
     assert all(isinstance(v, torch.Tensor) for v in state.values())
@@ -94,9 +93,9 @@ def test_a_failing_rank_still_leaves_a_summary_and_no_process(runs_dir: Path, no
     assert started.wait(timeout=120) == 1
     summary = started.run_dir.read_summary()
     assert summary is not None
-    assert summary["status"] == "failed"
-    assert summary["failure"]["rank"] == 1
-    assert summary["failure"]["exitcode"] == 3
+    assert summary.status == "failed"
+    assert summary.failure.rank == 1
+    assert summary.failure.exitcode == 3
     assert_no_process_of(started.run_dir)
 
 
@@ -122,7 +121,7 @@ def test_launcher_refuses_a_port_in_use_and_says_so(runs_dir: Path, no_gpu: None
     assert proc.returncode == 2
     assert f"--master-port {port} on 127.0.0.1 is in use" in proc.stderr
     summary = run.read_summary()
-    assert summary is not None and summary["status"] == "failed"
+    assert summary is not None and summary.status == "failed"
     assert not run.rank_events_path(0).exists()  # no rank started
 
 
@@ -142,8 +141,8 @@ def test_the_launcher_itself_refuses_ranks_that_cannot_fit(runs_dir: Path, no_gp
     (line,) = proc.stderr.strip().splitlines()
     assert "asks for 999 CPU ranks" in line and "devices.oversubscribe" in line
     summary = run.read_summary()
-    assert summary is not None and summary["status"] == "failed"
-    assert "999 CPU ranks" in summary["reason"]
+    assert summary is not None and summary.status == "failed"
+    assert "999 CPU ranks" in summary.reason
     assert not run.events_dir.exists() or not list(run.events_dir.glob("rank-*"))
 
 
@@ -159,7 +158,7 @@ def test_torchrun_and_two_node_launch_agree_with_spawn(
     spawned = start_run(config, runs_dir)
     assert spawned.wait(timeout=180) == 0
     reference = final_parameters(spawned.run_dir)
-    reference_acc = spawned.run_dir.read_summary()["test_accuracy"]  # type: ignore[index]
+    reference_acc = spawned.run_dir.read_summary().test_accuracy  # type: ignore[union-attr]
 
     # 2. the same worker under torchrun, from a preset file
     preset = tmp_path / "quick.toml"
@@ -185,8 +184,8 @@ def test_torchrun_and_two_node_launch_agree_with_spawn(
         env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
     )
     torchrun_summary = torchrun_dir.read_summary()
-    assert torchrun_summary is not None and torchrun_summary["status"] == "completed"
-    assert torchrun_summary["test_accuracy"] == pytest.approx(reference_acc)
+    assert torchrun_summary is not None and torchrun_summary.status == "completed"
+    assert torchrun_summary.test_accuracy == pytest.approx(reference_acc)
     for key, value in final_parameters(torchrun_dir).items():
         torch.testing.assert_close(value, reference[key], rtol=1e-5, atol=1e-6, msg=key)
 
@@ -219,6 +218,6 @@ def test_torchrun_and_two_node_launch_agree_with_spawn(
                 p.wait()
     assert node0.read_run_info().world_size == 2
     assert node1.rank_events_path(1).exists() and not node1.rank_events_path(0).exists()
-    assert node0.read_summary()["test_accuracy"] == pytest.approx(reference_acc)  # type: ignore[index]
+    assert node0.read_summary().test_accuracy == pytest.approx(reference_acc)  # type: ignore[union-attr]
     for key, value in final_parameters(node0).items():
         torch.testing.assert_close(value, reference[key], rtol=1e-5, atol=1e-6, msg=key)

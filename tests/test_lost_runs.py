@@ -1,6 +1,6 @@
 """A run whose launcher died without a summary gets a ``lost`` one from whoever reads it next, and
-a SIGKILL is traced to the OOM killer when the kernel says so (engine.core.lost_runs,
-engine.core.oom_evidence). Hand-made run directories; the real processes are in
+a SIGKILL is traced to the OOM killer when the kernel says so (engine.core.observer settling through
+engine.core.settle, engine.core.oom_evidence). Hand-made run directories; the real processes are in
 tests/test_orphan_proof_runs.py."""
 
 from __future__ import annotations
@@ -9,15 +9,18 @@ import time
 from pathlib import Path
 
 import pytest
-from fixtures.made_runs import ProcessPen, make_run, ref_of
+from fixtures.made_runs import ProcessPen, make_run, rank_events, ref_of
 
-from engine.core import lost_runs, oom_evidence
-from engine.core.events import EpochStarted, RankStarted, StepProgress
+from engine.core import oom_evidence, settle
 from engine.core.faults import parse_fault
-from engine.core.lost_runs import LAUNCHER_START_GRACE_SECONDS, launcher_end, settle_lost_run
-from engine.core.rank_states import read_run_progress
-from engine.core.rundir import LOST, ProcessRef, RunInfo
+from engine.core.observer import LAUNCHER_START_GRACE_SECONDS, RunObserver, observe_run
+from engine.core.process_identity import ProcessRef
+from engine.core.rundir import RunDir, RunInfo
+from engine.core.settle import launcher_end
+from engine.core.statuses import RunStatus
 from engine.core.summary import RunSummary
+
+LOST = RunStatus.LOST
 
 GONE = ProcessRef(pid=999_999, start_time=1.0)  # a pid with a start time no process has
 
@@ -35,15 +38,20 @@ def no_kernel_evidence(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(oom_evidence, "oom_kill_count", lambda vmstat=None: 0)
 
 
-def rank_events(rank: int, step: int) -> list:  # type: ignore[type-arg]
-    return [
-        RankStarted(rank=rank, world_size=2, pid=100 + rank, host="here", device="cpu"),
-        EpochStarted(rank=rank, epoch=0, steps=30),
-        StepProgress(
-            rank=rank, epoch=0, step=step, steps=30, global_step=step, loss=2.0,
-            images_per_s=100.0, step_seconds=0.1, lr=0.05,
-        ),
-    ]  # fmt: skip
+def settle_lost_run(
+    run_dir: RunDir, *, launcher_exit: int | None = None, now: float | None = None
+) -> RunSummary | None:
+    """Observe ``run_dir`` as a reader that may settle it (``launcher_exit``: as the launcher's
+    parent, which saw it end); the lost summary this wrote, or None when it wrote nothing."""
+    had_summary = run_dir.summary_path.exists()
+    state = RunObserver(
+        run_dir,
+        clock=time.time if now is None else (lambda: now),
+        launcher_poll=None if launcher_exit is None else (lambda: launcher_exit),
+    ).observe()
+    if had_summary or state.status != LOST:
+        return None
+    return run_dir.read_summary()
 
 
 # ---- the lost summary -----------------------------------------------------------------------
@@ -56,9 +64,8 @@ def test_a_run_with_nothing_alive_gets_a_lost_summary_naming_how_far_each_rank_g
         runs_dir, "r", launcher=GONE, ranks=[GONE, GONE],
         events={"rank-0": rank_events(0, 12), "rank-1": rank_events(1, 11)},
     )  # fmt: skip
-    data = settle_lost_run(run_dir, launcher_exit=-9)
-    assert data is not None
-    summary = RunSummary.from_json(data)
+    summary = settle_lost_run(run_dir, launcher_exit=-9)
+    assert summary is not None
     assert summary.status == LOST
     assert summary.failure is not None and summary.failure.rank is None
     assert summary.failure.signal == "SIGKILL"
@@ -72,7 +79,7 @@ def test_a_run_with_nothing_alive_gets_a_lost_summary_naming_how_far_each_rank_g
     assert summary.reason.endswith(
         "rank 0 reached epoch 1 step 12/30, rank 1 reached epoch 1 step 11/30"
     )
-    assert run_dir.read_summary() == data
+    assert run_dir.read_summary() == summary
     assert run_dir.read_run_info().state == LOST
     # settled once: a second reader changes nothing
     assert settle_lost_run(run_dir) is None
@@ -88,9 +95,9 @@ def test_nothing_is_written_while_a_rank_is_alive_or_a_summary_exists(
     live = make_run(runs_dir, "live", launcher=rank)
     assert settle_lost_run(live) is None
     done = make_run(runs_dir, "done", launcher=GONE)
-    done.write_summary({"schema": 1, "status": "completed"})
+    done.summary_path.write_text('{"schema": 1, "status": "completed"}')
     assert settle_lost_run(done) is None
-    assert done.read_summary() == {"schema": 1, "status": "completed"}
+    assert done.summary_path.read_text() == '{"schema": 1, "status": "completed"}'
 
 
 def test_a_run_that_never_named_its_launcher_is_lost_once_the_grace_is_over(
@@ -100,24 +107,24 @@ def test_a_run_that_never_named_its_launcher_is_lost_once_the_grace_is_over(
     assert settle_lost_run(early) is None  # a reader cannot tell it from a slow start yet
     later = time.time() + LAUNCHER_START_GRACE_SECONDS
     data = settle_lost_run(early, now=later)
-    assert data is not None and data["status"] == LOST
-    assert data["launcher_end"] == (
+    assert data is not None and data.status == LOST
+    assert data.launcher_end == (
         "the launcher, before it recorded itself, ended without writing a summary"
     )
-    assert "rank 0 had not started training" in data["reason"]
+    assert "rank 0 had not started training" in data.reason
     # the follower, the launcher's parent, knows at once
     seen = make_run(runs_dir, "seen", launcher=None)
-    data = settle_lost_run(seen, launcher_exit=-9, launcher_exited=True)
-    assert data is not None and data["failure"]["signal"] == "SIGKILL"
-    assert data["ranks"][0]["state"] == "stopped"
+    data = settle_lost_run(seen, launcher_exit=-9)
+    assert data is not None and data.failure is not None and data.failure.signal == "SIGKILL"
+    assert data.ranks[0].state == "stopped"
 
 
 def test_show_and_runs_settle_a_lost_run(runs_dir: Path, no_kernel_evidence: None) -> None:
     run_dir = make_run(runs_dir, "r", launcher=GONE, events={"rank-0": rank_events(0, 3)})
-    progress = read_run_progress(run_dir)
-    assert progress.state == LOST
+    progress = observe_run(run_dir)
+    assert progress.status == LOST
     assert progress.summary is not None
-    assert "(pid 999999) ended without writing a summary" in progress.summary["reason"]
+    assert "(pid 999999) ended without writing a summary" in progress.summary.reason
     assert run_dir.read_summary() == progress.summary
 
 
@@ -143,7 +150,7 @@ def test_the_launchers_end_reads_its_exit_status_and_the_oom_evidence(
         "the launcher (pid 4242) ended without writing a summary; killed by the kernel's "
         "out-of-memory killer (the kernel log names it)"
     )
-    assert lost_runs.launcher_end(info, -15).error.count(";") == 0  # SIGTERM is no OOM kill
+    assert settle.launcher_end(info, -15).error.count(";") == 0  # SIGTERM is no OOM kill
 
 
 # ---- OOM evidence ---------------------------------------------------------------------------

@@ -27,10 +27,13 @@ import psutil
 import pytest
 from fixtures.live_runs import QUICK, ddptui, detached_run, run_processes
 
-from engine.core.rank_states import read_run_progress
-from engine.core.rundir import LOST, RunDir, list_runs
+from engine.core.observer import observe_run
+from engine.core.rundir import RunDir, list_runs
+from engine.core.statuses import RunStatus
 from engine.train.memory_fault import FAULT_CGROUP_PREFIX, own_memory_cgroup
 from tests.conftest import REPO_ROOT, wait_for
+
+LOST = RunStatus.LOST
 
 pytestmark = [
     pytest.mark.slow,
@@ -75,11 +78,11 @@ def test_1_ranks_die_with_a_launcher_sigkilled_while_they_import_torch(
     (line,) = [x for x in listed.stdout.splitlines() if x.startswith(run_dir.run_id)]
     assert line.split()[2] == LOST, line
     summary = run_dir.read_summary()
-    assert summary is not None and summary["status"] == LOST
-    assert f"the launcher (pid {info.launcher.pid})" in summary["launcher_end"]
-    assert [r["rank"] for r in summary["ranks"]] == [0, 1]
+    assert summary is not None and summary.status == LOST
+    assert f"the launcher (pid {info.launcher.pid})" in summary.launcher_end
+    assert [r.rank for r in summary.ranks] == [0, 1]
     if importing:
-        assert "rank 0 had not started training" in summary["reason"]
+        assert "rank 0 had not started training" in summary.reason
 
 
 def test_2_dataloader_workers_die_with_their_rank(runs_dir: Path, run_reaper: None) -> None:
@@ -94,8 +97,8 @@ def test_2_dataloader_workers_die_with_their_rank(runs_dir: Path, run_reaper: No
     assert wait_for(lambda: all(gone(w) for w in workers), timeout=2.0), "workers outlived it"
     assert wait_for(lambda: run_dir.summary_path.exists(), timeout=30)
     summary = run_dir.read_summary()
-    assert summary is not None and summary["status"] == "failed"
-    assert summary["failure"]["rank"] == 1 and summary["failure"]["signal"] == "SIGKILL"
+    assert summary is not None and summary.status == "failed"
+    assert summary.failure.rank == 1 and summary.failure.signal == "SIGKILL"
     assert wait_for(lambda: run_processes(run_dir) == [], timeout=10)
 
 
@@ -137,10 +140,10 @@ def test_3_an_oom_rank_is_killed_by_the_kernel_and_the_summary_says_so(
     assert result.returncode == 1, result.stdout + result.stderr
     (run_dir,) = list_runs(runs_dir)
     summary = run_dir.read_summary()
-    assert summary is not None and summary["status"] == "failed"
-    failure = summary["failure"]
-    assert failure["rank"] == 1 and failure["signal"] == "SIGKILL"
-    assert "out-of-memory killer" in failure["error"] or "out of memory" in failure["error"]
+    assert summary is not None and summary.status == "failed"
+    failure = summary.failure
+    assert failure is not None and failure.rank == 1 and failure.signal == "SIGKILL"
+    assert "out-of-memory killer" in failure.error or "out of memory" in failure.error
     assert "root cause (rank 1)" in result.stdout
     assert run_processes(run_dir) == []
     cgroup = own_memory_cgroup()
@@ -157,12 +160,12 @@ def test_4_a_sigkilled_launcher_under_ddptui_run_is_summarised_as_lost(
     assert result.returncode == 1, result.stdout + result.stderr
     (run_dir,) = list_runs(runs_dir)
     summary = run_dir.read_summary()
-    assert summary is not None and summary["status"] == LOST
-    assert summary["failure"]["signal"] == "SIGKILL"
-    assert "was killed by SIGKILL before it could write a summary" in summary["launcher_end"]
-    reached = {r["rank"]: r for r in summary["ranks"]}
-    assert reached[0]["global_step"] is not None and reached[0]["global_step"] >= 4
+    assert summary is not None and summary.status == LOST
+    assert summary.failure is not None and summary.failure.signal == "SIGKILL"
+    assert "was killed by SIGKILL before it could write a summary" in summary.launcher_end
+    reached = {r.rank: r for r in summary.ranks}
+    assert reached[0].global_step is not None and reached[0].global_step >= 4
     assert result.stdout.splitlines()[-4].startswith("lost: cpu-demo")
     assert "rank 0 reached epoch 1 step" in result.stdout
     assert run_processes(run_dir) == []
-    assert read_run_progress(run_dir).state == LOST
+    assert observe_run(run_dir).status == LOST

@@ -16,8 +16,10 @@ from fixtures.made_runs import STUBBORN, ProcessPen, make_run, ref_of, start_as_
 
 from engine.core import process_kill
 from engine.core.gpus import GpuInventory, GpuProcess, GpuSample
+from engine.core.process_identity import ProcessRef
 from engine.core.process_kill import KillRefused, gpu_memory_left, kill_run, stop_processes
-from engine.core.rundir import ProcessRef, RunDirError
+from engine.core.rundir import RunDirError
+from engine.core.settle import killed_summary
 
 SPAWNS_A_CHILD = (
     "import subprocess, sys, time\n"
@@ -131,9 +133,9 @@ def test_kill_run_stops_launcher_ranks_marked_processes_and_their_children(
     assert alive(bystander.pid)
     for pid in (launcher.pid, rank0.pid, rank1.pid, stray.pid, worker.pid):
         assert not alive(pid)
-    summary = json.loads(run_dir.summary_path.read_text())
-    assert summary["status"] == "killed"
-    assert "ddptui kill" in summary["reason"]
+    summary = run_dir.read_summary()
+    assert summary is not None and summary.status == "killed"
+    assert "ddptui kill" in summary.reason
     assert run_dir.read_run_info().state == "killed"
     assert result.summary_written
     assert result.gpu_check.startswith("GPU memory not checked")
@@ -142,7 +144,7 @@ def test_kill_run_stops_launcher_ranks_marked_processes_and_their_children(
 def test_kill_run_keeps_the_launchers_own_killed_summary(runs_dir: Path, pen: ProcessPen) -> None:
     launcher = pen.python()
     run_dir = make_run(runs_dir, "r-own", launcher=ref_of(launcher))
-    run_dir.write_summary({"status": "killed", "reason": "the launcher received SIGTERM"})
+    run_dir.write_summary(killed_summary(run_dir, "the launcher received SIGTERM"))
     run_dir.write_run_info(run_dir.read_run_info())
     result = kill_run(run_dir, grace=1.0)
     assert not result.summary_written

@@ -18,22 +18,24 @@ from ddptui.cli import main
 from engine.core import process_table
 from engine.core.events import RankStalled, RankStarted
 from engine.core.gpus import GpuInventory, GpuProcess, GpuSample
+from engine.core.process_identity import ProcessRef
 from engine.core.process_table import (
-    KIND_DDPTUI,
-    KIND_ELASTIC,
-    KIND_ENV,
-    KIND_SPAWN,
-    ORPHANED,
-    RUNNING,
-    STALLED,
-    ZOMBIE,
     ProcessTable,
     TrainingJob,
     is_spawn_child,
     launcher_kind,
     scan_processes,
 )
-from engine.core.rundir import ProcessRef
+from engine.core.statuses import JobKind, JobState
+
+KIND_DDPTUI = JobKind.DDPTUI
+KIND_ELASTIC = JobKind.ELASTIC
+KIND_ENV = JobKind.ENV
+KIND_SPAWN = JobKind.SPAWN
+ORPHANED = JobState.ORPHANED
+RUNNING = JobState.RUNNING
+STALLED = JobState.STALLED
+ZOMBIE = JobState.ZOMBIE
 
 NO_GPU = GpuInventory(error="NVML: stand-in says no driver")
 

@@ -395,7 +395,7 @@ def test_the_estimate_is_not_below_what_real_ranks_hold(runs_dir: Path) -> None:
             started.process.terminate()
         started.wait(timeout=30)
     summary = started.run_dir.read_summary()
-    assert summary is not None and summary["status"] == "completed", summary
+    assert summary is not None and summary.status == "completed", summary
     assert len(peaks) == 2
     assert started.resources is not None and started.warnings == ()
     estimate = estimate_memory(started.plan)

@@ -24,21 +24,17 @@ from engine.core.events import (
     RunStarted,
     StepProgress,
 )
-from engine.core.rank_states import (
-    DONE,
-    FAILED,
-    LOST,
-    ORPHANED,
-    RUNNING,
-    STALLED,
-    STARTING,
-    STOPPED,
-    STRAGGLER,
-    RankStateTracker,
-    RunWatch,
-    read_run_progress,
-)
-from engine.core.rundir import ProcessRef
+from engine.core.observer import RunObserver, observe_run
+from engine.core.process_identity import ProcessRef
+from engine.core.rank_states import RankStateTracker, Thresholds
+from engine.core.statuses import RankStatus, RunStatus
+from engine.core.summarize import build_summary
+from engine.core.summary import Failure
+
+DONE, FAILED, STOPPED = RankStatus.DONE, RankStatus.FAILED, RankStatus.STOPPED
+RUNNING, STARTING = RankStatus.RUNNING, RankStatus.STARTING
+STALLED, STRAGGLER = RankStatus.STALLED, RankStatus.STRAGGLER
+LOST, ORPHANED = RunStatus.LOST, RunStatus.ORPHANED
 
 T0 = 1_000_000.0
 
@@ -98,7 +94,7 @@ def test_a_rank_with_no_event_yet_is_starting() -> None:
 
 
 def test_stalled_when_the_launcher_reported_it_and_the_rank_said_nothing_since() -> None:
-    tracker = RankStateTracker(world_size=2, stall_seconds=5)
+    tracker = RankStateTracker(world_size=2, thresholds=Thresholds(stall_seconds=5))
     tracker.feed_all([started(0), started(1), step(0, T0 + 1), step(1, T0 + 1)])
     tracker.feed(RankStalled(rank=0, silent_seconds=5, time=T0 + 6))
     tracker.feed(step(1, T0 + 6))
@@ -112,7 +108,7 @@ def test_stalled_when_the_launcher_reported_it_and_the_rank_said_nothing_since()
 
 
 def test_silence_alone_is_left_to_the_launcher_while_it_lives() -> None:
-    tracker = RankStateTracker(world_size=1, stall_seconds=5)
+    tracker = RankStateTracker(world_size=1, thresholds=Thresholds(stall_seconds=5))
     tracker.feed_all([started(0), step(0, T0 + 1)])
     assert states_by_rank(tracker, now=T0 + 100, launcher_alive=True) == {0: RUNNING}
     dead = tracker.states(now=T0 + 100, launcher_alive=False)[0]
@@ -122,7 +118,7 @@ def test_silence_alone_is_left_to_the_launcher_while_it_lives() -> None:
 
 
 def test_a_rank_far_behind_the_others_median_is_a_straggler() -> None:
-    tracker = RankStateTracker(world_size=3, straggler_factor=2.0)
+    tracker = RankStateTracker(world_size=3, thresholds=Thresholds(straggler_factor=2.0))
     tracker.feed_all(
         [
             step(0, T0, step_seconds=0.1),
@@ -173,13 +169,15 @@ def test_ranks_of_an_ended_run_are_never_running() -> None:
 def test_run_watch_reads_only_what_was_appended(runs_dir: Path) -> None:
     now = time.time()
     run_dir = make_run(runs_dir, "r1", events={"rank-0": [started(0, now), step(0, now)]})
-    watch = RunWatch(run_dir)
-    first = watch.refresh(now)
+    clock = [now]
+    watch = RunObserver(run_dir, clock=lambda: clock[0])
+    first = watch.observe()
     assert first.ranks[0].step == 3
     with open(run_dir.rank_events_path(0), "a", encoding="utf-8") as f:
         f.write(step(0, now + 1, step_no=7).to_json() + "\n")
         f.write('{"v": 1, "type": "st')  # a writer mid-line
-    assert watch.refresh(now + 1).ranks[0].step == 7
+    clock[0] = now + 1
+    assert watch.observe().ranks[0].step == 7
 
 
 def test_run_states_from_the_launcher_and_the_summary(runs_dir: Path, pen: ProcessPen) -> None:
@@ -189,11 +187,11 @@ def test_run_states_from_the_launcher_and_the_summary(runs_dir: Path, pen: Proce
     orphaned = make_run(runs_dir, "orphaned", launcher=gone, ranks=[ref_of(live)])
     lost = make_run(runs_dir, "lost", launcher=gone)
     done = make_run(runs_dir, "done", launcher=gone, state="completed")
-    assert read_run_progress(alive_run).state == RUNNING
-    assert read_run_progress(alive_run).launcher_alive is True
-    assert read_run_progress(orphaned).state == ORPHANED
-    assert read_run_progress(lost).state == LOST
-    assert read_run_progress(done).state == "completed"
+    assert observe_run(alive_run).status == RUNNING
+    assert observe_run(alive_run).launcher_alive is True
+    assert observe_run(orphaned).status == ORPHANED
+    assert observe_run(lost).status == LOST
+    assert observe_run(done).status == "completed"
 
 
 def test_silent_ranks_of_an_orphaned_run_are_stalled(runs_dir: Path, pen: ProcessPen) -> None:
@@ -208,8 +206,8 @@ def test_silent_ranks_of_an_orphaned_run_are_stalled(runs_dir: Path, pen: Proces
         stall_seconds=10,
         events={"rank-0": [started(0, old), step(0, old)]},
     )
-    progress = read_run_progress(run_dir)
-    assert progress.state == ORPHANED
+    progress = observe_run(run_dir)
+    assert progress.status == ORPHANED
     assert progress.stalled_ranks == (0,)
 
 
@@ -253,8 +251,6 @@ def test_runs_with_no_runs_directory_says_so(tmp_path: Path) -> None:
 
 
 def test_show_prints_ranks_summary_and_the_failure_traceback(runs_dir: Path) -> None:
-    from engine.core.summary import Failure, build_summary
-
     now = time.time()
     run_dir = make_run(
         runs_dir,
@@ -283,7 +279,7 @@ def test_show_prints_ranks_summary_and_the_failure_traceback(runs_dir: Path) -> 
         error="RuntimeError: injected crash",
         traceback="Traceback (most recent call last):\n  File x\nRuntimeError: injected crash",
     )
-    run_dir.write_summary(build_summary(run_dir, "failed", failure, "rank 1 failed").to_json())
+    run_dir.write_summary(build_summary(run_dir, RunStatus.FAILED, failure, "rank 1 failed"))
     code, out, _ = cli("show", "20260101-000000-made-c", "--runs-dir", str(runs_dir))
     assert code == 0, out
     assert "state      failed" in out

@@ -11,16 +11,16 @@ import pytest
 
 from engine.core.speedup_table import (
     CSV_COLUMNS,
-    FAILED,
-    OK,
-    SKIPPED,
     RowResult,
     SpeedupTable,
     TableError,
     build_speedup_table,
     compare_tables,
 )
+from engine.core.statuses import RowStatus
 from engine.core.summary import EpochFigures, Failure, RunSummary
+
+FAILED, OK, SKIPPED = RowStatus.FAILED, RowStatus.OK, RowStatus.SKIPPED
 
 
 def summary(

@@ -30,6 +30,7 @@ from engine.core.events import (
 )
 from engine.core.plan import plan_run
 from engine.core.presets import load_preset
+from engine.core.process_identity import ProcessRef
 from engine.core.rundir import RunDir
 from engine.train.models import build_model
 from engine.train.training import FaultInjector
@@ -273,10 +274,12 @@ def test_watchdog_ends_the_rank_when_the_named_launcher_dies() -> None:
 def test_launcher_gone_reasons() -> None:
     me = psutil.Process()
     assert launcher_gone(os.getppid(), None) is None
-    assert launcher_gone(os.getppid(), (me.pid, me.create_time())) is None
+    assert launcher_gone(os.getppid(), ProcessRef(me.pid, me.create_time())) is None
     assert "parent process" in (launcher_gone(os.getppid() + 100_000, None) or "")
     # Same pid, another start time: a reused pid is not the launcher.
-    assert "launcher" in (launcher_gone(os.getppid(), (me.pid, me.create_time() - 5)) or "")
+    assert "launcher" in (
+        launcher_gone(os.getppid(), ProcessRef(me.pid, me.create_time() - 5)) or ""
+    )
 
 
 def test_redirect_output_sends_python_and_fd_output_to_the_log(tmp_path: Path) -> None:
@@ -381,10 +384,10 @@ def test_torchrun_entry_writes_config_and_summary(tmp_path: Path) -> None:
     assert load_config(run_dir.config_path).data.test_size == 101
     summary = run_dir.read_summary()
     assert summary is not None
-    assert summary["status"] == "completed"
-    assert (summary["world_size"], summary["global_batch"]) == (2, 256)
-    assert summary["epochs"][0]["images"] == 2 * 2 * 128
-    assert summary["test_accuracy"] is not None
+    assert summary.status == "completed"
+    assert (summary.world_size, summary.global_batch) == (2, 256)
+    assert summary.epochs[0].images == 2 * 2 * 128
+    assert summary.test_accuracy is not None
     assert all(run_dir.rank_log_path(r).exists() for r in range(2))
 
 
@@ -394,6 +397,6 @@ def test_torchrun_entry_writes_a_failed_summary(tmp_path: Path) -> None:
     result = torchrun(run_dir.path, 'faults=["crash:1:1"]')
     assert result.returncode != 0
     summary = run_dir.read_summary()
-    assert summary is not None and summary["status"] == "failed"
-    assert summary["failure"]["rank"] == 1
-    assert summary["failure"]["error"] == "RuntimeError: injected crash at step 1"
+    assert summary is not None and summary.status == "failed"
+    assert summary.failure.rank == 1
+    assert summary.failure.error == "RuntimeError: injected crash at step 1"

@@ -1,4 +1,5 @@
-"""``ddptui bench``: run a suite's rows one after another, print the speedup table, record it.
+"""``ddptui bench``: run a suite's rows one after another (``engine.core.bench_runner``), print the
+speedup table, record it.
 
 Every row is planned before anything starts: bad input (an unknown suite or preset, a bad override,
 a results database that cannot be used, an --out directory that does not exist) stops the bench
@@ -12,8 +13,6 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -21,185 +20,29 @@ import click
 
 from ddptui import exit_codes
 from ddptui.run_options import collect_overrides, override_options
-from ddptui.terminal_progress import ProgressPrinter, follow_run
+from ddptui.terminal_progress import ProgressPrinter, follow_with_progress
 from engine.core import gpus
-from engine.core.config import ConfigError, RunConfig
-from engine.core.devices import parse_device_spec
+from engine.core.bench_runner import BenchState, Follow, run_rows
+from engine.core.config import ConfigError
+from engine.core.follower import FollowResult
 from engine.core.machine_info import MachineInfo, collect_machine_info
-from engine.core.result_history import HistoryError, RecordedRun, ResultHistory, default_db_path
-from engine.core.rundir import RunDirError
-from engine.core.speedup_table import (
-    FORMATS,
-    RowResult,
-    SpeedupTable,
-    build_speedup_table,
-    failure_reason,
-)
-from engine.core.suites import (
-    ResolvedRow,
-    Suite,
-    list_suites,
-    load_suite,
-    resolve_rows,
-    suite_of_presets,
-)
-from engine.core.summary import RunSummary
-
-INTERRUPTED = "the bench was interrupted (Ctrl-C) before this row ran"
+from engine.core.result_history import HistoryError, ResultHistory, default_db_path
+from engine.core.run_start import StartedRun
+from engine.core.speedup_table import FORMATS, SpeedupTable, build_speedup_table
+from engine.core.statuses import RowStatus
+from engine.core.suites import Suite, list_suites, load_suite, resolve_rows, suite_of_presets
 
 
-@dataclass
-class BenchState:
-    """What the rows left behind, and whether Ctrl-C asked the bench to stop."""
+def follow_on(out: TextIO) -> Follow:
+    """How a bench follows each row's run: its progress on ``out`` (stderr), as ``ddptui run``."""
 
-    results: list[RowResult] = field(default_factory=list)
-    runs: list[RecordedRun] = field(default_factory=list)
-    interrupted: bool = False
-
-
-def nominal_shape(config: RunConfig) -> tuple[str, int, int]:
-    """(devices, device count, global batch) as the preset asks, for a row that cannot be planned
-    here: ``devices.spec = "4"`` still reads as 4 GPUs and a DDP global batch of 4 x batch."""
-    try:
-        spec = parse_device_spec(config.devices.spec)
-    except ConfigError:
-        return config.devices.spec, 0, 0
-    if spec.kind == "count":
-        devices, count = f"{spec.count} GPU{'s' if spec.count != 1 else ''}", spec.count
-    elif spec.kind == "gpus":
-        devices, count = "gpu:" + ",".join(map(str, spec.gpu_indices)), len(spec.gpu_indices)
-    elif spec.kind == "cpu":
-        devices, count = f"cpu:{spec.count}", spec.count
-    else:
-        return config.devices.spec, 0, 0
-    batch = config.training.batch_size
-    return devices, count, batch * count if config.strategy.name == "ddp" else batch
-
-
-def skipped_row(resolved: ResolvedRow, reason: str) -> RowResult:
-    devices, count, global_batch = nominal_shape(resolved.config)
-    if resolved.plan is not None:
-        devices = resolved.plan.devices.describe()
-        count = resolved.plan.device_count
-        global_batch = resolved.plan.global_batch
-    return RowResult(
-        label=resolved.label,
-        preset=resolved.row.preset,
-        strategy=resolved.config.strategy.name,
-        devices=devices,
-        device_count=count,
-        precision=resolved.config.precision.mode,
-        global_batch=global_batch,
-        skipped=reason,
-    )
-
-
-def run_once(
-    resolved: ResolvedRow, runs_dir: Path, out: TextIO, state: BenchState
-) -> tuple[RunSummary | None, str, str]:
-    """Run one repeat of a row to its end: (summary or None, run directory, why there is none)."""
-    from engine.core.run_start import start_run  # here, so `ddptui bench --help` stays light
-
-    try:
-        started = start_run(resolved.config, runs_dir)
-    except (ConfigError, RunDirError, OSError) as err:
-        return None, "", f"it could not start: {err}"
-    printer = ProgressPrinter(started.run_dir, resolved.config.training.epochs, out=out)
-    if follow_run(
-        started, printer, on_interrupt="stopping the run and the bench (wait for the table)"
-    ):
-        state.interrupted = True
-    path = str(started.run_dir.path)
-    try:
-        data = started.run_dir.read_summary()
-    except RunDirError as err:
-        return None, path, str(err)
-    if data is None:
-        return (
-            None,
-            path,
-            f"the launcher exited with code {started.process.returncode} without writing "
-            f"summary.json; see {started.run_dir.launcher_log_path}",
+    def follow(started: StartedRun) -> FollowResult:
+        printer = ProgressPrinter(started.run_dir, started.plan.config.training.epochs, out=out)
+        return follow_with_progress(
+            started, printer, on_interrupt="stopping the run and the bench (wait for the table)"
         )
-    return RunSummary.from_json(data), path, ""
 
-
-def run_rows(rows: list[ResolvedRow], runs_dir: Path, repeat: int, out: TextIO) -> BenchState:
-    """Every row in turn, ``repeat`` times each; a failed row does not stop the others."""
-    state = BenchState()
-    total = len(rows)
-    for index, resolved in enumerate(rows, start=1):
-        head = f"[{index}/{total}] {resolved.label} ({resolved.row.preset})"
-        if state.interrupted:
-            state.results.append(skipped_row(resolved, INTERRUPTED))
-            continue
-        if resolved.skipped or resolved.plan is None:
-            out.write(f"{head}: skipped: {resolved.skipped}\n")
-            state.results.append(skipped_row(resolved, resolved.skipped))
-            continue
-        plan = resolved.plan
-        summaries: list[RunSummary] = []
-        for attempt in range(1, repeat + 1):
-            which = f" run {attempt}/{repeat}" if repeat > 1 else ""
-            out.write(
-                f"{head}{which}: {plan.config.strategy.name} {plan.config.precision.mode} on "
-                f"{plan.devices.describe()}, global batch {plan.global_batch}\n"
-            )
-            out.flush()
-            summary, run_dir, problem = run_once(resolved, runs_dir, out, state)
-            if summary is None:
-                summary = _unfinished(resolved, run_dir, problem)
-            summaries.append(summary)
-            state.runs.append(RecordedRun(resolved.label, attempt, run_dir, summary))
-            out.write(f"{head}{which}: {_outcome(summary)}\n")
-            if summary.status != "completed" or state.interrupted:
-                break  # a failed repeat fails the row; the next row still runs
-        state.results.append(
-            RowResult(
-                label=resolved.label,
-                preset=resolved.row.preset,
-                strategy=plan.config.strategy.name,
-                devices=plan.devices.describe(),
-                device_count=plan.device_count,
-                precision=plan.config.precision.mode,
-                global_batch=plan.global_batch,
-                summaries=tuple(summaries),
-            )
-        )
-    return state
-
-
-def _unfinished(resolved: ResolvedRow, run_dir: str, problem: str) -> RunSummary:
-    """A stand-in summary for a run that left none, so the row is failed with the reason."""
-    plan = resolved.plan
-    assert plan is not None
-    now = time.time()
-    return RunSummary(
-        run_id=Path(run_dir).name if run_dir else "",
-        preset=resolved.config.name,
-        status="failed",
-        strategy=resolved.config.strategy.name,
-        precision=resolved.config.precision.mode,
-        model=resolved.config.model.name,
-        dataset=resolved.config.data.dataset,
-        devices=plan.devices.describe(),
-        device_count=plan.device_count,
-        world_size=plan.world_size,
-        global_batch=plan.global_batch,
-        started=now,
-        finished=now,
-        reason=problem,
-    )
-
-
-def _outcome(summary: RunSummary) -> str:
-    last = summary.last_epoch
-    if summary.status == "completed" and last is not None:
-        return (
-            f"completed: {last.steady_images_per_s:,.0f} img/s steady, epoch "
-            f"{last.steady_epoch_seconds:.2f} s without warm-up"
-        )
-    return f"{summary.status}: {failure_reason(summary)}"
+    return follow
 
 
 def command_line(params: dict[str, Any]) -> str:
@@ -318,7 +161,7 @@ def bench_command(
     try:
         # Before the first row, so the torch probe never competes with a timed run.
         machine = collect_machine_info()
-        state = run_rows(rows, runs_dir, repeat, sys.stderr)
+        state = run_rows(rows, runs_dir, repeat, sys.stderr, follow_on(sys.stderr))
         table = build_speedup_table(
             state.results,
             title=_title(the_suite),
@@ -331,7 +174,7 @@ def bench_command(
     finally:
         if history is not None:
             history.close()
-    failed = any(r.status == "failed" for r in table.rows)
+    failed = any(r.status == RowStatus.FAILED for r in table.rows)
     sys.exit(exit_codes.FAILED if failed or state.interrupted else exit_codes.OK)
 
 

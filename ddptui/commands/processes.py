@@ -12,6 +12,7 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -29,6 +30,7 @@ from engine.core.process_kill import (
 )
 from engine.core.process_table import ProcessTable, TrainingJob, TrainingProcess, scan_processes
 from engine.core.rundir import RunDirError, find_run
+from engine.core.statuses import KillOutcome
 
 runs_dir_option = click.option(
     "--runs-dir",
@@ -158,11 +160,11 @@ def ps_command(runs_dir: Path, as_json: bool) -> None:
 
 def _kill_report(result: KillResult, grace: float) -> list[str]:
     lines = []
-    if result.outcome == "already-finished":
+    if result.outcome == KillOutcome.ALREADY_FINISHED:
         lines.append(
             f"run {result.run_id} already finished ({result.status_before}); nothing to stop."
         )
-    elif result.outcome == "nothing-running":
+    elif result.outcome == KillOutcome.NOTHING_RUNNING:
         lines.append(
             f"run {result.run_id}: no process of it is left (state was {result.status_before}); "
             "recorded it as killed."
@@ -170,7 +172,7 @@ def _kill_report(result: KillResult, grace: float) -> list[str]:
     else:
         roles = ", ".join(f"{t.role} (pid {t.pid})" for t in result.targets)
         lines.append(f"run {result.run_id}: stopping {roles}")
-        if result.status_before in ("completed", "failed", "killed"):
+        if result.status_before.final:
             lines.append(
                 f"  it had already finished ({result.status_before}); these were leftovers"
             )
@@ -239,8 +241,6 @@ def kill_command(run_id: str, grace: float, all_users: bool, runs_dir: Path, as_
 
 
 def _kill_json(result: KillResult) -> dict[str, Any]:
-    from dataclasses import asdict
-
     data = asdict(result)
     data["ok"] = result.ok
     return data
@@ -331,8 +331,6 @@ def clean_command(
 
 
 def _clean_json(plan: CleanPlan, cleaned: Any) -> dict[str, Any]:
-    from dataclasses import asdict
-
     return {
         "stop": [j.key for j in plan.jobs],
         "left_alone": [{"job": j.key, "reason": why} for j, why in plan.left_alone],

@@ -11,12 +11,12 @@ import click
 
 from ddptui import exit_codes
 from ddptui.run_options import collect_overrides, override_options
-from ddptui.terminal_progress import ProgressPrinter, follow_run, result_line
+from ddptui.terminal_progress import ProgressPrinter, follow_with_progress, result_line
 from engine.core.config import ConfigError, apply_overrides
 from engine.core.presets import load_preset
 from engine.core.run_start import start_run
-from engine.core.rundir import COMPLETED, RunDirError
-from engine.core.summary import RunSummary
+from engine.core.rundir import RunDirError
+from engine.core.statuses import RunStatus
 
 
 @click.command("run")
@@ -87,19 +87,23 @@ def run_command(
             file=out,
         )
     printer = ProgressPrinter(started.run_dir, config.training.epochs, out=out)
-    follow_run(started, printer, on_interrupt="stopping the run; wait for its summary")
-    data = started.run_dir.read_summary()
-    if data is None:
+    result = follow_with_progress(
+        started, printer, on_interrupt="stopping the run; wait for its summary"
+    )
+    ended = result.state
+    summary = ended.summary
+    if summary is None:
         click.echo(
-            f"ddptui: the launcher exited without writing {started.run_dir.summary_path} and "
-            "some of its ranks are still alive; see `ddptui ps` and `ddptui clean`, and "
-            f"{started.run_dir.launcher_log_path}",
+            f"ddptui: the launcher exited without writing {started.run_dir.summary_path} "
+            f"({ended.status}: {ended.reason or ended.problem}); see `ddptui ps` and "
+            f"`ddptui clean`, and {started.run_dir.launcher_log_path}",
             err=True,
         )
         sys.exit(exit_codes.FAILED)
-    summary = RunSummary.from_json(data)
+    if ended.unsaved:  # a lost run's summary that the disk refused: shown, not saved
+        click.echo(f"ddptui: {ended.unsaved}", err=True)
     if as_json:
-        click.echo(json.dumps(data, indent=2))
+        click.echo(json.dumps(summary.to_json(), indent=2))
     else:
         click.echo(result_line(summary, started.run_dir))
-    sys.exit(exit_codes.OK if summary.status == COMPLETED else exit_codes.FAILED)
+    sys.exit(exit_codes.OK if summary.status == RunStatus.COMPLETED else exit_codes.FAILED)

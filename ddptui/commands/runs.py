@@ -10,17 +10,19 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import click
 
 from ddptui import exit_codes
 from ddptui.commands.processes import format_age, runs_dir_option
-from engine.core.rank_states import RankState, RunProgress, read_run_progress
+from engine.core.config import ConfigError, load_config
+from engine.core.observer import RunState, observe_run
+from engine.core.rank_states import RankState
 from engine.core.rundir import RunDirError, find_run, list_runs
+from engine.core.summary import RunSummary
 
 
-def _stalled_cell(progress: RunProgress) -> str:
+def _stalled_cell(progress: RunState) -> str:
     parts = []
     if progress.stalled_ranks:
         parts.append("stalled " + ",".join(map(str, progress.stalled_ranks)))
@@ -42,7 +44,7 @@ def runs_command(runs_dir: Path, as_json: bool) -> None:
     left no summary); unreadable (run.json is corrupt).
     """
     now = time.time()
-    runs = [read_run_progress(r, now) for r in list_runs(runs_dir)]
+    runs = [observe_run(r, now) for r in list_runs(runs_dir)]
     if as_json:
         click.echo(json.dumps([r.to_json() for r in runs], indent=2))
         return
@@ -56,7 +58,7 @@ def runs_command(runs_dir: Path, as_json: bool) -> None:
             (
                 r.run_id,
                 r.preset or "-",
-                r.state,
+                r.status,
                 format_age(now - r.created) if r.created else "-",
                 r.devices or "-",
                 str(r.world_size or "-"),
@@ -69,6 +71,9 @@ def runs_command(runs_dir: Path, as_json: bool) -> None:
     problems = [r for r in runs if r.problem]
     for r in problems:
         click.echo(f"  {r.run_id}: {r.problem}")
+    for r in runs:
+        if r.unsaved:
+            click.echo(f"  {r.run_id}: note: {r.unsaved}")
 
 
 def _num(value: float | None, spec: str) -> str:
@@ -100,9 +105,7 @@ def _rank_rows(ranks: tuple[RankState, ...], now: float) -> list[str]:
     ]
 
 
-def _config_lines(progress: RunProgress) -> list[str]:
-    from engine.core.config import ConfigError, load_config
-
+def _config_lines(progress: RunState) -> list[str]:
     path = progress.path / "config.toml"
     try:
         c = load_config(path)
@@ -120,36 +123,31 @@ def _config_lines(progress: RunProgress) -> list[str]:
     ]
 
 
-def _summary_lines(summary: dict[str, Any]) -> list[str]:
+def _summary_lines(summary: RunSummary) -> list[str]:
     lines = [
-        f"summary    {summary.get('status', '?')} after "
-        f"{float(summary.get('elapsed_seconds') or 0):.1f} s"
-        + (f": {summary['reason']}" if summary.get("reason") else "")
+        f"summary    {summary.status} after {summary.elapsed_seconds:.1f} s"
+        + (f": {summary.reason}" if summary.reason else "")
     ]
-    for e in summary.get("epochs") or []:
-        acc = e.get("test_accuracy")
+    for e in summary.epochs:
+        acc = e.test_accuracy
         lines.append(
-            f"  epoch {e.get('epoch')}: {float(e.get('seconds') or 0):.1f} s, "
-            f"{float(e.get('steady_images_per_s') or 0):,.0f} img/s, "
-            f"loss {float(e.get('train_loss') or 0):.4f}"
+            f"  epoch {e.epoch}: {e.seconds:.1f} s, {e.steady_images_per_s:,.0f} img/s, "
+            f"loss {e.train_loss:.4f}"
             + (f", test accuracy {100 * acc:.1f}%" if acc is not None else "")
         )
-    failure = summary.get("failure")
+    failure = summary.failure
     if failure:
         how = []
-        if failure.get("exitcode") is not None:
-            how.append(f"exit code {failure['exitcode']}")
-        if failure.get("signal"):
-            how.append(str(failure["signal"]))
-        rank = failure.get("rank")
-        who = f"rank {rank}" if rank is not None else "the launcher"
+        if failure.exitcode is not None:
+            how.append(f"exit code {failure.exitcode}")
+        if failure.signal:
+            how.append(failure.signal)
+        who = f"rank {failure.rank}" if failure.rank is not None else "the launcher"
         lines.append(
-            f"failure    {who}"
-            + (f" ({', '.join(how)})" if how else "")
-            + f": {failure.get('error', '')}"
+            f"failure    {who}" + (f" ({', '.join(how)})" if how else "") + f": {failure.error}"
         )
-        if failure.get("traceback"):
-            lines.extend("  " + line for line in str(failure["traceback"]).rstrip().splitlines())
+        if failure.traceback:
+            lines.extend("  " + line for line in failure.traceback.rstrip().splitlines())
     return lines
 
 
@@ -171,7 +169,7 @@ def show_command(run_id: str, runs_dir: Path, as_json: bool) -> None:
         click.echo(f"ddptui: {err}", err=True)
         sys.exit(exit_codes.BAD_INPUT)
     now = time.time()
-    progress = read_run_progress(run_dir, now)
+    progress = observe_run(run_dir, now)
     if as_json:
         click.echo(json.dumps(progress.to_json(), indent=2))
     else:
@@ -187,7 +185,8 @@ def show_command(run_id: str, runs_dir: Path, as_json: bool) -> None:
         )
         lines = [
             f"run        {progress.run_id}   ({progress.path})",
-            f"state      {progress.state}{launcher}",
+            f"state      {progress.status}{launcher}"
+            + (f": {progress.reason}" if progress.reason and not progress.summary else ""),
             f"devices    {progress.devices or '-'}, world size {progress.world_size or '-'}",
             f"created    {created}",
             *_config_lines(progress),
@@ -197,6 +196,8 @@ def show_command(run_id: str, runs_dir: Path, as_json: bool) -> None:
         if progress.summary:
             lines += ["", *_summary_lines(progress.summary)]
         click.echo("\n".join(lines))
+    if progress.unsaved:
+        click.echo(f"ddptui: note: {progress.unsaved}", err=True)
     if progress.problem:
         click.echo(f"ddptui: {progress.problem}", err=True)
         sys.exit(exit_codes.BAD_INPUT)

@@ -63,6 +63,7 @@ class PresetCheck:
 
 def check_presets(gpu_count: int) -> list[PresetCheck]:
     """Every preset with the reason it cannot run on a machine with ``gpu_count`` GPUs, if any."""
+    # Here, not at the top: the launch screen is the first frame, and these are not needed for it.
     from engine.core.config import load_config
     from engine.core.presets import list_presets
 

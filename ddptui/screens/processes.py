@@ -21,11 +21,17 @@ from ddptui.actions import KILL_GRACE_SECONDS
 from ddptui.messages import CleanFinished, ProcessesListed, WorkerProblem
 from ddptui.widgets import figures
 from ddptui.widgets.confirm import ConfirmDialog
+from engine.core.statuses import JobState
 
 if TYPE_CHECKING:
     from ddptui.app import DdptuiApp
 
-JOB_STYLES = {"running": "green", "orphaned": "bold red", "stalled": "bold yellow", "zombie": "red"}
+JOB_STYLES = {
+    JobState.RUNNING: "green",
+    JobState.ORPHANED: "bold red",
+    JobState.STALLED: "bold yellow",
+    JobState.ZOMBIE: "red",
+}
 
 
 def jobs_renderable(jobs: list[Any], width: int) -> Group:
@@ -40,9 +46,9 @@ def jobs_renderable(jobs: list[Any], width: int) -> Group:
         head.append("● ", style=style)
         head.append(job.label, style="bold")
         head.append(f"  {job.state}", style=style)
-        if job.state != "running" and job.reason:
+        if job.state != JobState.RUNNING and job.reason:
             head.append(f": {job.reason}", style=style)
-        if job.state == "orphaned":
+        if job.state == JobState.ORPHANED:
             head.stylize("on #3b0000")
         parts.append(head)
         table = Table(box=None, padding=(0, 1), pad_edge=False, expand=True, header_style="dim")
@@ -62,7 +68,7 @@ def jobs_renderable(jobs: list[Any], width: int) -> Group:
             table.add_row(
                 str(p.pid),
                 role,
-                Text(p.state, style=JOB_STYLES.get(p.state, "")),
+                Text(str(p.state), style=JOB_STYLES.get(p.state, "")),
                 f"{p.cpu_percent:.0f}%" if p.cpu_percent is not None else "-",
                 figures.mib(p.rss_bytes),
                 figures.mib(p.gpu_bytes) if p.gpu else "-",
@@ -137,7 +143,7 @@ class ProcessesScreen(Screen[None]):
         jobs = message.jobs
         self.jobs = jobs
         self.notes = message.notes
-        orphaned = [j for j in jobs if j.state == "orphaned"]
+        orphaned = [j for j in jobs if j.state == JobState.ORPHANED]
         head = Text(f"{len(jobs)} training job{'s' if len(jobs) != 1 else ''}", style="bold")
         if orphaned:
             head.append(f" · {len(orphaned)} orphaned (x cleans them)", style="bold red")
@@ -162,7 +168,7 @@ class ProcessesScreen(Screen[None]):
     def action_clean(self) -> None:
         if self.cleaning:
             return
-        orphaned = [j for j in self.jobs if j.state == "orphaned"]
+        orphaned = [j for j in self.jobs if j.state == JobState.ORPHANED]
         if not orphaned:
             self.notify("No orphaned job to clean.")
             return

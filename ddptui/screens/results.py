@@ -109,7 +109,7 @@ class ResultsScreen(Screen[None]):
                 if not app.session_runs:
                     self.post_message(ResultsBuilt(source, None))
                     return
-                table = app.actions.session_table(list(app.session_runs), baseline)
+                table = app.actions.session_table(list(app.session_runs), baseline, app.probe)
             else:
                 table = app.actions.bench_table(int(source), baseline)
         except Exception as err:  # shown in place of the table

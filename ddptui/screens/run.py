@@ -2,8 +2,8 @@
 a failure, elapsed time and ETA, and a Kill button and key that stop the run through the job-scoped
 kill after a confirmation.
 
-Reading happens in a thread worker every ``run_poll_seconds`` (``ddptui.watch.RunReader``), which
-posts ``RunProgressed``; the widgets change only in its handler.
+Reading happens in a thread worker every ``run_poll_seconds`` (``ddptui.watch.RunReader``, over the
+run observer), which posts ``RunProgressed``; the widgets change only in its handler.
 """
 
 from __future__ import annotations
@@ -30,20 +30,26 @@ from ddptui.widgets.log_tail import LogTail
 from ddptui.widgets.rank_table import RankTable
 from engine.core.gpus import GpuInventory
 from engine.core.rundir import RunDir
+from engine.core.statuses import RunStatus
 
 if TYPE_CHECKING:
     from ddptui.app import DdptuiApp
 
 STATUS_STYLES = {
-    "running": "bold green",
-    "starting": "bold",
-    "completed": "bold blue",
-    "failed": "bold red",
-    "killed": "bold red",
-    "lost": "bold red",
-    "orphaned": "bold red",
-    "unreadable": "bold red",
+    RunStatus.RUNNING: "bold green",
+    RunStatus.STARTING: "bold",
+    RunStatus.COMPLETED: "bold blue",
+    RunStatus.FAILED: "bold red",
+    RunStatus.KILLED: "bold red",
+    RunStatus.LOST: "bold red",
+    RunStatus.ORPHANED: "bold red",
+    RunStatus.UNREADABLE: "bold red",
 }
+
+
+def stoppable(status: RunStatus) -> bool:
+    """Something of the run may still be running: its launcher, or orphaned ranks."""
+    return status.active or status == RunStatus.ORPHANED
 
 
 class RunScreen(Screen[None]):
@@ -130,25 +136,27 @@ class RunScreen(Screen[None]):
     def on_run_progressed(self, message: RunProgressed) -> None:
         self.coalesced += message.coalesced
         view = message.view
+        run = view.run
         self.view = view
         self.problem = ""
         table = self.query_one(RankTable)
-        table.now = view.now
-        table.ranks = view.ranks
-        if table.selected is None and view.ranks:
+        table.now = run.now
+        table.epochs = run.epochs
+        table.ranks = run.ranks
+        if table.selected is None and run.ranks:
             table.selected = view.log_rank
         panel = self.query_one(GpuPanel)
-        panel.indices = view.gpu_indices
-        panel.ranks = view.ranks
+        panel.indices = run.gpu_indices
+        panel.ranks = run.ranks
         panel.fit()
         title = f"logs/rank-{view.log_rank}.log" if view.log_rank is not None else "log"
         self.query_one(LogTail).show(
-            f"── {title} (j: next rank) ──", view.log_lines, view.failure, view.notices
+            f"── {title} (j: next rank) ──", view.log_lines, run.failure, run.notices
         )
-        self.query_one("#kill", Button).display = view.active or view.status == "orphaned"
+        self.query_one("#kill", Button).display = stoppable(run.status)
         self._show_head()
         self._show_foot(message.busy_polls)
-        if view.final and self._timer is not None and view.status != "orphaned":
+        if run.final and self._timer is not None:
             # Nothing more will be written; one slow poll keeps the log tail honest.
             self._timer.stop()
             self._timer = self.set_interval(5.0, self.poll_run)
@@ -163,22 +171,22 @@ class RunScreen(Screen[None]):
             self._show_foot(0)
 
     def _show_head(self) -> None:
-        view = self.view
-        if view is None:
+        if self.view is None:
             return
+        run = self.view.run
         head = Text()
-        head.append(view.preset or "?", style="bold")
+        head.append(run.preset or "?", style="bold")
         head.append(" · ")
-        head.append(view.status, style=STATUS_STYLES.get(view.status, "bold"))
-        if view.devices:
-            head.append(f" · {view.devices}")
-        head.append(f" · {figures.duration(view.elapsed)}")
-        if view.eta is not None:
-            head.append(f" · ETA ~{figures.duration(view.eta)}")
-        if view.accuracy is not None:
-            head.append(f" · acc {view.accuracy:.1%}")
-        if view.status_detail:
-            head.append(f" · {view.status_detail}", style="dim")
+        head.append(str(run.status), style=STATUS_STYLES.get(run.status, "bold"))
+        if run.devices:
+            head.append(f" · {run.devices}")
+        head.append(f" · {figures.duration(run.elapsed)}")
+        if run.eta is not None:
+            head.append(f" · ETA ~{figures.duration(run.eta)}")
+        if run.accuracy is not None:
+            head.append(f" · acc {run.accuracy:.1%}")
+        if run.reason:
+            head.append(f" · {run.reason}", style="dim")
         self.query_one("#run-title", Static).update(head, layout=False)
 
     def _show_foot(self, busy_polls: int) -> None:
@@ -187,13 +195,16 @@ class RunScreen(Screen[None]):
             foot.append(self.problem, style="bold red")
         elif self.kill_report:
             foot.append(self.kill_report, style="bold")
-        elif self.view is not None and self.view.error:
-            foot.append(self.view.error, style="red")
+        elif self.view is not None and (self.view.run.problem or self.view.run.unsaved):
+            run = self.view.run
+            # The screen already names the run: say "run.json: …", not the whole path.
+            said = "; ".join(s for s in (run.problem, run.unsaved) if s)
+            foot.append(said.replace(f"{self.run_dir.path}/", ""), style="red")
         else:
-            view = self.view
-            events = view.events_read if view else 0
+            run_state = self.view.run if self.view else None
+            events = run_state.events_read if run_state else 0
             foot.append(f"{events} events", style="dim")
-            skipped = view.skipped_lines if view else 0
+            skipped = run_state.skipped_lines if run_state else 0
             foot.append(f" · {skipped} unreadable lines", style="bold yellow" if skipped else "dim")
             foot.append(f" · stale updates skipped: {self.coalesced}", style="dim")
             if busy_polls:
@@ -222,12 +233,12 @@ class RunScreen(Screen[None]):
             self.action_kill()
 
     def action_kill(self) -> None:
-        view = self.view
+        run = self.view.run if self.view else None
         if self.killing:
             self.notify("The kill is already in progress.")
             return
-        if view is not None and not (view.active or view.status == "orphaned"):
-            self.notify(f"This run is {view.status}: nothing to stop.", severity="warning")
+        if run is not None and not stoppable(run.status):
+            self.notify(f"This run is {run.status}: nothing to stop.", severity="warning")
             return
 
         def chosen(answer: str | None) -> None:

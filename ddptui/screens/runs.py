@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from ddptui.messages import RunsListed, WorkerProblem
 from ddptui.screens.run import STATUS_STYLES
-from ddptui.watch import RunListing, list_run_listings
+from ddptui.watch import RunLister, RunListing
 from ddptui.widgets import figures
 from engine.core.rundir import RunDir
 
@@ -39,6 +39,7 @@ class RunsScreen(Screen[None]):
         super().__init__()
         self.runs: list[RunListing] = []
         self._timer: Timer | None = None
+        self._lister: RunLister | None = None
 
     @property
     def ddptui(self) -> DdptuiApp:
@@ -77,8 +78,10 @@ class RunsScreen(Screen[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="list-runs")
     def list_runs(self) -> None:
         app = self.ddptui
+        if self._lister is None:
+            self._lister = RunLister(app.runs_dir, clock=app.clock, probe=app.probe)
         try:
-            runs = list_run_listings(app.runs_dir, clock=app.clock, probe=app.probe)
+            runs = self._lister.list()
         except Exception as err:
             self.post_message(WorkerProblem("runs directory", f"{type(err).__name__}: {err}"))
             return
@@ -92,7 +95,7 @@ class RunsScreen(Screen[None]):
     def on_runs_listed(self, message: RunsListed) -> None:
         app = self.ddptui
         open_ids = {name.removeprefix("run:") for name in app.run_screen_names}
-        going = sum(1 for r in message.runs if r.status in ("running", "starting"))
+        going = sum(1 for r in message.runs if r.status.active)
         self.query_one("#runs-head", Static).update(
             Text.assemble(
                 (f"{len(message.runs)} runs in {app.runs_dir}", "bold"),
@@ -114,9 +117,9 @@ class RunsScreen(Screen[None]):
                 time.strftime("%m-%d %H:%M", time.localtime(run.created)) if run.created else "-"
             )
             elapsed = figures.duration(run.elapsed) if run.elapsed is not None else "-"
-            if run.status in ("running", "starting") and run.elapsed is None:
+            if run.status.active and run.elapsed is None:
                 elapsed = figures.duration(now - run.created)
-            status = Text(run.status, style=STATUS_STYLES.get(run.status, ""))
+            status = Text(str(run.status), style=STATUS_STYLES.get(run.status, ""))
             table.add_row(
                 marker + run.run_id,
                 status,

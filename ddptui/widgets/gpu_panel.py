@@ -11,9 +11,10 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from ddptui.watch import GpuHistory, RankView
+from ddptui.gpu_history import GpuHistory
 from ddptui.widgets import figures
 from engine.core.gpus import GpuInventory, GpuSample
+from engine.core.rank_states import RankState
 
 CPU_HISTORY = 60
 
@@ -66,14 +67,14 @@ class GpuPanel(Widget):
     # No layout on change (see RankTable): the height is set from the line count when it changes.
     inventory: reactive[GpuInventory | None] = reactive(None)
     indices: reactive[tuple[int, ...]] = reactive(())
-    ranks: reactive[tuple[RankView, ...]] = reactive(())
+    ranks: reactive[tuple[RankState, ...]] = reactive(())
 
     def __init__(self, history: GpuHistory, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.history = history
         self._cpu: dict[int, list[float]] = {}
 
-    def watch_ranks(self, ranks: tuple[RankView, ...]) -> None:
+    def watch_ranks(self, ranks: tuple[RankState, ...]) -> None:
         for r in ranks:
             if r.pid is None or r.usage is None:
                 continue

@@ -16,10 +16,21 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Static
 
-from ddptui.watch import FailureView
+from engine.core.summary import Failure
 
 TRACEBACK_LINES = 6
 NOTICES = 2
+
+
+def failure_message(failure: Failure) -> str:
+    """Its error, or how its process ended when it reported none."""
+    if failure.error.strip():
+        return failure.error.strip()
+    if failure.signal:
+        return f"ended by {failure.signal}"
+    if failure.exitcode is not None:
+        return f"exit code {failure.exitcode}"
+    return "(no message)"
 
 
 class TailLines(Widget):
@@ -45,7 +56,7 @@ class LogTail(Vertical):
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self._failure: FailureView | None = None
+        self._failure: Failure | None = None
         self._notices: tuple[str, ...] = ()
         self._body: tuple[str, tuple[str, ...]] | None = None
 
@@ -59,7 +70,7 @@ class LogTail(Vertical):
         self,
         title: str,
         lines: tuple[str, ...],
-        failure: FailureView | None,
+        failure: Failure | None,
         notices: tuple[str, ...] = (),
     ) -> None:
         if failure != self._failure:
@@ -81,7 +92,7 @@ class LogTail(Vertical):
         if (title, lines) != self._body:
             self._show_body(title, lines)
 
-    def _show_failure(self, failure: FailureView | None) -> None:
+    def _show_failure(self, failure: Failure | None) -> None:
         view = self.query_one("#failure", Static)
         if failure is None:
             view.styles.height = 0
@@ -89,7 +100,7 @@ class LogTail(Vertical):
             return
         who = f"rank {failure.rank}" if failure.rank is not None else "the run"
         head = Text(f"root cause: {who} failed: ", style="bold red")
-        head.append(failure.error.strip() or "(no message)", style="red")
+        head.append(failure_message(failure), style="red")
         parts = [head]
         tb = [line for line in failure.traceback.rstrip().splitlines() if line.strip()]
         if len(tb) > TRACEBACK_LINES:

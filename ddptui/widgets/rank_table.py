@@ -13,19 +13,18 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from ddptui.watch import RankView
 from ddptui.widgets import figures
+from engine.core.rank_states import RankState
+from engine.core.statuses import RankStatus
 
 STATE_STYLES = {
-    "running": "green",
-    "done": "bold blue",
-    "starting": "dim",
-    "stalled": "bold yellow",
-    "straggler": "bold magenta",
-    "failed": "bold red",
-    "stopped": "red",
-    "killed": "red",
-    "lost": "bold red",
+    RankStatus.RUNNING: "green",
+    RankStatus.DONE: "bold blue",
+    RankStatus.STARTING: "dim",
+    RankStatus.STALLED: "bold yellow",
+    RankStatus.STRAGGLER: "bold magenta",
+    RankStatus.FAILED: "bold red",
+    RankStatus.STOPPED: "red",
 }
 HEADERS = ("rank", "device", "pid", "epoch", "steps", "loss", "img/s", "last", "state")
 RIGHT = (True, False, True, True, True, True, True, True, False)
@@ -34,7 +33,8 @@ WIDE_FROM = 110  # terminals this wide also get a "why" column
 
 
 class RankTable(Widget, can_focus=True):
-    """The ranks of one run. Set ``ranks`` and ``now``; ``selected`` is the highlighted rank."""
+    """The ranks of one run. Set ``ranks``, ``epochs`` and ``now``; ``selected`` is the highlighted
+    rank."""
 
     DEFAULT_CSS = """
     RankTable { height: 2; }
@@ -47,7 +47,8 @@ class RankTable(Widget, can_focus=True):
 
     # No layout on change: a relayout re-renders every auto-height widget on the screen, which
     # is most of the UI's CPU at 2 updates a second. The height follows the rank count instead.
-    ranks: reactive[tuple[RankView, ...]] = reactive(())
+    ranks: reactive[tuple[RankState, ...]] = reactive(())
+    epochs: reactive[int] = reactive(0)
     now: reactive[float] = reactive(0.0)
     selected: reactive[int | None] = reactive(None)
 
@@ -56,7 +57,7 @@ class RankTable(Widget, can_focus=True):
             super().__init__()
             self.rank = rank
 
-    def watch_ranks(self, old: tuple[RankView, ...], new: tuple[RankView, ...]) -> None:
+    def watch_ranks(self, old: tuple[RankState, ...], new: tuple[RankState, ...]) -> None:
         if len(old) != len(new) or self.styles.height is None:
             self.styles.height = len(new) + 1
 
@@ -75,22 +76,22 @@ class RankTable(Widget, can_focus=True):
         """Fixed-width text lines, not a Rich Table: this redraws twice a second, and laying out a
         Table (measuring and padding every cell) cost more than everything else on the screen."""
         wide = width >= WIDE_FROM
-        rows: list[tuple[list[str], RankView]] = []
+        rows: list[tuple[list[str], RankState]] = []
         for r in self.ranks:
-            epoch = f"{r.epoch + 1}/{r.epochs}" if r.epoch is not None and r.epochs else "-"
+            epoch = f"{r.epoch + 1}/{self.epochs}" if r.epoch is not None and self.epochs else "-"
             # Only a rank that should still report has a meaningful silence.
-            live = r.state in ("running", "stalled", "straggler", "starting")
-            last = figures.age(self.now - r.last_report) if live and r.last_report else "-"
+            reported = r.last_event_time
+            last = figures.age(self.now - reported) if r.state.live and reported else "-"
             cells = [
                 str(r.rank),
                 r.device,
                 str(r.pid) if r.pid else "-",
                 epoch,
-                f"{r.step}/{r.steps}" if r.steps else "-",
+                f"{r.step or 0}/{r.steps}" if r.steps else "-",
                 figures.loss(r.loss),
                 figures.rate(r.images_per_s),
                 last,
-                r.state,
+                str(r.state),
             ]
             rows.append((cells, r))
         widths = [len(h) for h in HEADERS]
@@ -110,12 +111,14 @@ class RankTable(Widget, can_focus=True):
             line = Text(no_wrap=True, overflow="crop")
             for i, cell in enumerate(cells):
                 if i == STEPS:
-                    line.append(figures.bar(r.step, r.steps, bar_width) + " ", style="cyan")
+                    line.append(
+                        figures.bar(r.step or 0, r.steps or 0, bar_width) + " ", style="cyan"
+                    )
                 style = STATE_STYLES.get(r.state, "") if i == len(cells) - 1 else ""
                 line.append(_cell(cell, widths[i], RIGHT[i]), style=style)
                 line.append("  ")
             if why_width:
-                line.append(r.detail[:why_width], style="dim")
+                line.append(r.reason[:why_width], style="dim")
             if r.rank == self.selected:
                 line.stylize("reverse" if self.has_focus else "underline")
             lines.append(line)

@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from engine.core.config_error import ConfigError as ConfigError
+from engine.core.devices import parse_device_spec
+from engine.core.faults import parse_fault
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
@@ -29,10 +33,6 @@ PIPELINES = ("tensor", "torchvision")
 LR_SCALINGS = ("none", "linear")
 OPTIMIZERS = ("sgd",)
 BACKENDS = ("auto", "nccl", "gloo")
-
-
-class ConfigError(ValueError):
-    """A preset or override that cannot be used; the message is one sentence for the user."""
 
 
 def _one_of(section: str, key: str, value: object, allowed: tuple[str, ...]) -> None:
@@ -62,8 +62,6 @@ class DevicesConfig:
     oversubscribe: bool = False
 
     def __post_init__(self) -> None:
-        from engine.core.devices import parse_device_spec  # plain module; avoids an import cycle
-
         parse_device_spec(self.spec)
 
 
@@ -197,8 +195,6 @@ class RunConfig:
     faults: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        from engine.core.faults import parse_fault  # plain module
-
         for fault in self.faults:
             parse_fault(fault)
         if self.strategy.name == "single" and self.devices.spec.startswith("cpu:"):

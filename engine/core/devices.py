@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.core.config import ConfigError
+from engine.core.config_error import ConfigError
 
 DEFAULT_CPU_DDP_RANKS = 2
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.core.config_error import ConfigError
+
 FAULT_KINDS = ("crash", "exit", "hang", "slow", "oom", "kill-launcher")
 
 
@@ -18,8 +20,6 @@ class Fault:
 
 
 def parse_fault(text: str) -> Fault:
-    from engine.core.config import ConfigError
-
     parts = text.split(":")
     if (
         len(parts) != 3

@@ -17,6 +17,10 @@ import sys
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+import psutil
+
+from engine.core.gpus import sample_gpus
+
 _TORCH_PROBE = """
 import json, torch
 nccl = ""
@@ -101,8 +105,6 @@ def cpu_model() -> str:
 
 def _memory_gib() -> float:
     try:
-        import psutil
-
         return float(psutil.virtual_memory().total) / 2**30
     except Exception:
         return 0.0
@@ -135,8 +137,6 @@ def torch_versions(python: str = sys.executable, timeout: float = 60.0) -> dict[
 
 def collect_machine_info(*, probe_torch: bool = True) -> MachineInfo:
     """This machine, now. Takes a second or two (the torch probe); never raises."""
-    from engine.core.gpus import sample_gpus
-
     inventory = sample_gpus()
     versions = torch_versions() if probe_torch else {"torch": "", "cuda": "", "nccl": ""}
     return MachineInfo(

@@ -11,7 +11,6 @@ another user's process unless the caller allows it (root only).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import getpass
 import os
 import signal
@@ -23,16 +22,11 @@ from pathlib import Path
 import psutil
 
 from engine.core.gpus import sample_gpus
-from engine.core.process_table import (
-    KIND_DDPTUI,
-    ORPHANED,
-    ProcessTable,
-    TrainingJob,
-    launcher_kind,
-    process_ended,
-    same_start,
-)
-from engine.core.rundir import FINAL_STATES, KILLED, RUN_MARKER_ENV, ProcessRef, RunDir, RunDirError
+from engine.core.process_identity import ProcessRef, process_ended, same_start
+from engine.core.process_table import ProcessTable, TrainingJob, launcher_kind
+from engine.core.rundir import RUN_MARKER_ENV, RunDir, RunDirError
+from engine.core.settle import killed_summary, settle_run
+from engine.core.statuses import JobKind, JobState, KillOutcome, RunStatus
 
 POLL_SECONDS = 0.05
 KILL_WAIT_SECONDS = 5.0  # after SIGKILL: a process in uninterruptible sleep may take a moment
@@ -254,8 +248,8 @@ class Target:
 @dataclass(frozen=True)
 class KillResult:
     run_id: str
-    outcome: str  # stopped | already-finished | nothing-running
-    status_before: str  # run.json state or summary status when kill started
+    outcome: KillOutcome
+    status_before: RunStatus  # run.json state or summary status when kill started
     targets: tuple[Target, ...] = ()
     stop: StopResult | None = None
     skipped: tuple[str, ...] = ()  # one sentence each: a pid left alone and why
@@ -334,54 +328,25 @@ def run_targets(
     return list(found.values()), skipped
 
 
-def _status_before(run_dir: RunDir) -> str:
+def _status_before(run_dir: RunDir) -> RunStatus:
     try:
         summary = run_dir.read_summary()
     except RunDirError:
         summary = None
-    if summary and isinstance(summary.get("status"), str):
-        return str(summary["status"])
+    if summary is not None:
+        return summary.status
     return run_dir.read_run_info().state
 
 
 def record_killed(run_dir: RunDir, reason: str) -> bool:
-    """Write summary.json (status killed) and run.json's state, unless the launcher already
-    recorded the kill. True when this wrote the summary."""
-    from engine.core.summary import RunSummary, build_summary
-
-    try:
-        existing = run_dir.read_summary()
-    except RunDirError:
-        existing = None
-    written = False
-    if existing is None or existing.get("status") != KILLED:
-        try:
-            summary = build_summary(run_dir, KILLED, reason=reason).to_json()
-        except Exception:  # no readable config: the summary must still say what happened
-            summary = RunSummary(
-                run_id=run_dir.run_id,
-                preset="",
-                status=KILLED,
-                strategy="",
-                precision="",
-                model="",
-                dataset="",
-                devices="",
-                device_count=0,
-                world_size=0,
-                global_batch=0,
-                started=time.time(),
-                reason=reason,
-            ).to_json()
-        run_dir.write_summary(summary)
-        written = True
-    try:
-        info = run_dir.read_run_info()
-        if info.state != KILLED:
-            run_dir.write_run_info(dataclasses.replace(info, state=KILLED))
-    except RunDirError:
-        pass
-    return written
+    """Settle a run stopped from outside after its launcher was gone: summary.json with status
+    killed and run.json's state, unless a summary is there already (the launcher wrote it while
+    it was being stopped). True when this wrote the summary."""
+    if run_dir.summary_path.exists():
+        return False
+    return not settle_run(run_dir, killed_summary(run_dir, reason)) and (
+        run_dir.summary_path.exists()
+    )
 
 
 def kill_run(
@@ -403,9 +368,9 @@ def kill_run(
     status_before = _status_before(run_dir)
     protected = protected_pids()
     found, skipped = run_targets(run_dir, protected)
-    finished = status_before in FINAL_STATES
+    finished = status_before.final
     if not found:
-        outcome = "already-finished" if finished else "nothing-running"
+        outcome = KillOutcome.ALREADY_FINISHED if finished else KillOutcome.NOTHING_RUNNING
         written = False
         if not finished:
             written = record_killed(
@@ -441,7 +406,7 @@ def kill_run(
         )
     return KillResult(
         run_id=run_dir.run_id,
-        outcome="stopped",
+        outcome=KillOutcome.STOPPED,
         status_before=status_before,
         targets=targets,
         stop=result,
@@ -479,7 +444,7 @@ def plan_clean(table: ProcessTable, *, all_users: bool = False) -> CleanPlan:
     chosen: list[TrainingJob] = []
     left: list[tuple[TrainingJob, str]] = []
     for job in table.jobs:
-        if job.state != ORPHANED or not job.live_processes:
+        if job.state != JobState.ORPHANED or not job.live_processes:
             continue
         mine = {p.pid for p in job.processes} & protected
         if mine:
@@ -513,7 +478,7 @@ def clean_orphans(
             procs.append(proc)
         result = stop_processes(procs, grace, allow_other_users=all_users)
         written = False
-        if job.kind == KIND_DDPTUI and job.run_dir and result.stopped:
+        if job.kind == JobKind.DDPTUI and job.run_dir and result.stopped:
             run_dir = RunDir(Path(job.run_dir))
             if run_dir.config_path.exists() and not run_dir.summary_path.exists():
                 written = record_killed(

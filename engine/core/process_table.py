@@ -41,22 +41,11 @@ from typing import Any
 import psutil
 
 from engine.core.gpus import GpuInventory, sample_gpus
-from engine.core.rundir import RUN_MARKER_ENV, ProcessRef, RunDir, RunDirError, RunInfo
-
-# Process states
-RUNNING, ORPHANED, STALLED, ZOMBIE = "running", "orphaned", "stalled", "zombie"
-# Job kinds
-KIND_DDPTUI, KIND_ELASTIC, KIND_SPAWN, KIND_ENV, KIND_AGENT = (
-    "ddptui",
-    "torchelastic",
-    "spawn",
-    "env",
-    "agent",
-)
-
-# psutil's create_time is boot time + start ticks; boot time can shift by a second when the clock
-# is adjusted. A pid cannot be reused within a second (the pid counter has to wrap first).
-START_TIME_TOLERANCE = 1.0
+from engine.core.observer import RunObserver
+from engine.core.process_identity import ProcessRef, ref_alive, same_start
+from engine.core.run_environment import LAUNCHER_PID_ENV, RUN_DIR_ENV, RUN_MARKER_ENV
+from engine.core.rundir import RunDir, RunDirError, RunInfo
+from engine.core.statuses import JobKind, JobState, ProcessRole, RankStatus
 
 DIST_ENV_KEYS = (
     "RANK",
@@ -67,41 +56,6 @@ DIST_ENV_KEYS = (
     "TORCHELASTIC_RUN_ID",
 )
 _PYTHON = re.compile(r"^(python|pypy)[0-9.]*[a-z]?$")
-
-
-# ---- process identity ------------------------------------------------------------------------
-
-
-def same_start(a: float, b: float) -> bool:
-    return abs(a - b) <= START_TIME_TOLERANCE
-
-
-def find_process(ref: ProcessRef) -> psutil.Process | None:
-    """The live process ``ref`` names, or None when it is gone or its pid now belongs to another
-    process (a different start time). Zombies count as gone: they ended, only the entry is left."""
-    try:
-        proc = psutil.Process(ref.pid)
-        if not same_start(proc.create_time(), ref.start_time):
-            return None
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return None
-        return proc
-    except (psutil.Error, OSError):
-        return None
-
-
-def ref_alive(ref: ProcessRef) -> bool:
-    return find_process(ref) is not None
-
-
-def process_ended(proc: psutil.Process) -> bool:
-    """True once ``proc`` (this very process, not a later one with its pid) is gone or a zombie."""
-    try:
-        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-    except psutil.Error:
-        return False
 
 
 # ---- the raw scan ----------------------------------------------------------------------------
@@ -249,11 +203,11 @@ class TrainingProcess:
     ppid: int
     start_time: float
     user: str
-    role: str  # launcher | agent | rank | worker (a rank's child) | child
+    role: ProcessRole
     rank: int | None
     local_rank: int | None
     world_size: int | None
-    state: str  # running | orphaned | stalled | zombie
+    state: JobState  # the process's own: running | orphaned | stalled | zombie
     age_seconds: float
     cpu_percent: float | None
     rss_bytes: int | None
@@ -274,9 +228,9 @@ class TrainingProcess:
 @dataclass(frozen=True)
 class TrainingJob:
     key: str
-    kind: str  # ddptui | torchelastic | spawn | env | agent
+    kind: JobKind
     label: str  # for people: "ddptui run <id>", "torchrun job 'none' at 127.0.0.1:29500"
-    state: str  # running | orphaned | stalled | zombie
+    state: JobState
     reason: str  # why that state, one sentence
     users: tuple[str, ...]
     processes: tuple[TrainingProcess, ...]
@@ -291,7 +245,7 @@ class TrainingJob:
 
     @property
     def live_processes(self) -> tuple[TrainingProcess, ...]:
-        return tuple(p for p in self.processes if p.state != ZOMBIE)
+        return tuple(p for p in self.processes if p.state != JobState.ZOMBIE)
 
 
 @dataclass(frozen=True)
@@ -322,9 +276,9 @@ class ProcessTable:
 @dataclass
 class _Job:
     key: str
-    kind: str
+    kind: JobKind
     label: str
-    members: dict[int, str] = field(default_factory=dict)  # pid -> role
+    members: dict[int, ProcessRole] = field(default_factory=dict)
     ranks: dict[int, int] = field(default_factory=dict)  # pid -> rank (ours: from run.json)
     run_id: str | None = None
     run_dir: RunDir | None = None
@@ -334,8 +288,8 @@ class _Job:
 
 def _locate_run(run_id: str, env: dict[str, str], runs_dir: Path | None) -> RunDir | None:
     candidates = []
-    if env.get("DDPTUI_RUN_DIR"):
-        candidates.append(Path(env["DDPTUI_RUN_DIR"]))
+    if env.get(RUN_DIR_ENV):
+        candidates.append(Path(env[RUN_DIR_ENV]))
     if runs_dir is not None:
         candidates.append(Path(runs_dir) / run_id)
     for path in candidates:
@@ -361,7 +315,7 @@ class ProcessScanner:
         gpu_by_pid, gpu_notes = _gpu_usage(inventory, procs)
         cpu = self._cpu_percent([procs[pid] for job in jobs for pid in job.members], cpu_interval)
         built = [self._build(job, procs, gpu_by_pid, cpu, now) for job in jobs]
-        built.sort(key=lambda j: (j.kind != KIND_DDPTUI, min(p.start_time for p in j.processes)))
+        built.sort(key=lambda j: (j.kind != JobKind.DDPTUI, min(p.start_time for p in j.processes)))
         notes = [*_visibility_notes(procs), *gpu_notes]
         return ProcessTable(
             jobs=tuple(built),
@@ -375,7 +329,7 @@ class ProcessScanner:
         jobs: dict[str, _Job] = {}
         job_of: dict[int, str] = {}
 
-        def add(key: str, kind: str, label: str, pid: int, role: str) -> _Job:
+        def add(key: str, kind: JobKind, label: str, pid: int, role: ProcessRole) -> _Job:
             job = jobs.setdefault(key, _Job(key=key, kind=kind, label=label))
             job.members[pid] = role
             job_of[pid] = key
@@ -387,7 +341,9 @@ class ProcessScanner:
             run_id = env.get(RUN_MARKER_ENV)
             if not run_id or p.pid == me:
                 continue
-            job = add(f"ddptui:{run_id}", KIND_DDPTUI, f"ddptui run {run_id}", p.pid, "child")
+            job = add(
+                f"ddptui:{run_id}", JobKind.DDPTUI, f"ddptui run {run_id}", p.pid, ProcessRole.CHILD
+            )
             if job.run_id is None:
                 job.run_id = run_id
                 job.run_dir = _locate_run(run_id, env, self.runs_dir)
@@ -400,11 +356,11 @@ class ProcessScanner:
             except RunDirError as err:
                 job.info_problem = str(err)
                 continue
-            refs: list[tuple[ProcessRef, str, int | None]] = []
+            refs: list[tuple[ProcessRef, ProcessRole, int | None]] = []
             if job.info.launcher:
-                refs.append((job.info.launcher, "launcher", None))
+                refs.append((job.info.launcher, ProcessRole.LAUNCHER, None))
             first = job.info.node_rank * len(job.info.ranks)
-            refs += [(r, "rank", first + i) for i, r in enumerate(job.info.ranks)]
+            refs += [(r, ProcessRole.RANK, first + i) for i, r in enumerate(job.info.ranks)]
             for ref, role, rank in refs:
                 named = procs.get(ref.pid)
                 if named is None or not same_start(named.create_time, ref.start_time):
@@ -420,7 +376,7 @@ class ProcessScanner:
             run_path = next((a for a in p.cmdline[p.cmdline.index("-m") + 2 :]), None)
             run_id = Path(run_path).name if run_path else f"pid-{p.pid}"
             key = f"ddptui:{run_id}"
-            job = add(key, KIND_DDPTUI, f"ddptui run {run_id}", p.pid, "launcher")
+            job = add(key, JobKind.DDPTUI, f"ddptui run {run_id}", p.pid, ProcessRole.LAUNCHER)
             job.run_id = job.run_id or run_id
 
         # 2. foreign, by environment
@@ -435,15 +391,21 @@ class ProcessScanner:
                 rid = env["TORCHELASTIC_RUN_ID"]
                 add(
                     f"elastic:{rid}@{master}",
-                    KIND_ELASTIC,
+                    JobKind.ELASTIC,
                     f"torchrun job {rid!r} at {master}",
                     p.pid,
-                    "rank",
+                    ProcessRole.RANK,
                 )
             elif "MASTER_ADDR" in env and "MASTER_PORT" in env:
-                add(f"env:{master}", KIND_ENV, f"job at {master}", p.pid, "rank")
+                add(f"env:{master}", JobKind.ENV, f"job at {master}", p.pid, ProcessRole.RANK)
             else:
-                add(f"env:pgid:{_pgid(p.pid)}", KIND_ENV, "job by environment", p.pid, "rank")
+                add(
+                    f"env:pgid:{_pgid(p.pid)}",
+                    JobKind.ENV,
+                    "job by environment",
+                    p.pid,
+                    ProcessRole.RANK,
+                )
 
         # 3. foreign, by command line: spawn children that loaded torch (other programs use
         # multiprocessing too), grouped under the process that started them
@@ -464,7 +426,7 @@ class ProcessScanner:
             else:
                 key = f"spawn:pgid:{_pgid(top.pid)}"
                 label = f"multiprocessing children (process group {_pgid(top.pid)})"
-            add(key, KIND_SPAWN, label, p.pid, "rank")
+            add(key, JobKind.SPAWN, label, p.pid, ProcessRole.RANK)
 
         # 4. launchers (torchrun agents): join the job of their children, else stand alone
         for p in procs.values():
@@ -478,10 +440,16 @@ class ProcessScanner:
             }
             if len(child_jobs) == 1:
                 job = jobs[child_jobs.pop()]
-                job.members[p.pid] = "agent" if kind != "ddptui" else "launcher"
+                job.members[p.pid] = ProcessRole.AGENT if kind != "ddptui" else ProcessRole.LAUNCHER
                 job_of[p.pid] = job.key
             else:
-                add(f"agent:{p.pid}", KIND_AGENT, f"{kind} (no workers yet)", p.pid, "agent")
+                add(
+                    f"agent:{p.pid}",
+                    JobKind.AGENT,
+                    f"{kind} (no workers yet)",
+                    p.pid,
+                    ProcessRole.AGENT,
+                )
 
         # 5. descendants of any job process join that job
         for p in procs.values():
@@ -495,19 +463,22 @@ class ProcessScanner:
             if cur is not None and cur.pid in job_of:
                 key = job_of[cur.pid]
                 for c in chain:
-                    jobs[key].members[c.pid] = "child"
+                    jobs[key].members[c.pid] = ProcessRole.CHILD
                     job_of[c.pid] = key
 
         # roles: a child whose parent is a rank of the same job is that rank's worker
         for job in jobs.values():
             for pid, role in list(job.members.items()):
                 ppid = procs[pid].ppid
-                if role in ("child", "rank") and job.members.get(ppid) == "rank":
-                    job.members[pid] = "worker"
+                if (
+                    role in (ProcessRole.CHILD, ProcessRole.RANK)
+                    and job.members.get(ppid) == ProcessRole.RANK
+                ):
+                    job.members[pid] = ProcessRole.WORKER
                     if ppid in job.ranks:
                         job.ranks[pid] = job.ranks[ppid]
-                if job.kind == KIND_DDPTUI and role == "child" and pid in job.ranks:
-                    job.members[pid] = "rank"
+                if job.kind == JobKind.DDPTUI and role == ProcessRole.CHILD and pid in job.ranks:
+                    job.members[pid] = ProcessRole.RANK
         return list(jobs.values())
 
     # -- judging ----------------------------------------------------------------------------
@@ -515,7 +486,7 @@ class ProcessScanner:
         self, job: _Job, procs: dict[int, ProcessInfo]
     ) -> tuple[int | None, bool | None, str]:
         """(launcher pid, alive?, reason) for one job."""
-        if job.kind == KIND_DDPTUI:
+        if job.kind == JobKind.DDPTUI:
             if job.info is not None and job.info.launcher is not None:
                 ref = job.info.launcher
                 alive = ref_alive(ref)
@@ -530,7 +501,7 @@ class ProcessScanner:
                 )
             # no run.json to go by: the launcher pid every rank carries in its environment
             pids = {
-                _int((procs[pid].environ or {}).get("DDPTUI_LAUNCHER_PID")) for pid in job.members
+                _int((procs[pid].environ or {}).get(LAUNCHER_PID_ENV)) for pid in job.members
             } - {None}
             live = [
                 pid for pid in pids if pid is not None and self._is_our_launcher(procs, pid, job)
@@ -538,17 +509,21 @@ class ProcessScanner:
             if live:
                 return live[0], True, f"its launcher (pid {live[0]}) is running"
             for pid, role in job.members.items():
-                if role == "launcher" and not procs[pid].zombie:
+                if role == ProcessRole.LAUNCHER and not procs[pid].zombie:
                     return pid, True, f"its launcher (pid {pid}) is running"
             if pids:
                 gone = sorted(p for p in pids if p is not None)[0]
                 why = job.info_problem or "its run directory was not found"
                 return gone, False, f"its launcher (pid {gone}) is gone ({why})"
             return None, None, job.info_problem or "its launcher is unknown"
-        if job.kind == KIND_AGENT:
+        if job.kind == JobKind.AGENT:
             pid = next(iter(job.members))
             return pid, True, "a launcher with no workers yet"
-        agents = [pid for pid, role in job.members.items() if role in ("agent", "launcher")]
+        agents = [
+            pid
+            for pid, role in job.members.items()
+            if role in (ProcessRole.AGENT, ProcessRole.LAUNCHER)
+        ]
         live_agents = [pid for pid in agents if not procs[pid].zombie]
         if live_agents:
             return live_agents[0], True, f"its launcher (pid {live_agents[0]}) is running"
@@ -585,14 +560,14 @@ class ProcessScanner:
         if kind is not None:
             return parent.pid, True, f"its launcher ({kind}, pid {parent.pid}) is running"
         desc = f"{parent.name or '?'} (pid {parent.pid})"
-        if job.kind in (KIND_ELASTIC, KIND_SPAWN):
+        if job.kind in (JobKind.ELASTIC, JobKind.SPAWN):
             if is_python(parent):
                 return (
                     parent.pid,
                     True,
                     f"started by the Python process {parent.pid}, still running",
                 )
-            starter = "torchrun agent" if job.kind == KIND_ELASTIC else "Python parent"
+            starter = "torchrun agent" if job.kind == JobKind.ELASTIC else "Python parent"
             return (
                 None,
                 False,
@@ -637,7 +612,7 @@ class ProcessScanner:
     ) -> TrainingJob:
         launcher_pid, launcher_alive, reason = self._launcher_state(job, procs)
         stalled: dict[int, str] = {}
-        if job.kind == KIND_DDPTUI and job.run_dir is not None and launcher_alive is not False:
+        if job.kind == JobKind.DDPTUI and job.run_dir is not None and launcher_alive is not False:
             stalled = _stalled_ranks(job.run_dir, now)
         orphaned = launcher_alive is False
         me_uid = os.getuid()
@@ -648,15 +623,15 @@ class ProcessScanner:
             rank = job.ranks.get(pid, _int(env.get("RANK")))
             note = p.environ_error
             if p.zombie:
-                state = ZOMBIE
+                state = JobState.ZOMBIE
                 note = note or f"ended; its parent pid {p.ppid} has not collected it"
-            elif orphaned and role not in ("launcher", "agent"):
-                state = ORPHANED
-            elif rank is not None and rank in stalled and role == "rank":
-                state = STALLED
+            elif orphaned and role not in (ProcessRole.LAUNCHER, ProcessRole.AGENT):
+                state = JobState.ORPHANED
+            elif rank is not None and rank in stalled and role == ProcessRole.RANK:
+                state = JobState.STALLED
                 note = note or stalled[rank]
             else:
-                state = RUNNING
+                state = JobState.RUNNING
             rss: int | None = None
             if p.proc is not None and not p.zombie:
                 try:
@@ -684,17 +659,17 @@ class ProcessScanner:
                     note=note,
                 )
             )
-        live = [p for p in processes if p.state != ZOMBIE]
+        live = [p for p in processes if p.state != JobState.ZOMBIE]
         if not live:
-            state = ZOMBIE
+            state = JobState.ZOMBIE
             reason = "every process has ended; only zombie entries are left"
         elif orphaned:
-            state = ORPHANED
-        elif any(p.state == STALLED for p in live):
-            state = STALLED
+            state = JobState.ORPHANED
+        elif any(p.state == JobState.STALLED for p in live):
+            state = JobState.STALLED
             reason = "; ".join(f"rank {r}: {why}" for r, why in sorted(stalled.items()))
         else:
-            state = RUNNING
+            state = JobState.RUNNING
         return TrainingJob(
             key=job.key,
             kind=job.kind,
@@ -718,14 +693,13 @@ def _pgid(pid: int) -> int | str:
 
 
 def _stalled_ranks(run_dir: RunDir, now: float) -> dict[int, str]:
-    from engine.core.rank_states import STALLED as RANK_STALLED
-    from engine.core.rank_states import read_run_progress
-
+    """Stalled ranks of one of our runs, as the run observer judges them (a listing settles
+    nothing)."""
     try:
-        progress = read_run_progress(run_dir, now)
+        state = RunObserver(run_dir, clock=lambda: now, settle=False).observe()
     except Exception:  # a half-written run directory must not break the table
         return {}
-    return {r.rank: r.reason for r in progress.ranks if r.state == RANK_STALLED}
+    return {r.rank: r.reason for r in state.ranks if r.state == RankStatus.STALLED}
 
 
 def _has_nvidia_fd(pid: int) -> bool | None:

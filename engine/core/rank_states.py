@@ -1,21 +1,19 @@
-"""Live state of each rank of a run, derived from its event files (``ddptui runs``, ``ddptui show``
-and the UI all read it from here).
+"""Per-rank state from a run's events: where each rank is and whether it is stalled, straggling,
+failed, done or stopped. The stall and straggler rules live here, once; the run observer
+(``engine.core.observer``) and the launcher's supervision both ask ``RankStateTracker``.
 
-Plain Python (no torch). Two layers:
+Pure logic: it folds events fed to it (rank and launcher events, in any order of files) and answers
+``states(now, ...)``, with no I/O, so every caller can feed it events it already reads.
 
-- ``RankStateTracker`` folds events (rank and launcher events, in any order of files) and answers
-  ``states(now, ...)``: pure logic, no I/O, so the UI can feed it events it already tails.
-- ``RunWatch`` owns the incremental file readers of one run directory and adds what only the
-  machine can tell: run.json, summary.json and whether the launcher is still alive.
+Per-rank states (``RankStatus``):
 
-Per-rank states:
-
-``starting``   no event from the rank yet (and not yet silent for ``stall_seconds``)
+``starting``   no event from the rank yet
 ``running``    reporting
-``stalled``    the launcher reported it silent (``RankStalled`` newer than the rank's last event),
-               or the launcher is gone and the rank has been silent for ``stall_seconds``
+``stalled``    silent for ``stall_seconds`` (plus a start-up allowance before its first event):
+               judged by the launcher, which reports it (``RankStalled``), or by a reader once
+               the launcher is gone and cannot
 ``straggler``  its latest step time is over ``straggler_factor`` times the median of the other
-               ranks' latest step times (the launcher's own rule, so both agree)
+               live ranks' latest step times
 ``failed``     it reported an error, or it was the first to exit badly (the root cause)
 ``done``       it finished (``RankFinished`` or a clean exit)
 ``stopped``    ended by a signal after another rank failed or the run was killed
@@ -25,14 +23,16 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from engine.core.config import RunConfig
 from engine.core.events import (
+    CheckpointSaved,
     EpochStarted,
+    Evaluation,
     Event,
-    EventTail,
     RankExited,
     RankFailed,
     RankFinished,
@@ -43,24 +43,52 @@ from engine.core.events import (
     RunStarted,
     StepProgress,
 )
-from engine.core.rundir import FINAL_STATES, KILLED, LOST, RunDir, RunDirError, RunInfo
+from engine.core.process_identity import ProcessUsage
+from engine.core.statuses import RankStatus, RunStatus
+from engine.core.summary import Failure, RankReached
 
-STARTING, RUNNING, STALLED, STRAGGLER, FAILED, DONE, STOPPED = (
-    "starting",
-    "running",
-    "stalled",
-    "straggler",
-    "failed",
-    "done",
-    "stopped",
-)
-RANK_STATES = (STARTING, RUNNING, STALLED, STRAGGLER, FAILED, DONE, STOPPED)
+# Before its first event a rank imports torch and loads its data: silence is expected that long.
+STARTUP_ALLOWANCE_SECONDS = 60.0
 _STOP_SIGNALS = ("SIGTERM", "SIGKILL", "SIGINT")
+NOTICES_KEPT = 20
 
-# Run-level states beyond run.json's starting / running / completed / failed / killed
-ORPHANED = "orphaned"  # launcher gone, no summary, some rank still alive
-# LOST (engine.core.rundir): launcher gone, no summary, nothing left alive
-UNREADABLE = "unreadable"  # run.json is corrupt
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When silence is a stall and slowness a straggler (a preset's ``[supervision]``)."""
+
+    stall_seconds: float = 60.0
+    straggler_factor: float = 2.0
+
+    @classmethod
+    def of(cls, config: RunConfig) -> Thresholds:
+        return cls(config.supervision.stall_seconds, config.supervision.straggler_factor)
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """Where a rank is in its training: the one shape of a step report, from the event to the
+    screen. An ``EpochStarted`` is a report of step 0 with no figures yet."""
+
+    epoch: int  # counted from 0
+    step: int  # steps done in this epoch
+    steps: int  # steps in this epoch
+    global_step: int | None = None
+    loss: float | None = None
+    images_per_s: float | None = None
+    step_seconds: float | None = None
+
+    @classmethod
+    def of(cls, event: StepProgress) -> StepReport:
+        return cls(
+            epoch=event.epoch,
+            step=event.step,
+            steps=event.steps,
+            global_step=event.global_step,
+            loss=event.loss,
+            images_per_s=event.images_per_s,
+            step_seconds=event.step_seconds,
+        )
 
 
 @dataclass(frozen=True)
@@ -68,44 +96,102 @@ class RankState:
     """One rank at one moment. Figures are None until the rank reported them."""
 
     rank: int
-    state: str
+    state: RankStatus
+    reason: str = ""  # one phrase: why stalled / straggler / failed / stopped
     pid: int | None = None
-    epoch: int | None = None
-    step: int | None = None  # steps done in this epoch
-    steps: int | None = None  # steps in this epoch
-    global_step: int | None = None
-    loss: float | None = None
-    images_per_s: float | None = None
-    step_seconds: float | None = None
+    device: str = "?"  # "cpu", "cuda:0" (from its RankStarted)
+    gpu_index: int | None = None
+    report: StepReport | None = None
     last_event_time: float | None = None
     silent_seconds: float | None = None  # since its last event (or the run's start)
+    peers_step_seconds: float | None = None  # median latest step time of the other live ranks
     exitcode: int | None = None
     signal: str | None = None
     error: str = ""
     traceback: str = ""
-    reason: str = ""  # one phrase: why stalled / straggler / failed / stopped
+    usage: ProcessUsage | None = None  # CPU and memory, when the observer measures them
+
+    @property
+    def epoch(self) -> int | None:
+        return self.report.epoch if self.report else None
+
+    @property
+    def step(self) -> int | None:
+        return self.report.step if self.report else None
+
+    @property
+    def steps(self) -> int | None:
+        return self.report.steps if self.report else None
+
+    @property
+    def global_step(self) -> int | None:
+        return self.report.global_step if self.report else None
+
+    @property
+    def loss(self) -> float | None:
+        return self.report.loss if self.report else None
+
+    @property
+    def images_per_s(self) -> float | None:
+        return self.report.images_per_s if self.report else None
+
+    @property
+    def step_seconds(self) -> float | None:
+        return self.report.step_seconds if self.report else None
+
+    def reached(self) -> RankReached:
+        """How far it got, as a lost run's summary records it."""
+        return RankReached(
+            rank=self.rank,
+            state=self.state,
+            epoch=self.epoch,
+            step=self.step,
+            steps=self.steps,
+            global_step=self.global_step,
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {
+            "rank": self.rank,
+            "state": self.state,
+            "pid": self.pid,
+            "device": self.device,
+            "gpu_index": self.gpu_index,
+            "epoch": self.epoch,
+            "step": self.step,
+            "steps": self.steps,
+            "global_step": self.global_step,
+            "loss": self.loss,
+            "images_per_s": self.images_per_s,
+            "step_seconds": self.step_seconds,
+            "last_event_time": self.last_event_time,
+            "silent_seconds": self.silent_seconds,
+            "exitcode": self.exitcode,
+            "signal": self.signal,
+            "error": self.error,
+            "traceback": self.traceback,
+            "reason": self.reason,
+        }
 
 
 @dataclass
 class _RankFold:
+    """What the events said of one rank so far (internal to the tracker)."""
+
     rank: int
     pid: int | None = None
-    epoch: int | None = None
-    step: int | None = None
-    steps: int | None = None
-    global_step: int | None = None
-    loss: float | None = None
-    images_per_s: float | None = None
-    step_seconds: float | None = None
+    device: str = "?"
+    gpu_index: int | None = None
+    report: StepReport | None = None
     last_event_time: float | None = None
     finished: bool = False
     failure: RankFailed | None = None
     exited: RankExited | None = None
     stalled_report: RankStalled | None = None
-    straggling_reports: int = 0
+
+    @property
+    def live(self) -> bool:
+        return self.exited is None and not self.finished and self.failure is None
 
 
 @dataclass
@@ -113,16 +199,20 @@ class RankStateTracker:
     """Folds events into per-rank state. Feed it every event once; ask ``states`` any time."""
 
     world_size: int = 0
-    stall_seconds: float = 60.0
-    straggler_factor: float = 2.0
+    thresholds: Thresholds = field(default_factory=Thresholds)
     run_started: float | None = None
     run_finished: RunFinished | None = None
+    accuracy: float | None = None  # rank 0's latest test accuracy
+    events_read: int = 0
+    notices: list[str] = field(default_factory=list)  # what happened, in words, newest last
     _ranks: dict[int, _RankFold] = field(default_factory=dict)
 
     def _fold(self, rank: int) -> _RankFold:
         return self._ranks.setdefault(rank, _RankFold(rank))
 
     def feed(self, event: Event) -> None:
+        self.events_read += 1
+        self._note(event)
         if isinstance(event, RunStarted):
             self.run_started = event.time
             self.world_size = self.world_size or event.world_size
@@ -138,7 +228,6 @@ class RankStateTracker:
             fold.stalled_report = event
             return
         if isinstance(event, RankStraggling):
-            fold.straggling_reports += 1
             return
         if isinstance(event, RankExited):
             fold.exited = event
@@ -148,15 +237,15 @@ class RankStateTracker:
         fold.last_event_time = max(fold.last_event_time or 0.0, event.time)
         if isinstance(event, RankStarted):
             fold.pid = event.pid
+            fold.device, fold.gpu_index = event.device, event.gpu_index
             self.world_size = self.world_size or event.world_size
         elif isinstance(event, EpochStarted):
-            fold.epoch, fold.step, fold.steps = event.epoch, 0, event.steps
+            previous = fold.report.global_step if fold.report else None
+            fold.report = StepReport(event.epoch, 0, event.steps, global_step=previous)
         elif isinstance(event, StepProgress):
-            fold.epoch, fold.step, fold.steps = event.epoch, event.step, event.steps
-            fold.global_step = event.global_step
-            fold.loss = event.loss
-            fold.images_per_s = event.images_per_s
-            fold.step_seconds = event.step_seconds
+            fold.report = StepReport.of(event)
+        elif isinstance(event, Evaluation) and rank == 0:
+            self.accuracy = event.accuracy
         elif isinstance(event, RankFailed):
             fold.failure = event
         elif isinstance(event, RankFinished):
@@ -166,97 +255,139 @@ class RankStateTracker:
         for e in events:
             self.feed(e)
 
+    def _note(self, e: Event) -> None:
+        """What the log pane and the follower say about events that are not a rank's progress."""
+        note = ""
+        if isinstance(e, Evaluation) and e.rank == 0:
+            note = f"epoch {e.epoch + 1}: test accuracy {e.accuracy:.1%} on {e.samples} images"
+        elif isinstance(e, CheckpointSaved):
+            note = f"rank {e.rank} saved {Path(e.path).name}"
+        elif isinstance(e, RankExited) and (e.exitcode != 0 or e.signal):
+            how = f"signal {e.signal}" if e.signal else f"exit code {e.exitcode}"
+            note = f"rank {e.rank} (pid {e.pid}) exited: {how}"
+        elif isinstance(e, RankStalled):
+            note = f"launcher: rank {e.rank} silent for {e.silent_seconds:.0f} s"
+        elif isinstance(e, RankStraggling):
+            note = (
+                f"launcher: rank {e.rank} straggling ({e.step_seconds:.2f} s a step, "
+                f"others {e.others_median_step_seconds:.2f} s)"
+            )
+        elif isinstance(e, RunFinished):
+            note = f"run {e.status}" + (f": {e.reason}" if e.reason else "")
+        if note:
+            self.notices.append(note)
+            del self.notices[:-NOTICES_KEPT]
+
     def states(
         self,
         *,
         now: float | None = None,
         launcher_alive: bool = True,
-        run_status: str | None = None,
+        judge_silence: bool | None = None,
+        run_status: RunStatus | None = None,
     ) -> tuple[RankState, ...]:
-        """Every rank's state. ``run_status`` is the final status when the run has ended
-        (summary.json or run.json), else None; ``launcher_alive`` False lets silence alone mark a
-        rank stalled, since no launcher is left to report it."""
+        """Every rank's state.
+
+        ``run_status`` is the final status when the run has ended (summary.json or run.json),
+        else None. Silence is judged by whoever can act on it: the launcher while it lives (it
+        reports ``RankStalled``, which readers see), so a reader judges it itself only once the
+        launcher is gone (``launcher_alive`` False). The launcher passes ``judge_silence=True``.
+        """
         now = time.time() if now is None else now
+        judge = (not launcher_alive) if judge_silence is None else judge_silence
         status = run_status or (self.run_finished.status if self.run_finished else None)
+        if status is not None and not RunStatus(status).final:
+            status = None
         ranks = set(self._ranks) | set(range(self.world_size))
         folds = [self._ranks.get(r) or _RankFold(r) for r in sorted(ranks)]
         root = _root_cause(folds)
         step_times = {
-            f.rank: f.step_seconds
+            f.rank: f.report.step_seconds
             for f in folds
-            if f.step_seconds is not None and _is_live(f) and status is None
+            if f.report is not None
+            and f.report.step_seconds is not None
+            and f.live
+            and status is None
         }
         return tuple(
-            self._state_of(f, now, launcher_alive, status, root, step_times) for f in folds
-        )
+            self._state_of(
+                f, now, launcher_alive, judge, RunStatus(status) if status else None, root,
+                step_times,
+            )
+            for f in folds
+        )  # fmt: skip
 
     def _state_of(
         self,
         f: _RankFold,
         now: float,
         launcher_alive: bool,
-        status: str | None,
+        judge_silence: bool,
+        status: RunStatus | None,
         root: int | None,
         step_times: dict[int, float],
     ) -> RankState:
         since = f.last_event_time if f.last_event_time is not None else self.run_started
         silent = max(0.0, now - since) if since is not None and status is None else None
+        others = [s for r, s in step_times.items() if r != f.rank]
         base = RankState(
             rank=f.rank,
-            state=RUNNING,
+            state=RankStatus.RUNNING,
             pid=f.pid,
-            epoch=f.epoch,
-            step=f.step,
-            steps=f.steps,
-            global_step=f.global_step,
-            loss=f.loss,
-            images_per_s=f.images_per_s,
-            step_seconds=f.step_seconds,
+            device=f.device,
+            gpu_index=f.gpu_index,
+            report=f.report,
             last_event_time=f.last_event_time,
             silent_seconds=silent,
+            peers_step_seconds=statistics.median(others) if others else None,
             exitcode=f.exited.exitcode if f.exited else None,
             signal=f.exited.signal if f.exited else None,
             error=f.failure.error if f.failure else "",
             traceback=f.failure.traceback if f.failure else "",
         )
         if f.failure is not None:
-            return replace(base, state=FAILED, reason="reported an error")
+            return replace(base, state=RankStatus.FAILED, reason="reported an error")
         if f.finished or (f.exited is not None and f.exited.exitcode == 0):
-            return replace(base, state=DONE)
+            return replace(base, state=RankStatus.DONE)
         if f.exited is not None:
             how = f"exit code {f.exited.exitcode}" if f.exited.signal is None else f.exited.signal
-            if f.rank == root and status != KILLED:
-                return replace(base, state=FAILED, reason=f"exited first ({how})")
+            if f.rank == root and status != RunStatus.KILLED:
+                return replace(base, state=RankStatus.FAILED, reason=f"exited first ({how})")
             if f.exited.signal in _STOP_SIGNALS:
-                return replace(base, state=STOPPED, reason=f"stopped ({how})")
-            return replace(base, state=FAILED, reason=f"exited ({how})")
+                return replace(base, state=RankStatus.STOPPED, reason=f"stopped ({how})")
+            return replace(base, state=RankStatus.FAILED, reason=f"exited ({how})")
         if status is not None:  # the run ended and this rank left no word of how
-            return replace(base, state=STOPPED, reason=f"the run ended ({status})")
+            return replace(base, state=RankStatus.STOPPED, reason=f"the run ended ({status})")
         report = f.stalled_report
         if report is not None and (f.last_event_time is None or report.time > f.last_event_time):
             said = f"silent for {silent:.0f} s" if silent is not None else "silent"
-            return replace(base, state=STALLED, reason=f"{said} (reported by the launcher)")
-        if not launcher_alive and silent is not None and silent >= self.stall_seconds:
             return replace(
-                base, state=STALLED, reason=f"silent for {silent:.0f} s and its launcher is gone"
+                base, state=RankStatus.STALLED, reason=f"{said} (reported by the launcher)"
             )
+        if judge_silence and self.is_stalled(silent, reported=f.last_event_time is not None):
+            why = f"silent for {silent:.0f} s"
+            if not launcher_alive:
+                why += " and its launcher is gone"
+            return replace(base, state=RankStatus.STALLED, reason=why)
         mine = step_times.get(f.rank)
-        others = [s for r, s in step_times.items() if r != f.rank]
-        if mine is not None and others:
-            median = statistics.median(others)
-            if median > 0 and mine > self.straggler_factor * median:
-                return replace(
-                    base,
-                    state=STRAGGLER,
-                    reason=f"{mine:.3f} s a step against {median:.3f} s for the others",
-                )
+        median = base.peers_step_seconds
+        if mine is not None and median and mine > self.thresholds.straggler_factor * median:
+            return replace(
+                base,
+                state=RankStatus.STRAGGLER,
+                reason=f"{mine:.3f} s a step against {median:.3f} s for the others",
+            )
         if f.last_event_time is None:
-            return replace(base, state=STARTING)
-        return replace(base, state=RUNNING)
+            return replace(base, state=RankStatus.STARTING)
+        return base
 
-
-def _is_live(f: _RankFold) -> bool:
-    return f.exited is None and not f.finished and f.failure is None
+    def is_stalled(self, silent: float | None, *, reported: bool) -> bool:
+        """The stall rule: silent for ``stall_seconds``, plus the start-up allowance for a rank
+        that has not reported yet (it is importing torch and loading its data)."""
+        if silent is None:
+            return False
+        allowance = 0.0 if reported else STARTUP_ALLOWANCE_SECONDS
+        return silent >= self.thresholds.stall_seconds + allowance
 
 
 def _root_cause(folds: list[_RankFold]) -> int | None:
@@ -267,149 +398,26 @@ def _root_cause(folds: list[_RankFold]) -> int | None:
     return min(bad, key=lambda f: f.exited.time if f.exited else 0.0).rank
 
 
-# ---- reading one run directory ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RunProgress:
-    """One run at one moment: what ``ddptui runs`` lists, ``ddptui show`` prints, the UI draws."""
-
-    run_id: str
-    path: Path
-    state: str  # starting | running | completed | failed | killed | orphaned | lost | unreadable
-    preset: str = ""
-    created: float | None = None
-    devices: str = ""
-    world_size: int = 0
-    info: RunInfo | None = None
-    launcher_alive: bool | None = None  # None: run.json names no launcher (yet)
-    ranks: tuple[RankState, ...] = ()
-    summary: dict[str, Any] | None = None
-    problem: str = ""  # one sentence when run.json / summary.json could not be read
-
-    @property
-    def finished(self) -> bool:
-        return self.state in FINAL_STATES
-
-    @property
-    def stalled_ranks(self) -> tuple[int, ...]:
-        return tuple(r.rank for r in self.ranks if r.state == STALLED)
-
-    @property
-    def straggler_ranks(self) -> tuple[int, ...]:
-        return tuple(r.rank for r in self.ranks if r.state == STRAGGLER)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "path": str(self.path),
-            "state": self.state,
-            "preset": self.preset,
-            "created": self.created,
-            "devices": self.devices,
-            "world_size": self.world_size,
-            "launcher_alive": self.launcher_alive,
-            "stalled_ranks": list(self.stalled_ranks),
-            "straggler_ranks": list(self.straggler_ranks),
-            "ranks": [r.to_json() for r in self.ranks],
-            "summary": self.summary,
-            "problem": self.problem,
-        }
-
-
-class RunWatch:
-    """Incremental reader of one run directory; ``refresh()`` reads only what was appended."""
-
-    def __init__(self, run_dir: RunDir) -> None:
-        self.run_dir = run_dir
-        self.tracker = RankStateTracker()
-        self._tails: dict[Path, EventTail] = {}
-        self._configured = False
-
-    def _configure(self) -> None:
-        """Thresholds from config.toml once it is there (defaults otherwise)."""
-        if self._configured or not self.run_dir.config_path.exists():
-            return
-        self._configured = True
-        try:
-            from engine.core.config import load_config
-
-            sup = load_config(self.run_dir.config_path).supervision
-        except Exception:  # a broken config must not hide the ranks
-            return
-        self.tracker.stall_seconds = sup.stall_seconds
-        self.tracker.straggler_factor = sup.straggler_factor
-
-    def _read_events(self) -> None:
-        paths = [self.run_dir.launcher_events_path, *self.run_dir.rank_event_paths().values()]
-        for path in paths:
-            tail = self._tails.setdefault(path, EventTail(path))
-            self.tracker.feed_all(tail.read_new())
-
-    def refresh(self, now: float | None = None) -> RunProgress:
-        from engine.core.lost_runs import LAUNCHER_START_GRACE_SECONDS, settle_lost_run
-        from engine.core.process_table import ref_alive
-
-        now = time.time() if now is None else now
-        self._configure()
-        self._read_events()
-        problem = ""
-        info: RunInfo | None = None
-        try:
-            info = self.run_dir.read_run_info()
-        except RunDirError as err:
-            problem = str(err)
-        summary: dict[str, Any] | None = None
-        try:
-            summary = self.run_dir.read_summary()
-        except RunDirError as err:
-            problem = problem or str(err)
-        if info is not None:
-            self.tracker.world_size = max(self.tracker.world_size, info.world_size)
-        launcher_alive = ref_alive(info.launcher) if info and info.launcher else None
-        status: str | None = None
-        if summary is not None and isinstance(summary.get("status"), str):
-            status = summary["status"]
-        elif info is not None and info.state in FINAL_STATES:
-            status = info.state
-        if status is not None:
-            state = status
-        elif info is None:
-            state = UNREADABLE if problem else "starting"
-        elif info.launcher is None and now - info.created >= LAUNCHER_START_GRACE_SECONDS:
-            # its launcher never recorded itself: it died first
-            summary = settle_lost_run(self.run_dir, now=now) or summary
-            state = status = LOST if summary is not None else info.state
-        elif launcher_alive is False:
-            ranks_alive = any(ref_alive(r) for r in info.ranks)
-            state = ORPHANED if ranks_alive else LOST
-            if state == LOST:  # nobody else will: write the summary the launcher could not
-                summary = settle_lost_run(self.run_dir, now=now) or summary
-                status = LOST if summary is not None else None
-        else:
-            state = info.state
-        ranks = self.tracker.states(
-            now=now, launcher_alive=launcher_alive is not False, run_status=status
+def root_failure(ranks: tuple[RankState, ...]) -> Failure | None:
+    """The root cause while no summary says it: the first rank to report an error, else the
+    first failed rank with how it exited."""
+    failed = [r for r in ranks if r.state == RankStatus.FAILED]
+    if not failed:
+        return None
+    reported = [r for r in failed if r.error]
+    if reported:
+        first = min(reported, key=lambda r: r.last_event_time or 0.0)
+        return Failure(
+            rank=first.rank,
+            exitcode=first.exitcode,
+            signal=first.signal,
+            error=first.error,
+            traceback=first.traceback,
         )
-        if state == LOST:  # nothing is left alive: no rank can still be "running"
-            ranks = self.tracker.states(now=now, launcher_alive=False, run_status=LOST)
-        preset = info.preset if info else (str(summary.get("preset", "")) if summary else "")
-        return RunProgress(
-            run_id=self.run_dir.run_id,
-            path=self.run_dir.path,
-            state=state,
-            preset=preset,
-            created=info.created if info else None,
-            devices=info.devices if info else "",
-            world_size=info.world_size if info else self.tracker.world_size,
-            info=info,
-            launcher_alive=launcher_alive,
-            ranks=ranks,
-            summary=summary,
-            problem=problem,
-        )
-
-
-def read_run_progress(run_dir: RunDir, now: float | None = None) -> RunProgress:
-    """One-shot read of a run (CLI); the UI keeps a ``RunWatch`` per run instead."""
-    return RunWatch(run_dir).refresh(now)
+    first = failed[0]
+    return Failure(
+        rank=first.rank,
+        exitcode=first.exitcode,
+        signal=first.signal,
+        error=f"{first.reason} (no traceback reported)",
+    )

@@ -21,6 +21,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from engine.core.config import ConfigError
 from engine.core.gpus import GpuInventory, GpuSample, sample_gpus
 from engine.core.memory_estimate import GIB, MIB, MemoryEstimate, estimate_memory
@@ -128,8 +130,6 @@ def cgroup_memory_headroom(
 def available_memory_bytes(root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_SELF_CGROUP) -> int:
     """Host memory a new run may use now: the kernel's estimate of available memory, or the
     memory cgroup's headroom where that is less."""
-    import psutil
-
     available = int(psutil.virtual_memory().available)
     headroom = cgroup_memory_headroom(root, proc_cgroup)
     return available if headroom is None else min(available, headroom)

@@ -22,7 +22,8 @@ from engine.core import gpus
 from engine.core.config import RunConfig, to_toml
 from engine.core.plan import RunPlan, plan_run
 from engine.core.resource_guard import ResourceCheck, check_resources
-from engine.core.rundir import STARTING, RunDir, RunInfo, new_run_id, this_host
+from engine.core.rundir import RunDir, RunInfo, new_run_id, this_host
+from engine.core.statuses import RunStatus
 
 
 @dataclass
@@ -77,7 +78,7 @@ def _create_run_dir(config: RunConfig, plan: RunPlan, runs_dir: Path, run_id: st
             preset=config.name,
             host=this_host(),
             created=time.time(),
-            state=STARTING,
+            state=RunStatus.STARTING,
             world_size=plan.world_size,
             devices=plan.devices.describe(),
         )

@@ -12,7 +12,8 @@ Layout (see DESIGN.md)::
                   checkpoint.pt          state_dict             (rank 0)
 
 Plain Python only. JSON files are replaced atomically (write to a temp file, then rename), so a
-reader never sees half a file.
+reader never sees half a file, and read back into the typed objects that wrote them (``RunInfo``,
+``RunSummary``).
 """
 
 from __future__ import annotations
@@ -26,22 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.core.process_identity import ProcessRef
+from engine.core.run_environment import RUN_MARKER_ENV
+from engine.core.statuses import RunStatus
+from engine.core.summary import RunSummary
+
 RUN_SCHEMA_VERSION = 1
 DEFAULT_RUNS_DIR = Path("runs")
-RUN_MARKER_ENV = "DDPTUI_RUN_ID"
-
-# run.json "state" and summary.json "status" values. ``lost``: the launcher ended without writing
-# a summary (SIGKILL, out of memory) and nothing of the run is alive; whoever reads the run next
-# writes that summary (engine.core.lost_runs).
-STARTING, RUNNING, COMPLETED, FAILED, KILLED, LOST = (
-    "starting",
-    "running",
-    "completed",
-    "failed",
-    "killed",
-    "lost",
-)
-FINAL_STATES = (COMPLETED, FAILED, KILLED, LOST)
 
 
 class RunDirError(ValueError):
@@ -55,9 +47,16 @@ def new_run_id(preset: str) -> str:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
+    """Write ``data`` to a temporary file beside ``path``, then rename it over ``path``: a reader
+    sees the old file or the new one, never half of one. A failed write (a full disk) leaves
+    neither a half file nor the temporary one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _read_versioned_json(path: Path, what: str) -> dict[str, Any]:
@@ -81,21 +80,6 @@ def _read_versioned_json(path: Path, what: str) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class ProcessRef:
-    """A process identified by pid *and* start time, so a reused pid is never mistaken for it."""
-
-    pid: int
-    start_time: float  # psutil.Process.create_time()
-
-    def to_json(self) -> dict[str, Any]:
-        return {"pid": self.pid, "start_time": self.start_time}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ProcessRef:
-        return cls(pid=int(data["pid"]), start_time=float(data["start_time"]))
-
-
-@dataclass(frozen=True)
 class RunInfo:
     """run.json: who is (or was) running this run."""
 
@@ -103,7 +87,7 @@ class RunInfo:
     preset: str
     host: str
     created: float
-    state: str
+    state: RunStatus  # starting | running, then how it ended (completed | failed | killed | lost)
     world_size: int
     devices: str
     launcher: ProcessRef | None = None
@@ -112,6 +96,9 @@ class RunInfo:
     node_rank: int = 0
     nnodes: int = 1
     oom_kills_at_start: int | None = None  # /proc/vmstat oom_kill when the launcher started
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", RunStatus(self.state))  # the word, typed where made
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -140,7 +127,7 @@ class RunInfo:
             preset=str(data.get("preset", "")),
             host=str(data.get("host", "")),
             created=float(data.get("created", 0.0)),
-            state=str(data.get("state", STARTING)),
+            state=RunStatus(data.get("state", RunStatus.STARTING)),
             world_size=int(data.get("world_size", 0)),
             devices=str(data.get("devices", "")),
             launcher=ProcessRef.from_json(launcher) if launcher else None,
@@ -232,14 +219,19 @@ class RunDir:
             raise RunDirError(f"{self.run_json_path}: run.json is corrupt ({err!r})") from None
 
     # summary.json
-    def write_summary(self, summary: dict[str, Any]) -> None:
-        write_json_atomic(self.summary_path, {"schema": RUN_SCHEMA_VERSION, **summary})
+    def write_summary(self, summary: RunSummary) -> None:
+        write_json_atomic(self.summary_path, {"schema": RUN_SCHEMA_VERSION, **summary.to_json()})
 
-    def read_summary(self) -> dict[str, Any] | None:
-        """The summary, or None while the run has not finished."""
+    def read_summary(self) -> RunSummary | None:
+        """The summary, or None while the run has not finished; RunDirError when it is corrupt
+        or from a newer ddptui."""
         if not self.summary_path.exists():
             return None
-        return _read_versioned_json(self.summary_path, "summary.json")
+        data = _read_versioned_json(self.summary_path, "summary.json")
+        try:
+            return RunSummary.from_json(data)
+        except (KeyError, TypeError, ValueError) as err:
+            raise RunDirError(f"{self.summary_path}: summary.json is corrupt ({err!r})") from None
 
 
 def this_host() -> str:

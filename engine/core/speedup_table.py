@@ -29,11 +29,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from engine.core.statuses import RowStatus, RunStatus
 from engine.core.summary import RunSummary
 
 TABLE_SCHEMA_VERSION = 1
 
-OK, FAILED, SKIPPED = "ok", "failed", "skipped"
 FORMATS = ("markdown", "csv", "json")
 
 WARN_MARK = "⚠"
@@ -71,7 +71,7 @@ class SpeedupRow:
 
     label: str
     preset: str
-    status: str  # ok | failed | skipped
+    status: RowStatus
     reason: str
     strategy: str
     devices: str
@@ -99,13 +99,13 @@ class SpeedupRow:
 
     @property
     def ok(self) -> bool:
-        return self.status == OK
+        return self.status == RowStatus.OK
 
     def cells(self) -> tuple[str, ...]:
         """The row as display strings, in the order of ``DISPLAY_COLUMNS``."""
         batch = _int_cell(self.global_batch) + (f" {BATCH_MARK}" if self.batch_differs else "")
         speedup = _speedup_cell(self.speedup) + (f" {WARN_MARK}" if self.slower_than else "")
-        if self.status == OK:
+        if self.status == RowStatus.OK:
             note = "baseline" if self.baseline else ""
         else:
             note = f"{self.status}: {self.reason}" if self.reason else self.status
@@ -226,12 +226,13 @@ class SpeedupTable:
                 SpeedupRow(
                     **{
                         **{k: v for k, v in raw.items() if k in known},
+                        "status": RowStatus(raw.get("status")),
                         "run_ids": tuple(raw.get("run_ids", ())),
                     }
                 )
                 for raw in data.get("rows", [])
             )
-        except TypeError as err:
+        except (TypeError, ValueError) as err:
             raise TableError(f"the stored table is corrupt ({err})") from None
         return cls(
             title=str(data.get("title", "")),
@@ -296,7 +297,7 @@ def build_speedup_table(
 
 
 def _did_not_complete(row: SpeedupRow) -> str:
-    if row.status == SKIPPED:
+    if row.status == RowStatus.SKIPPED:
         return f"was skipped ({row.reason})"
     return f"failed ({row.reason})" if row.reason else "failed"
 
@@ -318,9 +319,9 @@ def _measure(result: RowResult) -> SpeedupRow:
         "run_ids": tuple(s.run_id for s in result.summaries),
     }
     if result.skipped:
-        return SpeedupRow(**shape, status=SKIPPED, reason=result.skipped)
+        return SpeedupRow(**shape, status=RowStatus.SKIPPED, reason=result.skipped)
     if not result.summaries:
-        return SpeedupRow(**shape, status=FAILED, reason="no run finished")
+        return SpeedupRow(**shape, status=RowStatus.FAILED, reason="no run finished")
     first = result.summaries[0]
     # What the run actually was beats what the plan said.
     shape.update(
@@ -333,13 +334,13 @@ def _measure(result: RowResult) -> SpeedupRow:
     total = len(result.summaries)
     for index, summary in enumerate(result.summaries, start=1):
         problem = ""
-        if summary.status != "completed":
+        if summary.status != RunStatus.COMPLETED:
             problem = failure_reason(summary)
         elif summary.last_epoch is None:
             problem = "it completed without finishing an epoch"
         if problem:
             which = f"run {index} of {total}: " if total > 1 else ""
-            return SpeedupRow(**shape, status=FAILED, reason=which + problem)
+            return SpeedupRow(**shape, status=RowStatus.FAILED, reason=which + problem)
     last = [s.last_epoch for s in result.summaries if s.last_epoch is not None]
     seconds = [e.steady_epoch_seconds for e in last]
     rates = [e.steady_images_per_s for e in last]
@@ -347,7 +348,7 @@ def _measure(result: RowResult) -> SpeedupRow:
     accuracies = [e.test_accuracy for e in last if e.test_accuracy is not None]
     return SpeedupRow(
         **shape,
-        status=OK,
+        status=RowStatus.OK,
         reason="",
         repeats=len(last),
         epoch_seconds=_median(seconds),
@@ -376,7 +377,7 @@ def failure_reason(summary: RunSummary) -> str:
         if failure.exitcode is not None:
             return f"{where} exited with code {failure.exitcode}"
     if summary.reason:
-        return f"{status}: {summary.reason}" if status != "failed" else summary.reason
+        return f"{status}: {summary.reason}" if status != RunStatus.FAILED else summary.reason
     return f"the run ended {status}"
 
 

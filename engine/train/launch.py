@@ -30,11 +30,10 @@ import contextlib
 import os
 import signal
 import socket
-import statistics
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import psutil
@@ -51,27 +50,29 @@ from engine.core.events import (
     RankStraggling,
     RunFinished,
     RunStarted,
-    StepProgress,
 )
 from engine.core.oom_evidence import oom_kill_count, sigkill_cause
 from engine.core.plan import RunPlan, plan_run
+from engine.core.process_identity import ProcessRef
 from engine.core.process_kill import stop_processes
+from engine.core.rank_states import RankStateTracker, Thresholds
 from engine.core.resource_guard import available_memory_bytes, check_resources
-from engine.core.rundir import (
-    COMPLETED,
-    FAILED,
-    KILLED,
+from engine.core.run_environment import (
+    LAUNCHER_PID_ENV,
+    RUN_DIR_ENV,
     RUN_MARKER_ENV,
-    RUNNING,
-    ProcessRef,
+    THREADS_ENV,
+)
+from engine.core.rundir import (
     RunDir,
     RunDirError,
     RunInfo,
     this_host,
 )
-from engine.core.summary import Failure, build_summary, exit_status
+from engine.core.statuses import RankStatus, RunStatus
+from engine.core.summarize import build_summary
+from engine.core.summary import Failure, exit_status
 from engine.train.memory_fault import own_memory_cgroup, remove_fault_cgroup
-from engine.train.rank_bootstrap import LAUNCHER_PID_ENV
 
 POLL_SECONDS = 0.1
 STARTUP_ALLOWANCE_SECONDS = 60.0
@@ -110,9 +111,9 @@ def rank_environment(
     threads = max(1, cores // max(1, nproc))
     env = {
         RUN_MARKER_ENV: run_dir.run_id,
-        "DDPTUI_RUN_DIR": str(run_dir.path.resolve()),
+        RUN_DIR_ENV: str(run_dir.path.resolve()),
         LAUNCHER_PID_ENV: str(os.getpid()),
-        "DDPTUI_THREADS_PER_RANK": str(threads),
+        THREADS_ENV: str(threads),
         "OMP_NUM_THREADS": str(threads),
         "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(master_port),
@@ -127,21 +128,17 @@ def rank_environment(
 
 @dataclass
 class RankWatch:
-    """What the launcher knows of one local rank."""
+    """What the launcher knows of one local rank's process; its state is the tracker's."""
 
     rank: int
     pid: int | None = None
-    process: psutil.Process | None = None
     tail: EventTail | None = None
-    last_event: float = field(default_factory=time.time)
-    reported: bool = False  # has this rank written any event yet
-    step_seconds: float | None = None
     finished: bool = False
     failed_event: RankFailed | None = None
     exitcode: int | None = None
     exited: bool = False
-    stalled: bool = False
-    straggling: bool = False
+    stalled: bool = False  # reported stalled, and silent since
+    straggling: bool = False  # reported straggling, and still so
 
 
 def _descendants(proc: psutil.Process) -> list[psutil.Process]:
@@ -152,7 +149,9 @@ def _descendants(proc: psutil.Process) -> list[psutil.Process]:
 
 
 class Supervisor:
-    """Watches the local ranks of one run until every one has exited."""
+    """Watches the local ranks of one run until every one has exited. Whether a rank is stalled or
+    straggling is the run observer's rule (``RankStateTracker``), fed the same events readers
+    see; the launcher reports what it finds as events and acts on it."""
 
     def __init__(
         self,
@@ -169,8 +168,11 @@ class Supervisor:
         self.watches = {
             r: RankWatch(rank=r, tail=EventTail(run_dir.rank_events_path(r))) for r in ranks
         }
+        self.tracker = RankStateTracker(
+            world_size=len(ranks), thresholds=Thresholds.of(config), run_started=time.time()
+        )
         self.stop_reason = ""  # why the launcher stopped the ranks, when it did
-        self.stop_status = ""
+        self.stop_status: RunStatus | None = None
         self.stop_deadline: float | None = None
         self.stopped_by_us: set[int] = set()
         self.first_exit_order: list[int] = []
@@ -178,60 +180,49 @@ class Supervisor:
         self.stop_signal_sent: signal.Signals | None = None
 
     # -- reading the ranks ------------------------------------------------------------------
-    def read_events(self, now: float) -> None:
+    def read_events(self) -> None:
         for w in self.watches.values():
             assert w.tail is not None
-            new = w.tail.read_new()
-            if new:
-                w.last_event = now
-                w.reported = True
-                w.stalled = False
-            for e in new:
-                if isinstance(e, StepProgress):
-                    w.step_seconds = e.step_seconds
-                elif isinstance(e, RankFailed):
+            for e in w.tail.read_new():
+                self.tracker.feed(e)
+                if isinstance(e, RankFailed):
                     w.failed_event = e
                 elif isinstance(e, RankFinished):
                     w.finished = True
 
     def check_health(self, now: float) -> None:
         sup = self.config.supervision
-        live = [w for w in self.watches.values() if not w.exited and not w.finished]
-        for w in live:
-            silent = now - w.last_event
-            # Before its first event a rank is importing torch and loading data: allow for that.
-            allowance = 0.0 if w.reported else STARTUP_ALLOWANCE_SECONDS
-            if silent >= sup.stall_seconds + allowance and not w.stalled:
-                w.stalled = True
+        states = {
+            s.rank: s for s in self.tracker.states(now=now, launcher_alive=True, judge_silence=True)
+        }
+        for w in self.watches.values():
+            state = states.get(w.rank)
+            if w.exited or w.finished or state is None:
+                continue
+            stalled = state.state == RankStatus.STALLED
+            silent = state.silent_seconds or 0.0
+            if stalled and not w.stalled:
                 self.events.write(RankStalled(rank=w.rank, silent_seconds=round(silent, 1)))
+            w.stalled = stalled
             if (
-                w.stalled
+                stalled
                 and sup.kill_stalled_after > 0
                 and silent >= sup.stall_seconds + sup.kill_stalled_after
                 and self.stop_deadline is None
             ):
                 self.stall_kill_rank = w.rank
                 self.begin_stop(
-                    FAILED,
-                    f"rank {w.rank} reported nothing for {silent:.0f} s; stopped by supervision.kill_stalled_after",
+                    RunStatus.FAILED,
+                    f"rank {w.rank} reported nothing for {silent:.0f} s; stopped by "
+                    "supervision.kill_stalled_after",
                 )
-        timed = [w for w in live if w.step_seconds is not None]
-        for w in timed:
-            others = [o.step_seconds for o in timed if o is not w and o.step_seconds is not None]
-            if not others:
-                continue
-            median = statistics.median(others)
-            behind = (
-                median > 0
-                and w.step_seconds is not None
-                and w.step_seconds > sup.straggler_factor * median
-            )
+            behind = state.state == RankStatus.STRAGGLER
             if behind and not w.straggling:
                 self.events.write(
                     RankStraggling(
                         rank=w.rank,
-                        step_seconds=round(w.step_seconds or 0.0, 4),
-                        others_median_step_seconds=round(median, 4),
+                        step_seconds=round(state.step_seconds or 0.0, 4),
+                        others_median_step_seconds=round(state.peers_step_seconds or 0.0, 4),
                     )
                 )
             w.straggling = behind
@@ -252,12 +243,12 @@ class Supervisor:
             w.pid = proc.pid
             self.first_exit_order.append(rank)
             exitcode, signal_name = exit_status(code)
-            self.events.write(
-                RankExited(rank=rank, pid=proc.pid, exitcode=exitcode, signal=signal_name)
-            )
+            exited = RankExited(rank=rank, pid=proc.pid, exitcode=exitcode, signal=signal_name)
+            self.events.write(exited)
+            self.tracker.feed(exited)
 
     # -- stopping ---------------------------------------------------------------------------
-    def begin_stop(self, status: str, reason: str) -> None:
+    def begin_stop(self, status: RunStatus, reason: str) -> None:
         """Ask every live rank to stop; after the grace period the rest are killed."""
         if self.stop_deadline is not None:
             return
@@ -334,7 +325,7 @@ def supervise(
     processes: dict[int, psutil.Process],
     events: EventWriter,
     oom_kills_at_start: int | None = None,
-) -> tuple[str, Failure | None, str]:
+) -> tuple[RunStatus, Failure | None, str]:
     """Watch the ranks until all have exited; returns (status, root cause, reason)."""
     sup = Supervisor(run_dir, config, sorted(processes), events, oom_kills_at_start)
     requested: list[str] = []
@@ -346,10 +337,10 @@ def supervise(
     signal.signal(signal.SIGINT, on_signal)
     while True:
         now = time.time()
-        sup.read_events(now)
+        sup.read_events()
         sup.reap(processes)
         if requested and sup.stop_deadline is None:
-            sup.begin_stop(KILLED, f"the launcher received {requested[0]}")
+            sup.begin_stop(RunStatus.KILLED, f"the launcher received {requested[0]}")
         failed = [
             w
             for w in sup.watches.values()
@@ -357,7 +348,7 @@ def supervise(
         ]
         if failed and sup.stop_deadline is None:
             first = failed[0].rank
-            sup.begin_stop(FAILED, f"rank {first} failed; the other ranks were stopped")
+            sup.begin_stop(RunStatus.FAILED, f"rank {first} failed; the other ranks were stopped")
             # the failing rank itself is not "stopped by us"
             for w in failed:
                 sup.stopped_by_us.discard(w.rank)
@@ -367,13 +358,13 @@ def supervise(
         if all(w.exited for w in sup.watches.values()):
             break
         time.sleep(POLL_SECONDS)
-    sup.read_events(time.time())
-    if sup.stop_status == KILLED:
-        return KILLED, None, sup.stop_reason
+    sup.read_events()
+    if sup.stop_status == RunStatus.KILLED:
+        return RunStatus.KILLED, None, sup.stop_reason
     if sup.stall_kill_rank is not None:
         rank = sup.stall_kill_rank
         return (
-            FAILED,
+            RunStatus.FAILED,
             Failure(
                 rank=rank, error=sup.stop_reason, traceback=_log_tail(run_dir.rank_log_path(rank))
             ),
@@ -381,10 +372,10 @@ def supervise(
         )
     cause = sup.root_cause()
     if cause is not None:
-        return FAILED, cause, f"rank {cause.rank} failed: {cause.error}"
+        return RunStatus.FAILED, cause, f"rank {cause.rank} failed: {cause.error}"
     if all(w.exitcode == 0 for w in sup.watches.values()):
-        return COMPLETED, None, ""
-    return FAILED, None, "a rank ended without finishing"
+        return RunStatus.COMPLETED, None, ""
+    return RunStatus.FAILED, None, "a rank ended without finishing"
 
 
 def launch(
@@ -394,7 +385,7 @@ def launch(
     node_rank: int = 0,
     master_addr: str = "127.0.0.1",
     master_port: int | None = None,
-) -> str:
+) -> RunStatus:
     """Run one node's share of a run to the end; returns the final status."""
     config = load_config(run_dir.config_path)
     plan = plan_run(config, gpus.gpu_count())
@@ -425,7 +416,7 @@ def launch(
         preset=config.name,
         host=this_host(),
         created=info.created if info else time.time(),
-        state=RUNNING,
+        state=RunStatus.RUNNING,
         world_size=world_size,
         devices=plan.devices.describe(),
         launcher=ProcessRef(me.pid, me.create_time()),
@@ -446,7 +437,7 @@ def launch(
             devices=plan.devices.describe(),
         )
     )
-    status, failure, reason = FAILED, None, ""
+    status, failure, reason = RunStatus.FAILED, None, ""
     processes: dict[int, psutil.Process] = {}
     try:
         import torch.multiprocessing as mp  # only now: the environment above is in place
@@ -474,7 +465,7 @@ def launch(
     except BaseException as err:  # the summary is written whatever happened
         reason = f"the launcher failed: {type(err).__name__}: {err}"
         failure = Failure(rank=None, error=reason, traceback=traceback.format_exc())
-        status = KILLED if isinstance(err, KeyboardInterrupt) else FAILED
+        status = RunStatus.KILLED if isinstance(err, KeyboardInterrupt) else RunStatus.FAILED
         live = [p for p in processes.values() if p.is_running()]
         stop_processes(live, grace=3.0)
     finally:
@@ -490,7 +481,7 @@ def launch(
                 ranks=tuple(ProcessRef(p.pid, _create_time(p)) for p in processes.values()),
             )
         )
-        run_dir.write_summary(build_summary(run_dir, status, failure, reason).to_json())
+        run_dir.write_summary(build_summary(run_dir, status, failure, reason))
     return status
 
 
@@ -532,13 +523,13 @@ def main(argv: list[str] | None = None) -> int:
             # Nothing started, but whoever watches this directory learns why.
             try:
                 summary = build_summary(
-                    run_dir, FAILED, Failure(rank=None, error=str(err)), str(err)
+                    run_dir, RunStatus.FAILED, Failure(rank=None, error=str(err)), str(err)
                 )
-                run_dir.write_summary(summary.to_json())
+                run_dir.write_summary(summary)
             except (ConfigError, RunDirError, OSError):
                 pass
         return EXIT_BAD_INPUT
-    return 0 if status == COMPLETED else 1
+    return 0 if status == RunStatus.COMPLETED else 1
 
 
 if __name__ == "__main__":

@@ -20,8 +20,9 @@ import os
 import signal
 import sys
 
+from engine.core.run_environment import LAUNCHER_PID_ENV
+
 PR_SET_PDEATHSIG = 1
-LAUNCHER_PID_ENV = "DDPTUI_LAUNCHER_PID"
 ORPHANED_EXIT_CODE = 1
 
 

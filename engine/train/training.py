@@ -42,8 +42,10 @@ from engine.core.events import (
 )
 from engine.core.faults import parse_fault
 from engine.core.plan import RunPlan, lr_at_step
+from engine.core.run_environment import LAUNCHER_PID_ENV
 from engine.core.rundir import RunDir
 from engine.train.data import Batch, TestBatches, TrainBatches, make_train_batches
+from engine.train.memory_fault import allocate_until_killed
 from engine.train.models import build_model, prepare_model
 
 SLOW_FAULT_SECONDS = 0.5
@@ -113,8 +115,6 @@ def synchronized_clock(device: torch.device) -> float:
 def kill_launcher() -> None:
     """SIGKILL the launcher of this rank (the parent under torchrun); the rank's parent-death
     signal then ends it too."""
-    from engine.train.rank_bootstrap import LAUNCHER_PID_ENV
-
     launcher = os.environ.get(LAUNCHER_PID_ENV, "")
     os.kill(int(launcher) if launcher.isdigit() else os.getppid(), signal.SIGKILL)
 
@@ -140,8 +140,6 @@ class FaultInjector:
             if fault.kind == "slow":
                 self.slow = True
             if fault.kind == "oom":
-                from engine.train.memory_fault import allocate_until_killed
-
                 allocate_until_killed()
             if fault.kind == "kill-launcher":
                 kill_launcher()

@@ -34,6 +34,7 @@ import threading
 import time
 import traceback
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import NoReturn
@@ -46,11 +47,16 @@ from engine.core import gpus
 from engine.core.config import ConfigError, apply_overrides, load_config, to_toml
 from engine.core.events import EventWriter, RankFailed, RankFinished, RankStarted
 from engine.core.plan import RunPlan, plan_run
-from engine.core.rundir import COMPLETED, FAILED, RunDir, this_host
-from engine.train.rank_bootstrap import LAUNCHER_PID_ENV, bind_to_parent
+from engine.core.presets import load_preset
+from engine.core.process_identity import ProcessRef, identify, ref_alive
+from engine.core.run_environment import LAUNCHER_PID_ENV, THREADS_ENV
+from engine.core.rundir import RunDir, this_host
+from engine.core.settle import settle_run
+from engine.core.statuses import RunStatus
+from engine.core.summarize import build_summary
+from engine.train.rank_bootstrap import bind_to_parent
 from engine.train.training import gpu_index, pick_device, train_rank
 
-THREADS_ENV = "DDPTUI_THREADS_PER_RANK"
 WATCHDOG_INTERVAL_SECONDS = 0.5
 WATCHDOG_EXIT_CODE = 1
 # Long enough for rank 0 to download CIFAR-10 while the others wait at the barrier.
@@ -97,8 +103,6 @@ def planning_gpu_count() -> int:
 def plan_for_world(plan: RunPlan, world_size: int) -> RunPlan:
     """The plan for a run of ``world_size`` ranks in all (several nodes under one process group):
     plan_run counts one node's devices, so the global batch and linear lr scaling follow here."""
-    from dataclasses import replace
-
     if plan.config.strategy.name != "ddp":
         if world_size != 1:
             raise ConfigError(
@@ -119,24 +123,12 @@ def plan_for_world(plan: RunPlan, world_size: int) -> RunPlan:
 # ---- launcher-death watchdog -----------------------------------------------------------------
 
 
-def _process_identity(pid_text: str | None) -> tuple[int, float] | None:
-    """(pid, start time) of a live process, so that a reused pid is not taken for it later."""
+def _process_identity(pid_text: str | None) -> ProcessRef | None:
+    """The identity of the process ``pid_text`` names now, so that a reused pid is not taken for
+    it later; a pid with no process is already gone (a start time no process has)."""
     if not pid_text or not pid_text.strip().isdigit():
         return None
-    try:
-        proc = psutil.Process(int(pid_text))
-        return proc.pid, proc.create_time()
-    except psutil.Error:
-        return int(pid_text), -1.0  # already gone
-
-
-def _is_alive(identity: tuple[int, float]) -> bool:
-    pid, start_time = identity
-    try:
-        proc = psutil.Process(pid)
-        return proc.create_time() == start_time and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+    return identify(int(pid_text)) or ProcessRef(int(pid_text), -1.0)
 
 
 def kill_own_children(timeout: float = 2.0) -> None:
@@ -151,12 +143,12 @@ def kill_own_children(timeout: float = 2.0) -> None:
     psutil.wait_procs(children, timeout=timeout)
 
 
-def launcher_gone(parent_pid: int, launcher: tuple[int, float] | None) -> str | None:
+def launcher_gone(parent_pid: int, launcher: ProcessRef | None) -> str | None:
     """Why this rank is orphaned, or None while the process that started it is alive."""
     if os.getppid() != parent_pid:
         return f"parent process {parent_pid} is gone"
-    if launcher is not None and not _is_alive(launcher):
-        return f"launcher {launcher[0]} ({LAUNCHER_PID_ENV}) is gone"
+    if launcher is not None and not ref_alive(launcher):
+        return f"launcher {launcher.pid} ({LAUNCHER_PID_ENV}) is gone"
     return None
 
 
@@ -271,8 +263,6 @@ def spawn_entry(
 def write_config_if_missing(run_dir: RunDir, preset: str | None, overrides: Sequence[str]) -> None:
     """Resolve ``preset`` + ``overrides`` into RUN_DIR/config.toml unless it is there. Every rank
     may get here at once: each writes the same text to its own temp file and renames it."""
-    from engine.core.presets import load_preset
-
     run_dir.events_dir.mkdir(parents=True, exist_ok=True)
     run_dir.logs_dir.mkdir(parents=True, exist_ok=True)
     if run_dir.config_path.exists():
@@ -301,10 +291,11 @@ def _environment_int(name: str) -> int:
     return int(value)
 
 
-def _write_summary(run_dir: RunDir, status: str) -> None:
-    from engine.core.summary import build_summary
-
-    run_dir.write_summary(build_summary(run_dir, status).to_json())
+def _write_summary(run_dir: RunDir, status: RunStatus) -> None:
+    """Under torchrun there is no ddptui launcher: the rank that ends the run settles it."""
+    problem = settle_run(run_dir, build_summary(run_dir, status))
+    if problem:
+        print(f"ddptui: {problem}", file=sys.stderr, flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -337,14 +328,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         run_rank(run_dir, rank=rank, local_rank=local_rank, world_size=world_size)
     except BaseException:
-        if run_dir.read_summary() is None:
-            try:
-                _write_summary(run_dir, FAILED)
-            except Exception:
-                traceback.print_exc()
+        try:  # the first rank to fail settles the run (a summary already there stands)
+            _write_summary(run_dir, RunStatus.FAILED)
+        except Exception:
+            traceback.print_exc()
         return 1
     if rank == 0:
-        _write_summary(run_dir, COMPLETED)
+        _write_summary(run_dir, RunStatus.COMPLETED)
     return 0
 
 

@@ -15,11 +15,12 @@ from typing import Any
 
 from ddptui.actions import EngineActions, Outcome
 from ddptui.app import DdptuiApp
-from ddptui.watch import ProcessProbe, ProcessUsage
 from engine.core import gpus
 from engine.core.config import RunConfig
+from engine.core.process_identity import ProcessProbe, ProcessRef, ProcessUsage
 from engine.core.process_table import ProcessTable, TrainingJob, TrainingProcess
-from engine.core.rundir import ProcessRef, RunDir
+from engine.core.rundir import RunDir
+from engine.core.statuses import JobKind, JobState, ProcessRole
 from tests.fixtures import make_recorded_run as recorded
 
 RECORDED = Path("tests/fixtures/recorded-run")  # relative: snapshots show it as is
@@ -142,11 +143,11 @@ def orphan_table() -> ProcessTable:
             ppid=recorded.LIVE_LAUNCHER.pid,
             start_time=recorded.LIVE_START,
             user="ana",
-            role="rank",
+            role=ProcessRole.RANK,
             rank=rank,
             local_rank=rank,
             world_size=4,
-            state="running",
+            state=JobState.RUNNING,
             age_seconds=95.0,
             cpu_percent=97.0,
             rss_bytes=310 * 2**20,
@@ -161,11 +162,11 @@ def orphan_table() -> ProcessTable:
         ppid=1000,
         start_time=recorded.LIVE_LAUNCHER.start_time,
         user="ana",
-        role="launcher",
+        role=ProcessRole.LAUNCHER,
         rank=None,
         local_rank=None,
         world_size=4,
-        state="running",
+        state=JobState.RUNNING,
         age_seconds=96.0,
         cpu_percent=1.0,
         rss_bytes=90 * 2**20,
@@ -179,11 +180,11 @@ def orphan_table() -> ProcessTable:
             ppid=1,
             start_time=NOW - 7200,
             user="ana",
-            role="rank",
+            role=ProcessRole.RANK,
             rank=rank,
             local_rank=rank,
             world_size=2,
-            state="orphaned",
+            state=JobState.ORPHANED,
             age_seconds=7200.0,
             cpu_percent=0.0,
             rss_bytes=2100 * 2**20,
@@ -197,9 +198,9 @@ def orphan_table() -> ProcessTable:
         jobs=(
             TrainingJob(
                 key=f"ddptui:{LIVE_RUN}",
-                kind="ddptui",
+                kind=JobKind.DDPTUI,
                 label=f"ddptui run {LIVE_RUN}",
-                state="running",
+                state=JobState.RUNNING,
                 reason="its launcher is alive",
                 users=("ana",),
                 processes=(launcher, *live),
@@ -210,9 +211,9 @@ def orphan_table() -> ProcessTable:
             ),
             TrainingJob(
                 key="torchelastic:none@127.0.0.1:29500",
-                kind="torchelastic",
+                kind=JobKind.ELASTIC,
                 label="torchrun job 'none' at 127.0.0.1:29500",
-                state="orphaned",
+                state=JobState.ORPHANED,
                 reason="its torchrun agent is gone",
                 users=("ana",),
                 processes=orphans,
@@ -271,12 +272,22 @@ def seed_gpu_history(app: DdptuiApp) -> None:
         app.gpu_history.add(1, None, None)
 
 
+def _tables_measured(app: Any) -> bool:
+    """A DataTable measures its new rows' columns when the app is next idle; until then it draws
+    them at the headers' widths, so a screenshot taken in between is not what a user sees."""
+    from textual.widgets import DataTable
+
+    return not any(t._require_update_dimensions for t in app.screen.query(DataTable))
+
+
 async def settle(pilot: Any, until: Callable[[], bool] | None = None, timeout: float = 5.0) -> None:
-    """Let workers post and handlers run (until ``until`` holds, when given)."""
+    """Let workers post and handlers run (until ``until`` holds, when given), and tables measure
+    what they were given."""
     deadline = time.monotonic() + timeout
     while True:
         await pilot.pause(0.05)
         await pilot.app.workers.wait_for_complete()
         await pilot.pause()
-        if until is None or until() or time.monotonic() > deadline:
+        done = until is None or until()
+        if (done and _tables_measured(pilot.app)) or time.monotonic() > deadline:
             return

@@ -8,20 +8,23 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.actions import EngineActions, session_rows
+from ddptui.actions import EngineActions
 from engine.core.machine_info import MachineInfo
 from engine.core.result_history import RecordedRun, ResultHistory
 from engine.core.rundir import RunDir
 from engine.core.speedup_table import RowResult, build_speedup_table
 from engine.core.summary import RunSummary
+from engine.core.table_rows import session_rows
 from tests.conftest import REPO_ROOT
-from tests.ui.standins import FAILED_RUN, GPU_RUN, LIVE_RUN, RECORDED
+from tests.ui.standins import FAILED_RUN, GPU_RUN, LIVE_RUN, RECORDED, StandInProbe
+from tests.ui.test_watch import LIVE_PIDS
 
 RUNS = REPO_ROOT / RECORDED
 
 
 def test_session_rows_say_what_each_run_is() -> None:
-    rows = session_rows([RunDir(RUNS / r) for r in (GPU_RUN, FAILED_RUN, LIVE_RUN)])
+    runs = [RunDir(RUNS / r) for r in (GPU_RUN, FAILED_RUN, LIVE_RUN)]
+    rows = session_rows(runs, StandInProbe(alive=LIVE_PIDS))  # the live run's launcher lives
     assert [r.label for r in rows] == ["fast-ddp-a1b2", "cpu-demo-c3d4", "cpu-demo-e5f6"]
     assert rows[0].summaries and rows[0].summaries[0].status == "completed"
     assert rows[1].summaries[0].status == "failed"

@@ -67,8 +67,8 @@ async def test_every_screen_is_reachable_from_the_keyboard(
         assert isinstance(app.screen, RunScreen)
         assert app.screen.run_dir.run_id == LIVE_RUN
         view = app.screen.view
-        assert view is not None and view.status == "running"
-        assert [r.state for r in view.ranks] == ["running", "straggler", "stalled", "running"]
+        assert view is not None and view.run.status == "running"
+        assert [r.state for r in view.run.ranks] == ["running", "straggler", "stalled", "running"]
         await pilot.press("escape")
         await settle(pilot)
         assert isinstance(app.screen, RunsScreen)
@@ -249,8 +249,8 @@ async def test_a_broken_run_directory_is_shown_not_fatal(
         await settle(pilot, lambda: getattr(app.screen, "view", None) is not None)
         screen = app.screen
         assert isinstance(screen, RunScreen) and screen.view is not None
-        assert "run.json is corrupt" in screen.view.error
-        assert screen.view.skipped_lines == 1
+        assert "run.json is corrupt" in screen.view.run.problem
+        assert screen.view.run.skipped_lines == 1
         assert "run.json is corrupt" in text_of(screen.query_one("#run-foot", Static))
 
 

@@ -23,7 +23,8 @@ from ddptui.screens.launch import LaunchScreen
 from ddptui.screens.results import ResultsScreen
 from ddptui.screens.run import RunScreen
 from ddptui.widgets.confirm import ConfirmDialog
-from engine.core.rundir import RUN_MARKER_ENV, list_runs
+from engine.core.run_environment import RUN_MARKER_ENV
+from engine.core.rundir import list_runs
 from tests.ui.standins import settle
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio]
@@ -111,23 +112,23 @@ async def test_launch_cpu_demo_watch_both_ranks_and_compare(runs_dir: Path) -> N
             view = screen.view
             if view is None:
                 continue
-            statuses.add(view.status)
-            for rank in view.ranks:
-                if rank.step > 0:
+            statuses.add(view.run.status)
+            for rank in view.run.ranks:
+                if rank.step:
                     progressed[rank.rank] = max(progressed.get(rank.rank, 0), rank.step)
-            if view.final:
+            if view.run.final:
                 break
         view = screen.view
-        assert view is not None and view.status == "completed", view and view.status_detail
+        assert view is not None and view.run.status == "completed", view and view.run.reason
         assert "running" in statuses
         assert sorted(progressed) == [0, 1], "both ranks showed progress"
-        assert [r.state for r in view.ranks] == ["done", "done"]
+        assert [r.state for r in view.run.ranks] == ["done", "done"]
         await pilot.press("c")
         results = app.screen
         assert isinstance(results, ResultsScreen)
         await settle(pilot, lambda: results.table is not None, timeout=20)
         (row,) = results.table.rows
-        assert row.run_ids == (view.run_id,)
+        assert row.run_ids == (view.run.run_id,)
         assert row.ok and row.images_per_s and row.baseline
 
 
@@ -139,7 +140,9 @@ async def test_kill_a_hanging_run_from_the_button(runs_dir: Path) -> None:
 
         def hanging() -> bool:
             view = screen.view
-            return bool(view and view.status == "running" and any(r.pid for r in view.ranks))
+            return bool(
+                view and view.run.status == "running" and any(r.pid for r in view.run.ranks)
+            )
 
         await settle(pilot, hanging, timeout=120)
         assert hanging()
@@ -154,7 +157,7 @@ async def test_kill_a_hanging_run_from_the_button(runs_dir: Path) -> None:
         await settle(pilot, lambda: bool(screen.kill_report) and not screen.killing, timeout=60)
         assert "none left" in screen.kill_report, screen.kill_report
         await settle(
-            pilot, lambda: bool(screen.view and screen.view.status == "killed"), timeout=20
+            pilot, lambda: bool(screen.view and screen.view.run.status == "killed"), timeout=20
         )
-        assert screen.view is not None and screen.view.status == "killed"
+        assert screen.view is not None and screen.view.run.status == "killed"
         assert processes_of(run_id) == []

@@ -22,17 +22,17 @@ def reader(run_id: str, probe: StandInProbe | None = None) -> RunReader:
 def test_a_live_run_shows_each_rank_state_and_an_eta() -> None:
     view = reader(LIVE_RUN, StandInProbe(alive=LIVE_PIDS)).poll()
     assert view is not None
-    assert view.status == "running"
-    assert [(r.rank, r.state) for r in view.ranks] == [
+    assert view.run.status == "running"
+    assert [(r.rank, r.state) for r in view.run.ranks] == [
         (0, "running"),
         (1, "straggler"),
         (2, "stalled"),
         (3, "running"),
     ]
-    assert view.ranks[2].last_report == NOW - 75
-    assert view.eta is not None and view.eta > 0
-    assert view.elapsed == 95.0
-    assert view.ranks[0].usage is not None and view.ranks[0].usage.cpu_percent == 97.0
+    assert view.run.ranks[2].last_event_time == NOW - 75
+    assert view.run.eta is not None and view.run.eta > 0
+    assert view.run.elapsed == 95.0
+    assert view.run.ranks[0].usage is not None and view.run.ranks[0].usage.cpu_percent == 97.0
 
 
 def copy_of_recorded(tmp_path: Path) -> Path:
@@ -47,44 +47,44 @@ def test_a_run_whose_launcher_is_gone_is_settled_as_lost_with_a_summary(tmp_path
     run_dir = RunDir(runs / LIVE_RUN)
     view = RunReader(run_dir, clock=lambda: NOW, probe=StandInProbe(alive=())).poll()
     assert view is not None
-    assert view.status == "lost"
-    assert "(pid 424242) ended without writing a summary" in view.status_detail
-    assert "rank 0 reached epoch 2 step 20/24" in view.status_detail
-    assert not any(r.state in ("running", "straggler") for r in view.ranks)
-    assert view.eta is None
+    assert view.run.status == "lost"
+    assert "(pid 424242) ended without writing a summary" in view.run.reason
+    assert "rank 0 reached epoch 2 step 20/24" in view.run.reason
+    assert not any(r.state in ("running", "straggler") for r in view.run.ranks)
+    assert view.run.eta is None
     summary = run_dir.read_summary()
-    assert summary is not None and summary["status"] == "lost"
-    assert summary["failure"]["rank"] is None
-    assert [r["rank"] for r in summary["ranks"]] == [0, 1, 2, 3]
+    assert summary is not None and summary.status == "lost"
+    assert summary.failure is not None and summary.failure.rank is None
+    assert [r.rank for r in summary.ranks] == [0, 1, 2, 3]
     assert run_dir.read_run_info().state == "lost"
 
 
 def test_orphaned_ranks_are_said_so() -> None:
     view = reader(LIVE_RUN, StandInProbe(alive=LIVE_PIDS[1:])).poll()
     assert view is not None
-    assert view.status == "orphaned"
-    assert "still alive" in view.status_detail
+    assert view.run.status == "orphaned"
+    assert "still alive" in view.run.reason
 
 
 def test_a_failed_run_names_its_root_cause() -> None:
     view = reader(FAILED_RUN).poll()
     assert view is not None
-    assert view.status == "failed"
-    assert view.failure is not None and view.failure.rank == 1
-    assert "InjectedFault" in view.failure.error
-    assert view.failure.traceback.rstrip().endswith("at step 12")
+    assert view.run.status == "failed"
+    assert view.run.failure is not None and view.run.failure.rank == 1
+    assert "InjectedFault" in view.run.failure.error
+    assert view.run.failure.traceback.rstrip().endswith("at step 12")
     assert view.log_rank == 1  # the log shown is the failing rank's
-    assert [r.state for r in view.ranks] == ["stopped", "failed"]
+    assert [r.state for r in view.run.ranks] == ["stopped", "failed"]
 
 
 def test_a_completed_gpu_run() -> None:
     view = reader(GPU_RUN).poll()
     assert view is not None
-    assert view.status == "completed"
-    assert view.gpu_indices == (0, 1)
-    assert [r.device for r in view.ranks] == ["cuda:0", "cuda:1"]
-    assert view.accuracy == 0.53
-    assert view.failure is None
+    assert view.run.status == "completed"
+    assert view.run.gpu_indices == (0, 1)
+    assert [r.device for r in view.run.ranks] == ["cuda:0", "cuda:1"]
+    assert view.run.accuracy == 0.53
+    assert view.run.failure is None
 
 
 def test_reading_is_incremental(tmp_path: Path) -> None:
@@ -96,15 +96,15 @@ def test_reading_is_incremental(tmp_path: Path) -> None:
     with open(runs / LIVE_RUN / "events" / "rank-0.jsonl", "a", encoding="utf-8") as f:
         f.write('{"v": 1, "type": "step", "rank": 0, "epoch": 1, "step": 24, "steps": 24, ')
     second = r.poll()  # a torn line is left for later, not misread
-    assert second is not None and second.events_read == first.events_read
+    assert second is not None and second.run.events_read == first.run.events_read
     with open(runs / LIVE_RUN / "events" / "rank-0.jsonl", "a", encoding="utf-8") as f:
         f.write(
             '"global_step": 48, "loss": 0.5, "images_per_s": 400.0, "step_seconds": 0.3, '
             f'"lr": 0.05, "time": {NOW}}}\n'
         )
     third = r.poll()
-    assert third is not None and third.events_read == first.events_read + 1
-    assert third.ranks[0].step == 24
+    assert third is not None and third.run.events_read == first.run.events_read + 1
+    assert third.run.ranks[0].step == 24
 
 
 def test_the_runs_list_is_newest_first_with_honest_statuses() -> None:

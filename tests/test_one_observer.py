@@ -1,0 +1,148 @@
+"""One observer decides a run's status: ``ddptui runs``, ``ddptui show`` and the Run screen say the
+same thing of the same directory, and reading a run never needs a disk that takes writes."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from click.testing import CliRunner
+from fixtures.made_runs import ProcessPen, make_run, rank_events, ref_of
+
+from ddptui.app import DdptuiApp
+from ddptui.cli import main
+from ddptui.screens.run import RunScreen
+from engine.core import rundir as rundir_module
+from engine.core.observer import RunObserver
+from engine.core.rundir import RunDir
+from tests.conftest import REPO_ROOT
+from tests.ui.standins import LIVE_RUN, RECORDED, settle
+
+
+def cli_json(*args: str) -> Any:
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+@pytest.mark.asyncio
+async def test_a_sigkilled_launchers_run_reads_the_same_everywhere(
+    runs_dir: Path, pen: ProcessPen
+) -> None:
+    launcher = pen.python()
+    launcher_ref = ref_of(launcher)
+    launcher.send_signal(signal.SIGKILL)
+    launcher.wait()
+    run_dir = make_run(
+        runs_dir, "20260101-000000-made-kill", launcher=launcher_ref,
+        events={"rank-0": rank_events(0, 7), "rank-1": rank_events(1, 6)},
+    )  # fmt: skip
+
+    app = DdptuiApp(runs_dir, gpu_poll_seconds=3600, list_poll_seconds=3600)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.open_run(run_dir)
+        screen = app.screen
+        assert isinstance(screen, RunScreen)
+        await settle(pilot, lambda: screen.view is not None)
+        assert screen.view is not None
+        on_screen = screen.view.run
+
+    listed = cli_json("runs", "--runs-dir", str(runs_dir), "--json")
+    shown = cli_json("show", run_dir.run_id, "--runs-dir", str(runs_dir), "--json")
+    assert on_screen.status == listed[0]["state"] == shown["state"] == "lost"
+    assert on_screen.reason == listed[0]["reason"] == shown["reason"]
+    assert (
+        f"the launcher (pid {launcher_ref.pid}) ended without writing a summary"
+        in (shown["reason"])
+    )
+    assert "rank 0 reached epoch 1 step 7/30, rank 1 reached epoch 1 step 6/30" in shown["reason"]
+    assert [r["state"] for r in shown["ranks"]] == [r.state for r in on_screen.ranks]
+
+
+# ---- a disk that takes no more writes ---------------------------------------------------------
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A directory on a disk with no byte left: a real 1 MiB tmpfs filled up when this process
+    may mount one (root), else every write of a run file fails with ENOSPC as on a full disk."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    mounted = os.geteuid() == 0 and (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+            capture_output=True,
+            check=False,
+        ).returncode
+        == 0
+    )
+    if not mounted:
+
+        def no_space(path: Path, data: Any) -> None:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+        monkeypatch.setattr(rundir_module, "write_json_atomic", no_space)
+    try:
+        yield mount
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(directory: Path) -> None:
+    """Write until the disk refuses (a tmpfs); nothing to do for the simulated one."""
+    filler = directory / "filler"
+    try:
+        with open(filler, "wb") as f:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+    except OSError as err:
+        assert err.errno == errno.ENOSPC
+
+
+def test_runs_and_show_work_on_a_full_disk(full_disk: Path) -> None:
+    runs = full_disk / "runs"
+    shutil.copytree(REPO_ROOT / RECORDED, runs)
+    fill(full_disk)
+    lost = runs / LIVE_RUN  # its launcher is not alive here: a reader settles it as lost
+    result = CliRunner().invoke(main, ["runs", "--runs-dir", str(runs)])
+    assert result.exit_code == 0, result.output
+    assert "lost" in result.stdout.splitlines()[-1] or "lost" in result.stdout
+    assert "could not be written" in result.stdout
+    result = CliRunner().invoke(main, ["show", LIVE_RUN, "--runs-dir", str(runs)])
+    assert result.exit_code == 0, result.output
+    assert "state      lost" in result.stdout
+    assert "summary    lost" in result.stdout  # the summary it built, shown though not saved
+    assert "could not be written" in result.stderr
+    assert not (lost / "summary.json").exists()
+    assert not list(lost.glob(".*.tmp")), "a refused write leaves no temporary file"
+
+
+def test_a_reader_that_cannot_write_still_observes_the_run(full_disk: Path) -> None:
+    runs = full_disk / "runs"
+    shutil.copytree(REPO_ROOT / RECORDED, runs)
+    fill(full_disk)
+    state = RunObserver(RunDir(runs / LIVE_RUN)).observe()
+    assert state.status == "lost"
+    assert state.summary is not None and state.summary.status == "lost"
+    assert "could not be written" in state.unsaved
+    assert state.problem == ""
+
+
+def test_the_quit_check_never_writes(runs_dir: Path) -> None:
+    from ddptui.watch import run_is_active
+    from engine.core.process_identity import ProcessProbe
+
+    gone = make_run(runs_dir, "gone", launcher=None)
+    assert not run_is_active(gone, ProcessProbe(), now=psutil.boot_time() + 1e9)
+    assert not gone.summary_path.exists()
