@@ -120,6 +120,54 @@ line "tensor pipeline" "${pipe_line%%$'\t'*}" "${pipe_line#*$'\t'}"
 # 6. DDP on NCCL with one rank: process group, DDP wrapper, all-reduce of the epoch figures.
 check_run "ddp nccl x1" cpu-demo --set strategy.name=ddp --devices 1 --set ddp.backend=nccl "${QUICK[@]}"
 
+# 6b. A stuck NCCL run: every rank's stack on demand, and an on-demand flight-recorder dump
+# (through NCCL's debug pipe) that lands in the run directory and that `ddptui show` points at.
+stuck=$("$PYTHON" -m ddptui run cpu-demo --set strategy.name=ddp --devices 1 --set ddp.backend=nccl \
+    "${QUICK[@]}" --set training.max_steps=100000 --fault hang:0:20 --detach 2>&1 | tail -n 1)
+stuck_line=$(STUCK="$stuck" timeout 240 "$PYTHON" - <<'EOF_STUCK'
+import json, os, subprocess, sys, time
+from pathlib import Path
+run_id = os.environ["STUCK"]
+runs = Path(os.environ["DDPTUI_RUNS_DIR"])
+def ddptui(*args):
+    return subprocess.run([sys.executable, "-m", "ddptui", *args], capture_output=True, text=True)
+try:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # until the hang: rank 0 past step 20
+        shown = json.loads(ddptui("show", run_id, "--json").stdout or "{}")
+        steps = [r.get("global_step") or 0 for r in shown.get("ranks", [])]
+        if steps and min(steps) >= 20:
+            break
+        time.sleep(1)
+    stacks = ddptui("stacks", run_id, "--json")
+    snap = json.loads(stacks.stdout) if stacks.returncode == 0 else {}
+    ranks = snap.get("ranks") or []
+    dump = runs / run_id / "flight-recorder" / "rank_0"
+    for _ in range(60):
+        if dump.exists() and dump.stat().st_size > 0:
+            break
+        time.sleep(0.5)
+    show = ddptui("show", run_id).stdout
+    problems = []
+    if not ranks or not ranks[0].get("stack"):
+        problems.append("no stack: " + (stacks.stderr.strip() or "empty snapshot"))
+    elif "faults.py" not in (ranks[0].get("where") or ""):
+        problems.append("the culprit frame is " + str(ranks[0].get("where")))
+    if not dump.exists():
+        problems.append("no flight-recorder dump in the run directory")
+    if "flight recorder:" not in show:
+        problems.append("ddptui show does not point at the dump")
+    method = ranks[0].get("method") if ranks else "-"
+    if problems:
+        print("FAIL\t" + "; ".join(problems))
+    else:
+        print(f"ok\tstack by {method}: {snap.get('summary')}; dump {dump.stat().st_size} bytes")
+finally:
+    ddptui("kill", run_id)
+EOF_STUCK
+)
+line "stuck nccl: stacks+fr" "${stuck_line%%$'\t'*}" "${stuck_line#*$'\t'}"
+
 # 7. DataParallel on one GPU.
 check_run "dataparallel x1" cpu-demo --set strategy.name=dataparallel --devices 1 "${QUICK[@]}"
 

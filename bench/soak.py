@@ -7,6 +7,8 @@ fault drawn at random:
 
 - ``none``, ``crash``, ``exit``: a clean run, a rank raising, a rank's ``os._exit(3)``;
 - ``hang``: a rank blocks forever; ``supervision.kill_stalled_after`` makes the launcher end it;
+- ``hang-collective``: a rank blocks before its backward, the other in the all-reduce; the
+  collective timeout (``ddp.timeout_seconds``) fails the run;
 - ``oom``: a rank allocates until the kernel's OOM killer ends it (only where the fault can cap
   itself in a memory cgroup: unconfined it would fill the machine);
 - ``kill-launcher``: a rank SIGKILLs its launcher mid-epoch;
@@ -16,12 +18,13 @@ fault drawn at random:
 
 A run that ends without a launcher summary is settled half the time the way the ``ddptui run``
 follower does it (it knows the launcher's exit status) and half the time the way ``ddptui runs``
-does (``read_run_progress``), so both writers of ``lost`` summaries are exercised.
+does (``observe_run``), so both writers of ``lost`` summaries are exercised.
 
 After each run (and a grace of ``--grace`` seconds) it counts the processes still carrying the
 run's marker (goal 0), whether summary.json exists (goal 0 missing), its status against the one
-the fault should give, and any memory cgroup an ``oom`` fault left. Exit code 1 when a goal is
-missed.
+the fault should give, any memory cgroup an ``oom`` fault left, and the stalls the launcher
+flagged in runs where nothing stops a rank (false stalls, goal 0: the stall rule follows each
+run's pace). Exit code 1 when a goal is missed.
 
     .venv/bin/python bench/soak.py                      # 24 runs, about 4 minutes on 2 cores
     .venv/bin/python bench/soak.py --runs 60 --seed 7 --max-minutes 12
@@ -52,6 +55,7 @@ sys.path.insert(0, str(REPO))
 import psutil  # noqa: E402
 
 from engine.core.config import apply_overrides  # noqa: E402
+from engine.core.events import RankStalled, read_events  # noqa: E402
 from engine.core.follower import follow_run  # noqa: E402
 from engine.core.observer import LAUNCHER_START_GRACE_SECONDS, observe_run  # noqa: E402
 from engine.core.presets import load_preset  # noqa: E402
@@ -65,17 +69,21 @@ FAULTS = (
     "crash",
     "exit",
     "hang",
+    "hang-collective",
     "oom",
     "kill-launcher",
     "sigkill-launcher",
     "sigkill-rank",
 )
+# Faults that stop a rank from reporting: a stall flagged in any other run is a false one.
+STALLING = ("hang", "hang-collective")
 # The status each fault should end its run with.
 EXPECTED = {
     "none": ("completed",),
     "crash": ("failed",),
     "exit": ("failed",),
     "hang": ("failed",),
+    "hang-collective": ("failed",),
     "oom": ("failed",),
     "kill-launcher": ("lost",),
     # killed before it wrote run.json's ranks, or before any rank started: still lost
@@ -96,6 +104,7 @@ class Outcome:
     cgroups_left: int
     seconds: float
     settled_by: str  # launcher | follower | reader
+    stalls: int  # stalls the launcher flagged
 
 
 def marked(run_id: str) -> list[psutil.Process]:
@@ -144,8 +153,11 @@ def overrides_for(fault: str, rng: random.Random) -> dict[str, object]:
         "training.report_interval": 0,
     }
     rank, step = rng.randrange(2), rng.randrange(1, STEPS - 2)
-    if fault in ("crash", "exit", "hang", "oom", "kill-launcher"):
+    if fault in ("crash", "exit", "hang", "hang-collective", "oom", "kill-launcher"):
         values["faults"] = [f"{fault}:{rank}:{step}"]
+    if fault == "hang-collective":
+        values["training.max_steps"] = 10_000
+        values["ddp.timeout_seconds"] = 5
     if fault == "hang":
         values["training.max_steps"] = 10_000
         values["supervision.stall_seconds"] = 2
@@ -222,6 +234,9 @@ def soak_one(fault: str, runs_dir: Path, rng: random.Random, grace: float) -> Ou
         cgroups_left=len(fault_cgroups()),
         seconds=time.monotonic() - began,
         settled_by=settled_by,
+        stalls=sum(
+            isinstance(e, RankStalled) for e in read_events(started.run_dir.launcher_events_path)
+        ),
     )
 
 
@@ -255,13 +270,15 @@ def main() -> int:
             break
         o = soak_one(fault, runs_dir, rng, args.grace)
         outcomes.append(o)
-        flag = "" if o.expected and o.left == 0 and o.status != "missing" else "   <-- goal missed"
+        ok = o.expected and o.left == 0 and o.status != "missing"
+        flag = "" if ok and (o.stalls == 0 or o.fault in STALLING) else "   <-- goal missed"
         print(
             f"{i + 1:3d}  {o.fault:17s} {o.status:10s} left {o.left}  "
             f"settled by {o.settled_by:8s} {o.seconds:5.1f} s{flag}",
             flush=True,
         )
     left = sum(o.left for o in outcomes)
+    false_stalls = sum(o.stalls for o in outcomes if o.fault not in STALLING)
     missing = sum(o.status == "missing" for o in outcomes)
     unexpected = [o for o in outcomes if not o.expected]
     cgroups = len(fault_cgroups() - cgroups_before)
@@ -274,12 +291,13 @@ def main() -> int:
     print(f"summaries missing  {missing}   (goal 0)")
     print(f"unexpected status  {len(unexpected)}   {[(o.fault, o.status) for o in unexpected]}")
     print(f"cgroups left       {cgroups}   (goal 0)")
+    print(f"false stalls       {false_stalls}   (goal 0)")
     print(f"run directories    {runs_dir}" + ("" if args.keep else " (removed)"))
     if not args.keep:
         import shutil
 
         shutil.rmtree(runs_dir, ignore_errors=True)
-    return 1 if left or missing or unexpected or cgroups else 0
+    return 1 if left or missing or unexpected or cgroups or false_stalls else 0
 
 
 if __name__ == "__main__":

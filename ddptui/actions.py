@@ -19,6 +19,7 @@ from engine.core.rundir import RunDir
 from engine.core.statuses import KillOutcome
 
 if TYPE_CHECKING:
+    from engine.core.diagnosis import StackSnapshot
     from engine.core.process_identity import ProcessProbe
     from engine.core.process_table import ProcessTable
     from engine.core.run_start import StartedRun
@@ -52,6 +53,12 @@ class EngineActions:
 
         result = kill_run(run_dir, grace, reason="stopped from the ddptui app")
         return Outcome(ok=result.ok, report=describe_kill(result))
+
+    def take_stacks(self, run_dir: RunDir) -> StackSnapshot | None:
+        """Every rank's stack now (stored in the run directory); None when no rank is alive."""
+        from engine.core.run_snapshot import snapshot_run
+
+        return snapshot_run(run_dir, reason="on demand")
 
     def scan_processes(self) -> ProcessTable:
         from engine.core.process_table import ProcessScanner

@@ -19,6 +19,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "show": ("runs", "show_command", "One run: config, per-rank states, summary, failure."),
     "ps": ("processes", "ps_command", "Distributed-training processes here, grouped into jobs."),
     "kill": ("processes", "kill_command", "Stop exactly the processes of one run."),
+    "stacks": (
+        "stacks",
+        "stacks_command",
+        "Every rank's stack, and which rank the others wait for.",
+    ),
     "clean": ("processes", "clean_command", "Stop orphaned training jobs (asks first)."),
     "bench": ("bench", "bench_command", "Run a suite of presets and print the speedup table."),
     "results": ("results", "results_command", "Recorded benches: list, show one, compare two."),

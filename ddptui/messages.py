@@ -17,6 +17,7 @@ from engine.core.gpus import GpuInventory
 
 if TYPE_CHECKING:  # only annotations: the app starts without ddptui.watch
     from ddptui.watch import RunListing, RunView
+    from engine.core.diagnosis import StackSnapshot
 
 
 class Snapshot(Message, bubble=False):
@@ -126,6 +127,15 @@ class ResultsBuilt(Message, bubble=False):
         self.source = source
         self.table = table
         self.error = error
+
+
+class StacksTaken(Message):
+    """A fresh stack snapshot of a run (``engine.core.run_snapshot``), or why there is none."""
+
+    def __init__(self, snapshot: StackSnapshot | None, problem: str = "") -> None:
+        super().__init__()
+        self.snapshot = snapshot
+        self.problem = problem
 
 
 class WorkerProblem(Message):

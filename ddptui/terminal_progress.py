@@ -12,12 +12,14 @@ import sys
 import time
 from typing import TextIO
 
+from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
 from engine.core.events import EpochEnded, Evaluation, EventTail, RankFailed
 from engine.core.follower import FollowResult, follow_run
 from engine.core.observer import RunState
 from engine.core.rank_states import StepReport
 from engine.core.run_start import StartedRun
 from engine.core.rundir import RunDir
+from engine.core.statuses import RankStatus, RunStatus
 from engine.core.summary import RunSummary
 
 
@@ -32,6 +34,9 @@ class ProgressPrinter:
         self.epoch_lines: dict[int, str] = {}
         self.last_plain_print = 0.0
         self.line_open = False
+        self.stalled_said: set[int] = set()
+        self.stacks_said = ""  # the path of the last stack snapshot printed
+        self.started = time.time()
 
     def show(self, state: RunState | None = None) -> None:
         """Print what is new: epoch lines from rank 0's events, then the status line."""
@@ -58,12 +63,29 @@ class ProgressPrinter:
                     self._print_line(f"{line}, test accuracy {event.accuracy:.1%}")
                 elif isinstance(event, RankFailed):
                     self._print_line(f"rank {event.rank} failed: {event.error}")
+        self._stalls()
         reports = self._reports()
         for epoch in sorted(self.epoch_lines):
             # without evaluation, the epoch line stands alone once the next epoch is under way
             if any(p.epoch > epoch for p in reports.values()):
                 self._print_line(self.epoch_lines.pop(epoch))
         self._status(reports)
+
+    def _stalls(self) -> None:
+        """A line when a rank is flagged stalled, and the diagnosis once its stacks are taken."""
+        state = self.state
+        if state is None:
+            return
+        stalled = {r.rank: r for r in state.ranks if r.state == RankStatus.STALLED}
+        for rank in sorted(set(stalled) - self.stalled_said):
+            self._print_line(f"rank {rank} stalled: {stalled[rank].reason}")
+        self.stalled_said = set(stalled)
+        stacks = state.diagnosis
+        if stacks is not None and stacks.time >= self.started and stacks.path != self.stacks_said:
+            self.stacks_said = stacks.path
+            self._print_line(f"stacks ({stacks.reason}): {stacks.summary_line()}")
+            if stacks.culprit is not None:
+                self._print_line(f"  culprit: rank {stacks.culprit_rank} ({stacks.culprit_reason})")
 
     def _reports(self) -> dict[int, StepReport]:
         """Each rank's latest step report with figures (an epoch start has none yet)."""
@@ -127,6 +149,10 @@ def result_line(summary: RunSummary, run_dir: RunDir) -> str:
             text += "\n  " + ", ".join(r.describe() for r in summary.ranks)
     elif summary.reason:
         text += f"\n  {summary.reason}"
+    if summary.diagnosis is not None and summary.status != RunStatus.COMPLETED:
+        text += "\n  " + "\n  ".join(diagnosis_lines(summary.diagnosis))
+    for line in flight_recorder_lines(run_dir):
+        text += f"\n  {line}"
     return text + f"\n  run directory: {run_dir.path}"
 
 

@@ -62,11 +62,47 @@ def process_reaper(
             pytest.fail(f"test left processes running: {described}")
 
 
+# Faults that make a rank stop reporting: a stall is expected of a run with one of these.
+STALLING_FAULTS = ("hang", "hang-collective", "sigstop")
+
+
+def false_stalls(runs: Path) -> list[str]:
+    """Runs under ``runs`` whose launcher flagged a stall although nothing in them should stall:
+    the stall rule follows the run's pace (supervision.stall_seconds = 0) and no fault stops a
+    rank. A test that sets a fixed stall_seconds judges its stalls itself."""
+    from engine.core.config import ConfigError, load_config
+    from engine.core.events import RankStalled, read_events
+    from engine.core.rundir import list_runs
+
+    found = []
+    for run_dir in list_runs(runs):
+        try:
+            config = load_config(run_dir.config_path)
+        except ConfigError:
+            continue
+        if config.supervision.stall_seconds > 0:
+            continue
+        if any(f.split(":")[0] in STALLING_FAULTS for f in config.faults):
+            continue
+        stalls = [
+            e for e in read_events(run_dir.launcher_events_path) if isinstance(e, RankStalled)
+        ]
+        if stalls:
+            found.append(
+                f"{run_dir.run_id}: rank {stalls[0].rank} after {stalls[0].silent_seconds} s"
+            )
+    return found
+
+
 @pytest.fixture
-def runs_dir(tmp_path: Path) -> Path:
+def runs_dir(tmp_path: Path) -> Iterator[Path]:
+    """A runs directory for the test; afterwards no run in it may have been flagged stalled
+    without a reason to stall (the soak checks the same over many runs)."""
     path = tmp_path / "runs"
     path.mkdir()
-    return path
+    yield path
+    stalls = false_stalls(path)
+    assert not stalls, f"false stalls: {stalls}"
 
 
 @pytest.fixture

@@ -32,8 +32,8 @@ from engine.core.plan import plan_run
 from engine.core.presets import load_preset
 from engine.core.process_identity import ProcessRef
 from engine.core.rundir import RunDir
+from engine.train.faults import FaultInjector
 from engine.train.models import build_model
-from engine.train.training import FaultInjector
 from engine.train.worker import (
     launcher_gone,
     main,
@@ -106,8 +106,9 @@ def test_spawn_entry_runs_ddp_ranks_end_to_end(tmp_path: Path) -> None:
     events = {r: read_events(run_dir.rank_events_path(r)) for r in range(2)}
     for rank, evs in events.items():
         types = [e.type for e in evs]
-        epoch = ["epoch_started", "step", "epoch_ended", "evaluation"]
-        tail = ["checkpoint", "rank_finished"] if rank == 0 else ["rank_finished"]
+        # Evaluation and checkpointing are announced as slow phases (no stall while in them).
+        epoch = ["epoch_started", "step", "epoch_ended", "phase_started", "evaluation"]
+        tail = ["phase_started", "checkpoint", "rank_finished"] if rank == 0 else ["rank_finished"]
         # One step report per epoch: the interval is long, the last step is always reported.
         assert types == ["rank_started", *epoch, *epoch, *tail]
         started = evs[0]
@@ -195,7 +196,7 @@ def test_slow_fault_sleeps_every_step_from_its_step_on() -> None:
 
 def test_exit_fault_ends_the_process_with_code_3() -> None:
     proc = python(
-        "from engine.train.training import FaultInjector\n"
+        "from engine.train.faults import FaultInjector\n"
         "f = FaultInjector(['exit:0:1'], rank=0)\n"
         "f.at_step(0)\n"
         "print('step 0 done', flush=True)\n"
@@ -209,7 +210,7 @@ def test_exit_fault_ends_the_process_with_code_3() -> None:
 
 def test_hang_fault_blocks_until_killed() -> None:
     proc = python(
-        "from engine.train.training import FaultInjector\n"
+        "from engine.train.faults import FaultInjector\n"
         "print('hanging', flush=True)\n"
         "FaultInjector(['hang:0:0'], rank=0).at_step(0)\n"
     )

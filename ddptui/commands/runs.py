@@ -15,6 +15,7 @@ import click
 
 from ddptui import exit_codes
 from ddptui.commands.processes import format_age, runs_dir_option
+from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
 from engine.core.config import ConfigError, load_config
 from engine.core.observer import RunState, observe_run
 from engine.core.rank_states import RankState
@@ -195,6 +196,12 @@ def show_command(run_id: str, runs_dir: Path, as_json: bool) -> None:
         ]
         if progress.summary:
             lines += ["", *_summary_lines(progress.summary)]
+        if progress.diagnosis is not None:
+            lines += ["", *diagnosis_lines(progress.diagnosis)]
+            lines.append(f"  the full stacks: ddptui stacks {progress.run_id}")
+        fr = flight_recorder_lines(run_dir)
+        if fr:
+            lines += ["", *fr]
         click.echo("\n".join(lines))
     if progress.unsaved:
         click.echo(f"ddptui: note: {progress.unsaved}", err=True)

@@ -30,7 +30,7 @@ from ddptui.widgets.log_tail import LogTail
 from ddptui.widgets.rank_table import RankTable
 from engine.core.gpus import GpuInventory
 from engine.core.rundir import RunDir
-from engine.core.statuses import RunStatus
+from engine.core.statuses import RankStatus, RunStatus
 
 if TYPE_CHECKING:
     from ddptui.app import DdptuiApp
@@ -59,6 +59,7 @@ class RunScreen(Screen[None]):
         Binding("left_square_bracket", "cycle(-1)", "Prev run", show=False),
         Binding("right_square_bracket", "cycle(1)", "Next run", show=False),
         Binding("j", "log_rank(1)", "Log"),
+        Binding("s", "stacks", "Stacks"),
     ]
 
     def __init__(self, run_dir: RunDir, started: Any = None) -> None:
@@ -84,6 +85,9 @@ class RunScreen(Screen[None]):
             yield Static(self.run_dir.run_id, id="run-title")
             yield Button("Kill (k)", id="kill", variant="error", compact=True)
         yield RankTable(id="ranks")
+        diagnosis = Static("", id="diagnosis", markup=False)
+        diagnosis.display = False  # shown while a rank is stuck and its stacks are known
+        yield diagnosis
         yield GpuPanel(self.ddptui.gpu_history, id="gpus")
         yield LogTail(id="log")
         yield Static("", id="run-foot")
@@ -154,6 +158,7 @@ class RunScreen(Screen[None]):
             f"── {title} (j: next rank) ──", view.log_lines, run.failure, run.notices
         )
         self.query_one("#kill", Button).display = stoppable(run.status)
+        self._show_diagnosis()
         self._show_head()
         self._show_foot(message.busy_polls)
         if run.final and self._timer is not None:
@@ -181,13 +186,41 @@ class RunScreen(Screen[None]):
         if run.devices:
             head.append(f" · {run.devices}")
         head.append(f" · {figures.duration(run.elapsed)}")
-        if run.eta is not None:
+        if run.stalled_ranks:  # a frozen ETA would be a lie
+            head.append(" · ETA stalled", style="bold yellow")
+        elif run.eta is not None:
             head.append(f" · ETA ~{figures.duration(run.eta)}")
         if run.accuracy is not None:
             head.append(f" · acc {run.accuracy:.1%}")
         if run.reason:
             head.append(f" · {run.reason}", style="dim")
         self.query_one("#run-title", Static).update(head, layout=False)
+
+    def _show_diagnosis(self) -> None:
+        """Where the stuck ranks are, from the latest stack snapshot, while a rank is stalled or
+        stopped (and after a failed run): "rank 0 stuck at faults.py:35 in hang; rank 1 …"."""
+        run = self.view.run if self.view else None
+        widget = self.query_one("#diagnosis", Static)
+        stuck = run is not None and any(
+            r.state in (RankStatus.STALLED, RankStatus.STOPPED) and r.pid for r in run.ranks
+        )
+        snapshot = run.diagnosis if run is not None else None
+        if snapshot is None or not (stuck or (run is not None and run.status.final)):
+            widget.display = False
+            return
+        text = Text("stacks: ", style="bold yellow")
+        text.append(snapshot.summary_line())
+        if snapshot.culprit is not None:
+            text.append(f" · culprit rank {snapshot.culprit_rank}", style="bold")
+        text.append(" · s: full stacks", style="dim")
+        widget.display = True
+        widget.update(text)
+
+    def action_stacks(self) -> None:
+        from ddptui.screens.stacks import StacksScreen
+
+        snapshot = self.view.run.diagnosis if self.view else None
+        self.app.push_screen(StacksScreen(self.run_dir, snapshot))
 
     def _show_foot(self, busy_polls: int) -> None:
         foot = Text()

@@ -153,15 +153,26 @@ class DdpConfig:
     backend: str = "auto"
     sync_batchnorm: bool = False
     gradient_as_bucket_view: bool = True
+    # A collective that waits this long fails the rank (init_process_group's timeout) instead of
+    # hanging for the backend's default (10-30 minutes); the stacks taken before the stop name
+    # the rank it waited for.
+    timeout_seconds: float = 300.0
 
     def __post_init__(self) -> None:
         _one_of("ddp", "backend", self.backend, BACKENDS)
+        _positive("ddp", "timeout_seconds", self.timeout_seconds)
 
 
 @dataclass(frozen=True)
 class SupervisionConfig:
-    # A rank silent this long is reported stalled.
-    stall_seconds: float = 60.0
+    # A rank silent this long is reported stalled. 0 (the default) follows the run's own pace:
+    # stall_pace_multiple times the rank's recent gap between reports, never below
+    # stall_floor_seconds; during a known slow phase (setup, the first steps of an epoch,
+    # evaluation, checkpointing) slow_phase_seconds.
+    stall_seconds: float = 0.0
+    stall_floor_seconds: float = 10.0
+    stall_pace_multiple: float = 10.0
+    slow_phase_seconds: float = 600.0
     # A rank whose step time exceeds this multiple of the median of the others is a straggler.
     straggler_factor: float = 2.0
     # Kill the whole run once a rank has been stalled this long; 0 disables.
@@ -170,7 +181,10 @@ class SupervisionConfig:
     failure_grace_seconds: float = 5.0
 
     def __post_init__(self) -> None:
-        _positive("supervision", "stall_seconds", self.stall_seconds)
+        _positive("supervision", "stall_seconds", self.stall_seconds, allow_zero=True)
+        _positive("supervision", "stall_floor_seconds", self.stall_floor_seconds)
+        _positive("supervision", "stall_pace_multiple", self.stall_pace_multiple)
+        _positive("supervision", "slow_phase_seconds", self.slow_phase_seconds)
         _positive("supervision", "straggler_factor", self.straggler_factor)
         _positive("supervision", "kill_stalled_after", self.kill_stalled_after, allow_zero=True)
         _positive("supervision", "failure_grace_seconds", self.failure_grace_seconds)

@@ -116,6 +116,18 @@ class RankFailed(Event):
 
 
 @dataclass(frozen=True)
+class PhaseStarted(Event):
+    """A rank starts one of the engine's known slow phases, during which it reports no steps:
+    ``setup`` (model, data and process group), ``evaluation``, ``checkpoint``. Its next step report
+    (or epoch start) ends it. Silence in a slow phase is not a stall until the longer
+    ``supervision.slow_phase_seconds``."""
+
+    type: ClassVar[str] = "phase_started"
+    rank: int
+    phase: str
+
+
+@dataclass(frozen=True)
 class RankFinished(Event):
     type: ClassVar[str] = "rank_finished"
     rank: int
@@ -160,6 +172,17 @@ class RankStraggling(Event):
 
 
 @dataclass(frozen=True)
+class StacksTaken(Event):
+    """The launcher took every rank's stack (``engine.core.diagnosis``) and stored it at ``path``."""
+
+    type: ClassVar[str] = "stacks_taken"
+    path: str
+    reason: str  # stall | before stop | ...
+    culprit_rank: int | None
+    summary: str  # "rank 1 stuck at faults.py:NN in hang; rank 0 waiting in backward (all-reduce)"
+
+
+@dataclass(frozen=True)
 class RunFinished(Event):
     type: ClassVar[str] = "run_finished"
     status: str  # completed | failed | killed
@@ -176,11 +199,13 @@ EVENT_TYPES: dict[str, type[Event]] = {
         Evaluation,
         CheckpointSaved,
         RankFailed,
+        PhaseStarted,
         RankFinished,
         RunStarted,
         RankExited,
         RankStalled,
         RankStraggling,
+        StacksTaken,
         RunFinished,
     )
 }

@@ -6,14 +6,21 @@ from dataclasses import dataclass
 
 from engine.core.config_error import ConfigError
 
-FAULT_KINDS = ("crash", "exit", "hang", "slow", "oom", "kill-launcher")
+FAULT_KINDS = (
+    "crash",
+    "exit",
+    "hang",
+    "hang-collective",
+    "sigstop",
+    "slow",
+    "oom",
+    "kill-launcher",
+)
 
 
 @dataclass(frozen=True)
 class Fault:
-    # crash: raises | exit: os._exit | hang: blocks forever | slow: sleeps every step
-    # oom: allocates until the kernel's OOM killer ends it (engine.train.memory_fault)
-    # kill-launcher: SIGKILLs the launcher, as an OOM kill of the launcher would end it
+    # What each kind does is in engine.train.faults (one function each).
     kind: str
     rank: int
     step: int  # global step (counted from 0 across epochs) at which it fires

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.config import ConfigError, RunConfig, load_config
+from engine.core.diagnosis import StackSnapshot, latest_snapshot, snapshot_paths
 from engine.core.events import EventTail
 from engine.core.process_identity import ProcessProbe
 from engine.core.rank_states import (
@@ -73,6 +74,7 @@ class RunState:
     notices: tuple[str, ...] = ()
     events_read: int = 0
     skipped_lines: int = 0  # event lines this ddptui could not read (counted, never hidden)
+    diagnosis: StackSnapshot | None = None  # the latest stack snapshot of its ranks, if any
     problem: str = ""  # what could not be read (a corrupt run.json or summary.json)
     unsaved: str = ""  # the lost summary shown here could not be written (a full disk), and why
 
@@ -115,6 +117,7 @@ class RunState:
             "straggler_ranks": list(self.straggler_ranks),
             "ranks": [r.to_json() for r in self.ranks],
             "summary": self.summary.to_json() if self.summary else None,
+            "diagnosis": self.diagnosis.to_json() if self.diagnosis else None,
             "problem": self.problem,
             "unsaved": self.unsaved,
         }
@@ -153,6 +156,7 @@ class RunObserver:
         self._summary: RunSummary | None = None  # summary.json, once there
         self._lost: RunSummary | None = None  # the lost summary this observer built
         self._settle_tried = False
+        self._snapshot: tuple[Path, StackSnapshot | None] | None = None
         self._settle_problem = ""
 
     @property
@@ -179,6 +183,13 @@ class RunObserver:
         for path in paths:
             tail = self._tails.setdefault(path, EventTail(path))
             self.tracker.feed_all(tail.read_new())
+
+    def _latest_snapshot(self) -> StackSnapshot | None:
+        """The newest stored stack snapshot, read again only when a newer file appears."""
+        paths = snapshot_paths(self.run_dir.path)
+        if paths and (self._snapshot is None or self._snapshot[0] != paths[-1]):
+            self._snapshot = (paths[-1], latest_snapshot(self.run_dir.path))
+        return self._snapshot[1] if self._snapshot else None
 
     @property
     def skipped_lines(self) -> int:
@@ -269,12 +280,14 @@ class RunObserver:
             status, reason, launcher_alive = RunStatus.UNREADABLE, summary_problem, None
         else:
             status, reason, launcher_alive = self._decide(info, info_problem, now)
+        live = status in (RunStatus.RUNNING, RunStatus.STARTING, RunStatus.ORPHANED)
+        pids = [r.pid for r in info.ranks] if info is not None else []
         ranks = self.tracker.states(
             now=now,
             launcher_alive=launcher_alive is not False,
             run_status=status if status.final else None,
+            stopped_pids=self.probe.stopped(pids) if live else frozenset(),
         )
-        live = status in (RunStatus.RUNNING, RunStatus.STARTING, RunStatus.ORPHANED)
         if self.measure_usage and live:
             usage = self.probe.usage([r.pid for r in ranks if r.pid])
             ranks = tuple(replace(r, usage=usage.get(r.pid)) if r.pid else r for r in ranks)
@@ -314,6 +327,7 @@ class RunObserver:
             notices=tuple(self.tracker.notices),
             events_read=self.tracker.events_read,
             skipped_lines=self.skipped_lines,
+            diagnosis=self._latest_snapshot(),
             problem="; ".join(problems),
             unsaved=self._settle_problem,
         )

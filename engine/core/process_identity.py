@@ -101,6 +101,18 @@ class ProcessProbe:
     def alive(self, ref: ProcessRef | None) -> bool:
         return ref_alive(ref)
 
+    def stopped(self, pids: Iterable[int]) -> frozenset[int]:
+        """Those of ``pids`` whose process is in the stopped state (SIGSTOP, or a tracer's stop)."""
+        found = set()
+        for pid in pids:
+            try:
+                status = psutil.Process(pid).status()
+            except (psutil.Error, OSError):
+                continue
+            if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+                found.add(pid)
+        return frozenset(found)
+
     def usage(self, pids: Iterable[int]) -> dict[int, ProcessUsage]:
         """CPU percent (of one core, since the previous call for that pid) and resident memory."""
         found: dict[int, ProcessUsage] = {}

@@ -21,10 +21,13 @@ from pathlib import Path
 
 import psutil
 
+from engine.core.diagnosis import StackSnapshot
 from engine.core.gpus import sample_gpus
 from engine.core.process_identity import ProcessRef, process_ended, same_start
 from engine.core.process_table import ProcessTable, TrainingJob, launcher_kind
-from engine.core.rundir import RUN_MARKER_ENV, RunDir, RunDirError
+from engine.core.run_environment import RUN_MARKER_ENV
+from engine.core.run_snapshot import snapshot_run
+from engine.core.rundir import RunDir, RunDirError
 from engine.core.settle import killed_summary, settle_run
 from engine.core.statuses import JobKind, JobState, KillOutcome, RunStatus
 
@@ -255,6 +258,7 @@ class KillResult:
     skipped: tuple[str, ...] = ()  # one sentence each: a pid left alone and why
     gpu_check: str = ""
     summary_written: bool = False
+    stacks: StackSnapshot | None = None  # every rank's stack, taken before anything was signalled
 
     @property
     def ok(self) -> bool:
@@ -391,6 +395,8 @@ def kill_run(
         if why:
             raise KillRefused(f"run {run_dir.run_id}: {role} {why}; nothing was stopped")
     targets = tuple(Target(p.pid, p.create_time(), role, _user(p)) for p, role in found)
+    # The evidence of why the run was stuck dies with it: take every rank's stack first.
+    stacks = None if finished else snapshot_run(run_dir, reason="before kill")
     result = stop_processes([p for p, _ in found], grace, allow_other_users=allow_other_users)
     # a last look for marked processes that slipped through (started while we were stopping)
     late = [p for p in _marked(run_dir.run_id, protected) if p.pid not in result.stopped]
@@ -413,6 +419,7 @@ def kill_run(
         skipped=tuple(skipped),
         gpu_check=gpu_check,
         summary_written=written,
+        stacks=stacks,
     )
 
 

@@ -33,6 +33,7 @@ from engine.core.events import (
     EpochStarted,
     Evaluation,
     Event,
+    PhaseStarted,
     RankExited,
     RankFailed,
     RankFinished,
@@ -41,6 +42,7 @@ from engine.core.events import (
     RankStraggling,
     RunFinished,
     RunStarted,
+    StacksTaken,
     StepProgress,
 )
 from engine.core.process_identity import ProcessUsage
@@ -51,18 +53,47 @@ from engine.core.summary import Failure, RankReached
 STARTUP_ALLOWANCE_SECONDS = 60.0
 _STOP_SIGNALS = ("SIGTERM", "SIGKILL", "SIGINT")
 NOTICES_KEPT = 20
+REPORT_TIMES_KEPT = 8
+
+
+# The engine's known slow phases: no step report is due while a rank is in one.
+SLOW_PHASES = frozenset({"setup", "warmup", "evaluation", "checkpoint"})
+TRAINING = "training"
 
 
 @dataclass(frozen=True)
 class Thresholds:
-    """When silence is a stall and slowness a straggler (a preset's ``[supervision]``)."""
+    """When silence is a stall and slowness a straggler (a preset's ``[supervision]``).
 
-    stall_seconds: float = 60.0
+    ``stall_seconds`` > 0 is a fixed threshold; 0 follows the run's own pace: ``stall_pace_multiple``
+    times the rank's expected gap between step reports (the longest recent gap, or its step time),
+    never below ``stall_floor_seconds``, and ``slow_phase_seconds`` while it is in a slow phase."""
+
+    stall_seconds: float = 0.0
     straggler_factor: float = 2.0
+    stall_floor_seconds: float = 10.0
+    stall_pace_multiple: float = 10.0
+    slow_phase_seconds: float = 600.0
 
     @classmethod
     def of(cls, config: RunConfig) -> Thresholds:
-        return cls(config.supervision.stall_seconds, config.supervision.straggler_factor)
+        sup = config.supervision
+        return cls(
+            stall_seconds=sup.stall_seconds,
+            straggler_factor=sup.straggler_factor,
+            stall_floor_seconds=sup.stall_floor_seconds,
+            stall_pace_multiple=sup.stall_pace_multiple,
+            slow_phase_seconds=sup.slow_phase_seconds,
+        )
+
+    def stall_after(self, phase: str, expected_gap: float | None) -> float:
+        """Seconds of silence that make a rank in ``phase`` stalled."""
+        if self.stall_seconds > 0:
+            return self.stall_seconds
+        if phase in SLOW_PHASES:
+            return self.slow_phase_seconds
+        pace = self.stall_pace_multiple * (expected_gap or 0.0)
+        return max(self.stall_floor_seconds, pace)
 
 
 @dataclass(frozen=True)
@@ -99,6 +130,8 @@ class RankState:
     state: RankStatus
     reason: str = ""  # one phrase: why stalled / straggler / failed / stopped
     pid: int | None = None
+    phase: str = ""  # setup | warmup | training | evaluation | checkpoint ("" before any event)
+    stall_after: float | None = None  # the silence that would make it stalled now
     device: str = "?"  # "cpu", "cuda:0" (from its RankStarted)
     gpu_index: int | None = None
     report: StepReport | None = None
@@ -188,10 +221,25 @@ class _RankFold:
     failure: RankFailed | None = None
     exited: RankExited | None = None
     stalled_report: RankStalled | None = None
+    phase: str = ""
+    report_times: list[float] = field(default_factory=list)  # recent step reports, this phase
 
     @property
     def live(self) -> bool:
         return self.exited is None and not self.finished and self.failure is None
+
+    def enter(self, phase: str) -> None:
+        if phase != self.phase:
+            self.phase = phase
+            self.report_times.clear()
+
+    def expected_gap(self) -> float | None:
+        """How long this rank goes between step reports: the longest of its recent gaps, or its
+        latest step time when it reported once only."""
+        gaps = [b - a for a, b in zip(self.report_times, self.report_times[1:], strict=False)]
+        step = self.report.step_seconds if self.report else None
+        known = [g for g in [*gaps, step] if g is not None]
+        return max(known) if known else None
 
 
 @dataclass
@@ -238,14 +286,22 @@ class RankStateTracker:
         if isinstance(event, RankStarted):
             fold.pid = event.pid
             fold.device, fold.gpu_index = event.device, event.gpu_index
+            fold.enter("setup")
             self.world_size = self.world_size or event.world_size
+        elif isinstance(event, PhaseStarted):
+            fold.enter(event.phase)
         elif isinstance(event, EpochStarted):
             previous = fold.report.global_step if fold.report else None
             fold.report = StepReport(event.epoch, 0, event.steps, global_step=previous)
+            fold.enter("warmup")  # the first steps of an epoch: compiling, autotuning, prefetching
         elif isinstance(event, StepProgress):
             fold.report = StepReport.of(event)
-        elif isinstance(event, Evaluation) and rank == 0:
-            self.accuracy = event.accuracy
+            fold.enter(TRAINING)
+            fold.report_times = [*fold.report_times[-(REPORT_TIMES_KEPT - 1) :], event.time]
+        elif isinstance(event, (Evaluation, CheckpointSaved)):
+            if isinstance(event, Evaluation) and rank == 0:
+                self.accuracy = event.accuracy
+            fold.enter(TRAINING)  # the slow phase is over; the next report is due at the pace
         elif isinstance(event, RankFailed):
             fold.failure = event
         elif isinstance(event, RankFinished):
@@ -272,6 +328,8 @@ class RankStateTracker:
                 f"launcher: rank {e.rank} straggling ({e.step_seconds:.2f} s a step, "
                 f"others {e.others_median_step_seconds:.2f} s)"
             )
+        elif isinstance(e, StacksTaken):
+            note = f"stacks ({e.reason}): {e.summary}"
         elif isinstance(e, RunFinished):
             note = f"run {e.status}" + (f": {e.reason}" if e.reason else "")
         if note:
@@ -285,6 +343,7 @@ class RankStateTracker:
         launcher_alive: bool = True,
         judge_silence: bool | None = None,
         run_status: RunStatus | None = None,
+        stopped_pids: frozenset[int] = frozenset(),
     ) -> tuple[RankState, ...]:
         """Every rank's state.
 
@@ -292,6 +351,7 @@ class RankStateTracker:
         else None. Silence is judged by whoever can act on it: the launcher while it lives (it
         reports ``RankStalled``, which readers see), so a reader judges it itself only once the
         launcher is gone (``launcher_alive`` False). The launcher passes ``judge_silence=True``.
+        ``stopped_pids``: rank processes the caller saw in the stopped state (SIGSTOP).
         """
         now = time.time() if now is None else now
         judge = (not launcher_alive) if judge_silence is None else judge_silence
@@ -312,7 +372,7 @@ class RankStateTracker:
         return tuple(
             self._state_of(
                 f, now, launcher_alive, judge, RunStatus(status) if status else None, root,
-                step_times,
+                step_times, f.pid in stopped_pids,
             )
             for f in folds
         )  # fmt: skip
@@ -326,6 +386,7 @@ class RankStateTracker:
         status: RunStatus | None,
         root: int | None,
         step_times: dict[int, float],
+        suspended: bool,
     ) -> RankState:
         since = f.last_event_time if f.last_event_time is not None else self.run_started
         silent = max(0.0, now - since) if since is not None and status is None else None
@@ -334,6 +395,8 @@ class RankStateTracker:
             rank=f.rank,
             state=RankStatus.RUNNING,
             pid=f.pid,
+            phase=f.phase,
+            stall_after=self.stall_after(f) if f.live and status is None else None,
             device=f.device,
             gpu_index=f.gpu_index,
             report=f.report,
@@ -358,13 +421,18 @@ class RankStateTracker:
             return replace(base, state=RankStatus.FAILED, reason=f"exited ({how})")
         if status is not None:  # the run ended and this rank left no word of how
             return replace(base, state=RankStatus.STOPPED, reason=f"the run ended ({status})")
+        if suspended:
+            resume = f": resume it with kill -CONT {f.pid}" if f.pid else ""
+            return replace(
+                base, state=RankStatus.STOPPED, reason=f"stopped by a signal (SIGSTOP){resume}"
+            )
         report = f.stalled_report
         if report is not None and (f.last_event_time is None or report.time > f.last_event_time):
             said = f"silent for {silent:.0f} s" if silent is not None else "silent"
             return replace(
                 base, state=RankStatus.STALLED, reason=f"{said} (reported by the launcher)"
             )
-        if judge_silence and self.is_stalled(silent, reported=f.last_event_time is not None):
+        if judge_silence and silent is not None and silent >= (base.stall_after or 0.0):
             why = f"silent for {silent:.0f} s"
             if not launcher_alive:
                 why += " and its launcher is gone"
@@ -381,13 +449,13 @@ class RankStateTracker:
             return replace(base, state=RankStatus.STARTING)
         return base
 
-    def is_stalled(self, silent: float | None, *, reported: bool) -> bool:
-        """The stall rule: silent for ``stall_seconds``, plus the start-up allowance for a rank
-        that has not reported yet (it is importing torch and loading its data)."""
-        if silent is None:
-            return False
-        allowance = 0.0 if reported else STARTUP_ALLOWANCE_SECONDS
-        return silent >= self.thresholds.stall_seconds + allowance
+    def stall_after(self, f: _RankFold) -> float:
+        """The stall rule: the silence after which this rank is stalled, by its phase and pace,
+        plus the start-up allowance for a rank that has not reported yet (it is importing torch)."""
+        after = self.thresholds.stall_after(f.phase or "setup", f.expected_gap())
+        if f.last_event_time is None:
+            return after + STARTUP_ALLOWANCE_SECONDS
+        return after
 
 
 def _root_cause(folds: list[_RankFold]) -> int | None:

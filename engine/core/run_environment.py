@@ -1,13 +1,26 @@
-"""The environment every process of a run inherits from its launcher: the names, in one place.
+"""What every process of a run shares with the tools that watch it: the names of the environment
+it inherits from its launcher, and how a rank is asked for its stack.
 
-Standard library only (nothing at all, in fact): the rank bootstrap reads these before torch is
-imported, and the process scan reads them from other processes' environments.
+Standard library only: the rank bootstrap reads these before torch is imported, the process scan
+reads the environment of other processes, the stack snapshots send the signal.
 """
 
 from __future__ import annotations
+
+import signal
 
 # The run marker: a process is ours only if it carries this (and matches a recorded pid + start).
 RUN_MARKER_ENV = "DDPTUI_RUN_ID"
 RUN_DIR_ENV = "DDPTUI_RUN_DIR"  # absolute path of the run directory
 LAUNCHER_PID_ENV = "DDPTUI_LAUNCHER_PID"  # the launcher that started the ranks
 THREADS_ENV = "DDPTUI_THREADS_PER_RANK"  # CPU threads each rank may use (cores / ranks)
+
+# A rank writes every thread's Python stack (faulthandler) when it receives this signal, even while
+# it is blocked in a collective or holds the GIL. Not SIGUSR1: Lightning uses it to requeue on Slurm.
+STACK_DUMP_SIGNAL = signal.SIGUSR2
+STACKS_DIR = "stacks"  # in the run directory: faulthandler files and snapshots
+
+
+def faulthandler_file_name(pid: int) -> str:
+    """The file (in the run directory's stacks folder) a rank's stack dumps are appended to."""
+    return f"pid-{pid}.txt"

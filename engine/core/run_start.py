@@ -1,4 +1,4 @@
-"""Start a run the way DESIGN.md says: validate, make the run directory, start the launcher.
+"""Start a run: validate, make the run directory, start the launcher (docs/architecture.md).
 
 Validating is ``plan_run`` (can this combination run here at all) and then
 ``engine.core.resource_guard.check_resources`` (do its ranks fit in this machine's cores, memory and

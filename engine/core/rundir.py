@@ -1,6 +1,6 @@
 """The run directory: the one channel between the engine (writer) and the UI (reader).
 
-Layout (see DESIGN.md)::
+Layout (docs/architecture.md)::
 
     runs/<run-id>/config.toml            resolved preset        (launcher)
                   run.json               ids, pids, state       (launcher)
@@ -8,6 +8,8 @@ Layout (see DESIGN.md)::
                   events/launcher.jsonl  launcher events        (launcher)
                   logs/rank-<r>.log      stdout + stderr        (rank r)
                   logs/launcher.log      launcher output        (launcher)
+                  stacks/                stack dumps, snapshots (ranks, launcher, kill)
+                  flight-recorder/       collective traces      (ranks, torch)
                   summary.json           final status, figures  (launcher, always)
                   checkpoint.pt          state_dict             (rank 0)
 
@@ -28,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.process_identity import ProcessRef
-from engine.core.run_environment import RUN_MARKER_ENV
+from engine.core.run_environment import RUN_MARKER_ENV, STACKS_DIR
 from engine.core.statuses import RunStatus
 from engine.core.summary import RunSummary
 
@@ -177,6 +179,22 @@ class RunDir:
     @property
     def logs_dir(self) -> Path:
         return self.path / "logs"
+
+    @property
+    def stacks_dir(self) -> Path:
+        """Stack dumps of the ranks (faulthandler) and the snapshots taken of them."""
+        return self.path / STACKS_DIR
+
+    @property
+    def flight_recorder_dir(self) -> Path:
+        """torch's flight-recorder dumps, ``rank_<r>`` each."""
+        return self.path / "flight-recorder"
+
+    def flight_recorder_dumps(self) -> list[Path]:
+        try:
+            return sorted(p for p in self.flight_recorder_dir.glob("rank_*") if p.is_file())
+        except OSError:
+            return []
 
     def rank_events_path(self, rank: int) -> Path:
         return self.events_dir / f"rank-{rank}.jsonl"

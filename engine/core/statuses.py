@@ -75,6 +75,17 @@ class RankStatus(Vocabulary):
         )
 
 
+class RankActivity(Vocabulary):
+    """What a rank was doing when its stack was taken (``engine.core.diagnosis``)."""
+
+    STEPPING = "stepping"  # in its own code (or the user's): the stall is its own
+    WAITING = "waiting on peers"  # inside a collective, or in backward waiting for the all-reduce
+    STOPPED = "stopped by a signal"  # SIGSTOP: alive, but it runs nothing until SIGCONT
+    FAILED = "failed"  # it reported an error and is on its way out
+    GONE = "gone"  # no such process any more
+    UNKNOWN = "unknown"  # no stack could be taken
+
+
 class JobState(Vocabulary):
     """A training job (ours or foreign) found on the machine (``engine.core.process_table``)."""
 

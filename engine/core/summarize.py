@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from engine.core.config import load_config
+from engine.core.diagnosis import latest_snapshot
 from engine.core.events import (
     EpochEnded,
     Evaluation,
@@ -111,6 +112,7 @@ def build_summary(
         epochs=tuple(epoch_figures(rank0)),
         failure=failure,
         reason=reason,
+        diagnosis=latest_snapshot(run_dir.path),
     )
 
 

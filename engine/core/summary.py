@@ -13,6 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from engine.core.diagnosis import StackSnapshot
 from engine.core.statuses import RankStatus, RunStatus
 
 
@@ -86,6 +87,7 @@ class RunSummary:
     reason: str = ""  # one sentence for killed / failed / lost runs
     launcher_end: str = ""  # lost runs: how the launcher ended, as far as can be told
     ranks: tuple[RankReached, ...] = ()  # lost runs: how far each rank got
+    diagnosis: StackSnapshot | None = None  # the last stack snapshot of the ranks, if one was taken
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", RunStatus(self.status))  # the word, typed where made
@@ -103,6 +105,7 @@ class RunSummary:
         data = asdict(self)
         data["epochs"] = [asdict(e) for e in self.epochs]
         data["ranks"] = [asdict(r) for r in self.ranks]
+        data["diagnosis"] = self.diagnosis.to_json() if self.diagnosis else None
         data["test_accuracy"] = self.test_accuracy
         return data
 
@@ -121,6 +124,8 @@ class RunSummary:
         )
         failure = data.get("failure")
         values["failure"] = Failure(**_known(Failure, failure)) if failure else None
+        diagnosis = data.get("diagnosis")
+        values["diagnosis"] = StackSnapshot.from_json(diagnosis) if diagnosis else None
         return cls(**values)
 
 

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 if __name__ == "__mp_main__":
     # A rank spawned by this launcher re-imports this module as __mp_main__ before anything
-    # else (torch included): tie it to the launcher first, so that it dies with it.
-    from engine.train.rank_bootstrap import bind_to_parent
+    # else (torch included): tie it to the launcher first, so that it dies with it, and make its
+    # stack askable.
+    from engine.train.rank_bootstrap import bootstrap_rank
 
-    bind_to_parent()
+    bootstrap_rank()
 
 import argparse
 import contextlib
@@ -31,6 +32,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, replace
@@ -40,6 +42,7 @@ import psutil
 
 from engine.core import gpus
 from engine.core.config import ConfigError, RunConfig, load_config
+from engine.core.diagnosis import RankTarget, StackSnapshot, latest_snapshot, take_snapshot
 from engine.core.events import (
     EventTail,
     EventWriter,
@@ -50,6 +53,7 @@ from engine.core.events import (
     RankStraggling,
     RunFinished,
     RunStarted,
+    StacksTaken,
 )
 from engine.core.oom_evidence import oom_kill_count, sigkill_cause
 from engine.core.plan import RunPlan, plan_run
@@ -75,6 +79,9 @@ from engine.core.summary import Failure, exit_status
 from engine.train.memory_fault import own_memory_cgroup, remove_fault_cgroup
 
 POLL_SECONDS = 0.1
+# A stop right after a snapshot (the stall's, or the one ``ddptui kill`` takes before it signals
+# the launcher) does not take another: the ranks are already on their way down.
+RECENT_SNAPSHOT_SECONDS = 15.0
 STARTUP_ALLOWANCE_SECONDS = 60.0
 EXIT_BAD_INPUT = 2
 
@@ -178,6 +185,75 @@ class Supervisor:
         self.first_exit_order: list[int] = []
         self.stall_kill_rank: int | None = None
         self.stop_signal_sent: signal.Signals | None = None
+        self.processes: dict[int, psutil.Process] = {}
+        self.distributed = config.strategy.name == "ddp"
+        self.started = time.time()
+        self.stall_episode = False  # a snapshot was taken since a rank went stalled
+        self._snapshot_thread: threading.Thread | None = None
+        self._snapshot_done: list[StackSnapshot] = []
+
+    # -- stacks ------------------------------------------------------------------------------
+    def _targets(self) -> list[RankTarget]:
+        reported = {s.rank: s.last_event_time for s in self.tracker.states()}
+        targets = []
+        for rank, proc in sorted(self.processes.items()):
+            try:
+                ref = ProcessRef(proc.pid, proc.create_time())
+            except psutil.Error:  # gone and reaped: a ref no process has
+                ref = ProcessRef(proc.pid, -1.0)
+            failed = self.watches[rank].failed_event
+            error = failed.error if failed is not None else ""
+            targets.append(RankTarget(rank, ref, reported.get(rank), error))
+        return targets
+
+    def _take(self, reason: str) -> None:
+        self._snapshot_done.append(
+            take_snapshot(
+                self.run_dir.path, self._targets(), reason=reason, distributed=self.distributed
+            )
+        )
+
+    def snapshot_in_background(self, reason: str) -> None:
+        """Every rank's stack, taken while supervision goes on (py-spy may take a second)."""
+        if self._snapshot_thread is not None and self._snapshot_thread.is_alive():
+            return
+        self._snapshot_thread = threading.Thread(
+            target=self._take, args=(reason,), name="stack-snapshot", daemon=True
+        )
+        self._snapshot_thread.start()
+
+    def snapshot_now(self, reason: str) -> None:
+        """Every rank's stack before the launcher stops them, unless one was just taken (by the
+        stall snapshot, or by ``ddptui kill`` before it signalled this launcher)."""
+        if self._snapshot_thread is not None:
+            self._snapshot_thread.join()
+        latest = latest_snapshot(self.run_dir.path)
+        if latest is not None and time.time() - latest.time < RECENT_SNAPSHOT_SECONDS:
+            return
+        if any(not w.exited for w in self.watches.values()):
+            self._take(reason)
+
+    def report_snapshots(self) -> None:
+        """Say in the launcher's events what the snapshots taken meanwhile found."""
+        while self._snapshot_done:
+            snapshot = self._snapshot_done.pop(0)
+            self.events.write(
+                StacksTaken(
+                    path=snapshot.path,
+                    reason=snapshot.reason,
+                    culprit_rank=snapshot.culprit_rank,
+                    summary=snapshot.summary_line(),
+                )
+            )
+
+    def culprit_note(self, root_rank: int | None) -> str:
+        """The latest snapshot of this run, when it names a culprit other than the root cause."""
+        latest = latest_snapshot(self.run_dir.path)
+        if latest is None or latest.time < self.started or latest.culprit is None:
+            return ""
+        if latest.culprit_rank == root_rank:
+            return ""
+        return f"{latest.culprit.describe()} ({latest.culprit_reason})"
 
     # -- reading the ranks ------------------------------------------------------------------
     def read_events(self) -> None:
@@ -203,11 +279,14 @@ class Supervisor:
             silent = state.silent_seconds or 0.0
             if stalled and not w.stalled:
                 self.events.write(RankStalled(rank=w.rank, silent_seconds=round(silent, 1)))
+                if not self.stall_episode:
+                    self.stall_episode = True
+                    self.snapshot_in_background("stall")
             w.stalled = stalled
             if (
                 stalled
                 and sup.kill_stalled_after > 0
-                and silent >= sup.stall_seconds + sup.kill_stalled_after
+                and silent >= (state.stall_after or 0.0) + sup.kill_stalled_after
                 and self.stop_deadline is None
             ):
                 self.stall_kill_rank = w.rank
@@ -226,6 +305,8 @@ class Supervisor:
                     )
                 )
             w.straggling = behind
+        if not any(w.stalled for w in self.watches.values()):
+            self.stall_episode = False  # the next stall gets its own snapshot
 
     def reap(self, processes: dict[int, psutil.Process]) -> None:
         for rank, proc in processes.items():
@@ -249,9 +330,12 @@ class Supervisor:
 
     # -- stopping ---------------------------------------------------------------------------
     def begin_stop(self, status: RunStatus, reason: str) -> None:
-        """Ask every live rank to stop; after the grace period the rest are killed."""
+        """Take every rank's stack, then ask every live rank to stop; after the grace period the
+        rest are killed."""
         if self.stop_deadline is not None:
             return
+        self.snapshot_now("before stop")
+        self.report_snapshots()
         self.stop_status, self.stop_reason = status, reason
         self.stop_deadline = time.monotonic() + self.config.supervision.failure_grace_seconds
         for w in self.watches.values():
@@ -311,6 +395,10 @@ class Supervisor:
         return None
 
 
+def _with_note(reason: str, note: str) -> str:
+    return f"{reason}; stacks before the stop: {note}" if note else reason
+
+
 def _log_tail(path: Path, lines: int = 40) -> str:
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -328,6 +416,7 @@ def supervise(
 ) -> tuple[RunStatus, Failure | None, str]:
     """Watch the ranks until all have exited; returns (status, root cause, reason)."""
     sup = Supervisor(run_dir, config, sorted(processes), events, oom_kills_at_start)
+    sup.processes = processes
     requested: list[str] = []
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -354,13 +443,15 @@ def supervise(
                 sup.stopped_by_us.discard(w.rank)
         if sup.stop_deadline is None:
             sup.check_health(now)
+        sup.report_snapshots()
         sup.enforce_stop(processes)
         if all(w.exited for w in sup.watches.values()):
             break
         time.sleep(POLL_SECONDS)
     sup.read_events()
+    sup.report_snapshots()
     if sup.stop_status == RunStatus.KILLED:
-        return RunStatus.KILLED, None, sup.stop_reason
+        return RunStatus.KILLED, None, _with_note(sup.stop_reason, sup.culprit_note(None))
     if sup.stall_kill_rank is not None:
         rank = sup.stall_kill_rank
         return (
@@ -368,11 +459,12 @@ def supervise(
             Failure(
                 rank=rank, error=sup.stop_reason, traceback=_log_tail(run_dir.rank_log_path(rank))
             ),
-            sup.stop_reason,
+            _with_note(sup.stop_reason, sup.culprit_note(rank)),
         )
     cause = sup.root_cause()
     if cause is not None:
-        return RunStatus.FAILED, cause, f"rank {cause.rank} failed: {cause.error}"
+        reason = f"rank {cause.rank} failed: {cause.error}"
+        return RunStatus.FAILED, cause, _with_note(reason, sup.culprit_note(cause.rank))
     if all(w.exitcode == 0 for w in sup.watches.values()):
         return RunStatus.COMPLETED, None, ""
     return RunStatus.FAILED, None, "a rank ended without finishing"

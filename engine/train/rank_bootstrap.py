@@ -1,4 +1,4 @@
-"""Tie a rank's life to the process that started it, before anything heavy is imported.
+"""Make a rank watchable and orphan-proof, before anything heavy is imported.
 
 Standard library only, and it must stay so: it runs first in every rank (``engine.train.launch`` calls it
 at the top of the module a spawned rank re-imports as ``__mp_main__``, ``engine.train.worker`` at the top
@@ -10,32 +10,93 @@ On Linux, ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` makes the kernel kill this proces
 parent (the thread that forked it) ends. The parent may already have ended before the call, so the
 parent is checked again after it. Elsewhere there is no such call: ``bind_to_parent`` returns
 False and the watchdog thread in ``engine.train.worker`` is what ends an orphaned rank.
+
+A rank can also be asked for its stack without its cooperation (``prepare_stack_dumps``):
+``faulthandler`` is registered on ``STACK_DUMP_SIGNAL`` (all threads, chained to any handler that
+was there, never to the default action, which would end the rank) and appends to ``RUN_DIR/stacks/pid-<pid>.txt``; being a C-level handler it answers even
+while the rank is blocked in a gloo or NCCL wait or holds the GIL. And the run's own user may attach
+a debugger or py-spy to it (``PR_SET_PTRACER``), where the kernel's Yama policy would otherwise
+allow only the rank's ancestors. ``bootstrap_rank`` does all of it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import faulthandler
 import os
 import signal
 import sys
+from pathlib import Path
+from typing import IO
 
-from engine.core.run_environment import LAUNCHER_PID_ENV
+from engine.core.run_environment import (
+    LAUNCHER_PID_ENV,
+    RUN_DIR_ENV,
+    STACK_DUMP_SIGNAL,
+    STACKS_DIR,
+    faulthandler_file_name,
+)
 
 PR_SET_PDEATHSIG = 1
+PR_SET_PTRACER = 0x59616D61  # "Yama"
+PR_SET_PTRACER_ANY = -1  # any process of this user (the kernel's own uid checks still apply)
 ORPHANED_EXIT_CODE = 1
+# The file faulthandler writes to must stay open for the life of the process.
+_stack_file: dict[int, IO[str]] = {}
+
+
+def _prctl(option: int, value: int) -> bool:
+    """``prctl(option, value)`` on Linux; False elsewhere or when the kernel refused it."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(option, ctypes.c_long(value), 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def set_parent_death_signal(sig: int = signal.SIGKILL) -> bool:
     """Ask the kernel to send ``sig`` to this process when its parent ends; False where the
     platform has no PR_SET_PDEATHSIG (not Linux) or the call failed."""
-    if not sys.platform.startswith("linux"):
-        return False
+    return _prctl(PR_SET_PDEATHSIG, int(sig))
+
+
+def allow_same_user_ptrace() -> bool:
+    """Let any process of this user attach (py-spy, gdb): Yama's ptrace_scope 1 would otherwise
+    allow only this process's ancestors. False where there is no Yama (nothing to allow) or it
+    refused; the kernel's uid checks and the container's capabilities still apply."""
+    return _prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)
+
+
+def prepare_stack_dumps(run_dir: str | None = None) -> Path | None:
+    """Register faulthandler on ``STACK_DUMP_SIGNAL``, appending every thread's stack to this
+    process's file in the run directory's stacks folder, and allow a same-user ptrace attach.
+    Returns the file, or None outside a ddptui run (no ``DDPTUI_RUN_DIR``) or where it cannot be
+    opened. Idempotent per process: a forked child registers its own file."""
+    pid = os.getpid()
+    directory = run_dir or os.environ.get(RUN_DIR_ENV)
+    if not directory:
+        return None
+    path = Path(directory) / STACKS_DIR / faulthandler_file_name(pid)
+    if pid in _stack_file:
+        return path
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)) == 0
-    except (OSError, AttributeError):
-        return False
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # Never follow a link planted where the file goes; readable by this user only.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return None
+    stream = os.fdopen(fd, "a", encoding="utf-8")
+    # Chain to a handler that was there (a framework's); never to the default action, which for
+    # this signal is to end the process.
+    previous = signal.getsignal(STACK_DUMP_SIGNAL)
+    chain = previous not in (signal.SIG_DFL, None)
+    faulthandler.register(STACK_DUMP_SIGNAL, file=stream, all_threads=True, chain=chain)
+    _stack_file[pid] = stream
+    allow_same_user_ptrace()
+    return path
 
 
 def _pid_alive(pid: int) -> bool:
@@ -78,6 +139,14 @@ def bind_to_parent() -> bool:
         with contextlib.suppress(Exception):
             print(f"ddptui rank bootstrap: {reason}; exiting", file=sys.stderr, flush=True)
         os._exit(ORPHANED_EXIT_CODE)
+    return armed
+
+
+def bootstrap_rank() -> bool:
+    """Everything a rank does first: tie it to its parent, then make its stack askable. Returns
+    whether the kernel will end this process with its parent."""
+    armed = bind_to_parent()
+    prepare_stack_dumps()
     return armed
 
 

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -38,18 +37,14 @@ from engine.core.events import (
     EpochStarted,
     Evaluation,
     EventWriter,
+    PhaseStarted,
     StepProgress,
 )
-from engine.core.faults import parse_fault
 from engine.core.plan import RunPlan, lr_at_step
-from engine.core.run_environment import LAUNCHER_PID_ENV
 from engine.core.rundir import RunDir
 from engine.train.data import Batch, TestBatches, TrainBatches, make_train_batches
-from engine.train.memory_fault import allocate_until_killed
+from engine.train.faults import FaultInjector
 from engine.train.models import build_model, prepare_model
-
-SLOW_FAULT_SECONDS = 0.5
-
 
 # ---- devices and precision -------------------------------------------------------------------
 
@@ -109,42 +104,16 @@ def synchronized_clock(device: torch.device) -> float:
     return time.perf_counter()
 
 
-# ---- fault injection -------------------------------------------------------------------------
+# ---- collectives ----------------------------------------------------------------------------
 
 
-def kill_launcher() -> None:
-    """SIGKILL the launcher of this rank (the parent under torchrun); the rank's parent-death
-    signal then ends it too."""
-    launcher = os.environ.get(LAUNCHER_PID_ENV, "")
-    os.kill(int(launcher) if launcher.isdigit() else os.getppid(), signal.SIGKILL)
-
-
-class FaultInjector:
-    """Acts on this rank's ``faults`` entries ("KIND:RANK:STEP") when it reaches global step STEP."""
-
-    def __init__(self, specs: Iterable[str], rank: int) -> None:
-        self.faults = [f for f in map(parse_fault, specs) if f.rank == rank]
-        self.slow = False
-
-    def at_step(self, global_step: int) -> None:
-        for fault in self.faults:
-            if fault.step != global_step:
-                continue
-            print(f"fault injection: {fault.kind} at step {global_step}", flush=True)
-            if fault.kind == "crash":
-                raise RuntimeError(f"injected crash at step {global_step}")
-            if fault.kind == "exit":
-                os._exit(3)
-            if fault.kind == "hang":
-                threading.Event().wait()  # forever: only a signal ends this rank
-            if fault.kind == "slow":
-                self.slow = True
-            if fault.kind == "oom":
-                allocate_until_killed()
-            if fault.kind == "kill-launcher":
-                kill_launcher()
-        if self.slow:
-            time.sleep(SLOW_FAULT_SECONDS)
+def set_collective_timeout(seconds: float) -> None:
+    """From now on a collective that waits ``seconds`` fails this rank instead of hanging (the
+    process group was made with a longer timeout for setup)."""
+    c10d = dist.distributed_c10d
+    setter = getattr(c10d, "set_timeout", None) or getattr(c10d, "_set_pg_timeout", None)
+    if setter is not None:  # torch < 2.7 has neither: the setup timeout stays
+        setter(timedelta(seconds=seconds))
 
 
 # ---- epoch figures ---------------------------------------------------------------------------
@@ -368,6 +337,9 @@ def train_rank(
         else None
     )
 
+    if distributed:  # setup is over (a download barrier may have waited minutes)
+        set_collective_timeout(config.ddp.timeout_seconds)
+
     optimizer = torch.optim.SGD(
         model.parameters(),
         lr=plan.base_lr,
@@ -410,6 +382,7 @@ def train_rank(
             with autocast(precision, device):
                 loss = criterion(model(images), labels)
             optimizer.zero_grad(set_to_none=True)
+            faults.before_backward(global_step)
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
@@ -479,6 +452,7 @@ def train_rank(
         )
 
         if test_batches is not None:
+            events.write(PhaseStarted(rank=rank, phase="evaluation"))
             eval_start = synchronized_clock(device)
             if distributed:
                 broadcast_buffers(raw_model)
@@ -509,6 +483,7 @@ def train_rank(
             )
 
     if training.checkpoint and is_main:
+        events.write(PhaseStarted(rank=rank, phase="checkpoint"))
         path = run_dir.checkpoint_path
         size = save_checkpoint(raw_model, path)
         events.write(CheckpointSaved(rank=rank, path=str(path), bytes=size))

@@ -54,13 +54,15 @@ from engine.core.rundir import RunDir, this_host
 from engine.core.settle import settle_run
 from engine.core.statuses import RunStatus
 from engine.core.summarize import build_summary
-from engine.train.rank_bootstrap import bind_to_parent
+from engine.train.rank_bootstrap import bootstrap_rank, prepare_stack_dumps
 from engine.train.training import gpu_index, pick_device, train_rank
 
 WATCHDOG_INTERVAL_SECONDS = 0.5
 WATCHDOG_EXIT_CODE = 1
-# Long enough for rank 0 to download CIFAR-10 while the others wait at the barrier.
-PROCESS_GROUP_TIMEOUT = timedelta(minutes=10)
+# Long enough for rank 0 to download CIFAR-10 while the others wait at the barrier; collectives
+# get ddp.timeout_seconds once setup is over (engine.train.training.set_collective_timeout).
+SETUP_TIMEOUT_SECONDS = 600.0
+FLIGHT_RECORDER_ENTRIES = 2000
 
 
 # ---- process set-up --------------------------------------------------------------------------
@@ -118,6 +120,50 @@ def plan_for_world(plan: RunPlan, world_size: int) -> RunPlan:
     if optimizer.lr_scaling == "linear":
         lr = lr * global_batch / optimizer.reference_batch
     return replace(plan, world_size=world_size, global_batch=global_batch, base_lr=lr)
+
+
+# ---- the flight recorder --------------------------------------------------------------------
+
+
+def enable_flight_recorder(run_dir: RunDir) -> Path:
+    """Turn on torch's flight recorder (the last collectives of every process group, gloo
+    included in recent torch) before the process group is made: NCCL dumps it into the run
+    directory on a timeout and on demand (a write to its debug pipe); ``dump_flight_recorder``
+    does it for any backend when a rank fails. Settings the user made stay."""
+    directory = run_dir.flight_recorder_dir.resolve()
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    prefix = str(directory / "rank_")
+    settings = {
+        "TORCH_FR_BUFFER_SIZE": str(FLIGHT_RECORDER_ENTRIES),
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": str(FLIGHT_RECORDER_ENTRIES),  # its name before torch 2.7
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "TORCH_FR_DUMP_TEMP_FILE": prefix,
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": prefix,
+        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": str(directory / "pipe_rank_"),
+    }
+    for name, value in settings.items():
+        os.environ.setdefault(name, value)
+    return directory
+
+
+def dump_flight_recorder(run_dir: RunDir, rank: int) -> Path | None:
+    """Write this rank's flight-recorder buffer as ``flight-recorder/rank_<rank>`` (the format
+    ``python -m torch.distributed.flight_recorder.fr_trace`` reads); None where this torch has no
+    recorder or nothing could be written."""
+    c10d = torch._C._distributed_c10d
+    dump = getattr(c10d, "_dump_fr_trace", None) or getattr(c10d, "_dump_nccl_trace", None)
+    if dump is None:
+        return None
+    path = run_dir.flight_recorder_dir / f"rank_{rank}"
+    try:
+        data = dump()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    except Exception as err:  # the failure being reported matters more than this dump
+        print(f"ddptui: no flight-recorder dump ({type(err).__name__}: {err})", flush=True)
+        return None
+    return path
 
 
 # ---- launcher-death watchdog -----------------------------------------------------------------
@@ -219,12 +265,13 @@ def run_rank(run_dir: RunDir, *, rank: int, local_rank: int, world_size: int) ->
         if config.strategy.name == "ddp":
             if device.type == "cuda":
                 torch.cuda.set_device(device)
+            enable_flight_recorder(run_dir)
             dist.init_process_group(
                 plan.backend,
                 init_method="env://",
                 rank=rank,
                 world_size=world_size,
-                timeout=PROCESS_GROUP_TIMEOUT,
+                timeout=timedelta(seconds=max(SETUP_TIMEOUT_SECONDS, config.ddp.timeout_seconds)),
             )
             joined = True
         train_rank(
@@ -232,6 +279,8 @@ def run_rank(run_dir: RunDir, *, rank: int, local_rank: int, world_size: int) ->
         )
         events.write(RankFinished(rank=rank))
     except BaseException as err:
+        if joined:  # which collectives this rank saw, for the analysis of a hang or timeout
+            dump_flight_recorder(run_dir, rank)
         events.write(
             RankFailed(rank=rank, error=one_line_error(err), traceback=traceback.format_exc())
         )
@@ -249,7 +298,7 @@ def spawn_entry(
     local_rank: int, run_dir: str, node_rank: int, nproc_per_node: int, world_size: int
 ) -> None:
     """Target of ``torch.multiprocessing.spawn`` (which passes ``local_rank`` first)."""
-    bind_to_parent()  # already done in __mp_main__ under our launcher; not under other spawners
+    bootstrap_rank()  # already done in __mp_main__ under our launcher; not under other spawners
     rank = node_rank * nproc_per_node + local_rank
     rd = RunDir(Path(run_dir))
     redirect_output(rd.rank_log_path(rank))
@@ -323,6 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    prepare_stack_dumps(str(run_dir.path.resolve()))  # torchrun passes no run directory down
     print(f"rank {rank}: output goes to {run_dir.rank_log_path(rank)}", file=sys.stderr)
     redirect_output(run_dir.rank_log_path(rank))
     try:

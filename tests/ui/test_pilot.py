@@ -369,3 +369,48 @@ async def test_a_failing_nvml_sampler_is_shown_not_fatal(
         await pilot.press("r")
         await settle(pilot)
         assert isinstance(app.screen, RunsScreen)
+
+
+async def test_a_stalled_run_shows_its_stacks_inline_and_in_full(
+    make_app: Callable[..., DdptuiApp], tmp_path: Path
+) -> None:
+    """The recorded live run has a stalled rank 2; a stored snapshot names it the culprit."""
+    from ddptui.screens.stacks import StacksScreen
+    from engine.core.diagnosis import RankDiagnosis, StackSnapshot, save_snapshot
+    from engine.core.stacks import Frame
+    from engine.core.statuses import RankActivity
+
+    runs = tmp_path / "runs"
+    shutil.copytree(REPO_ROOT / RECORDED, runs)
+    hang = Frame("hang", "/repo/engine/train/faults.py", 35)
+    ranks = (
+        RankDiagnosis(0, 424250, RankActivity.WAITING, "in backward (all-reduce)",
+                      stack="MainThread (main):\n    _engine_run_backward (graph.py:829)"),
+        RankDiagnosis(2, 424252, RankActivity.STEPPING, frame=hang, method="py-spy",
+                      stack="MainThread (main):\n    hang (/repo/engine/train/faults.py:35)"),
+    )  # fmt: skip
+    save_snapshot(
+        runs / LIVE_RUN,
+        StackSnapshot(1.0, "stall", ranks, culprit_rank=2, culprit_reason="the only one"),
+    )
+    app = make_app(runs)
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        app.open_run(RunDir(runs / LIVE_RUN))
+        await settle(pilot, lambda: getattr(app.screen, "view", None) is not None)
+        screen = app.screen
+        assert isinstance(screen, RunScreen)
+        inline = text_of(screen.query_one("#diagnosis", Static))
+        assert "rank 2 stuck at faults.py:35 in hang; rank 0 waiting in backward" in inline
+        assert "culprit rank 2" in inline
+        assert "ETA stalled" in text_of(screen.query_one("#run-title", Static))
+        await pilot.press("s")
+        await settle(pilot, lambda: isinstance(app.screen, StacksScreen))
+        stacks = app.screen
+        assert isinstance(stacks, StacksScreen)
+        body = text_of(stacks.query_one("#stacks-text", Static))
+        assert "<- culprit: the only one" in body
+        assert "hang (/repo/engine/train/faults.py:35)" in body
+        await pilot.press("escape")
+        await settle(pilot)
+        assert app.screen is screen

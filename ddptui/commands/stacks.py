@@ -1,0 +1,110 @@
+"""``ddptui stacks RUN_ID``: every rank's stack, what each was doing and which rank the others wait
+for; ``ddptui stacks --pid PID``: the stack of any Python process of yours (py-spy)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from ddptui import exit_codes
+from ddptui.commands.processes import runs_dir_option
+from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
+from engine.core.diagnosis import RankDiagnosis, StackSnapshot, read_activity
+from engine.core.observer import observe_run
+from engine.core.process_identity import identify
+from engine.core.run_snapshot import request_flight_recorder_dumps, snapshot_run
+from engine.core.rundir import RunDirError, find_run
+from engine.core.stacks import capture_stack, process_state
+
+
+def _fail(message: str, code: int = exit_codes.BAD_INPUT) -> NoReturn:
+    click.echo(f"ddptui: {message}", err=True)
+    sys.exit(code)
+
+
+def _process_stack(pid: int) -> StackSnapshot:
+    ref = identify(pid)
+    if ref is None:
+        _fail(f"--pid {pid}: no such process")
+    try:
+        owner = os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        owner = None
+    if owner is not None and owner != os.getuid() and os.getuid() != 0:
+        _fail(f"--pid {pid} belongs to another user; ddptui reads only your own processes")
+    stack = capture_stack(ref, None)
+    if not stack.method:
+        _fail(f"--pid {pid}: no stack: {stack.problem}", exit_codes.FAILED)
+    activity, detail, frame = read_activity(stack, distributed=True)
+    rank = RankDiagnosis(
+        rank=-1, pid=pid, activity=activity, detail=detail, frame=frame,
+        method=stack.method, stack=stack.text,
+    )  # fmt: skip
+    return StackSnapshot(time=0.0, reason=f"pid {pid} ({process_state(pid)})", ranks=(rank,))
+
+
+def _as_json(snapshot: StackSnapshot, run_id: str | None) -> dict[str, Any]:
+    data = snapshot.to_json()
+    data["run_id"] = run_id
+    if run_id is None:
+        for r in data["ranks"]:
+            r["rank"] = None
+    return data
+
+
+@click.command("stacks")
+@click.argument("run_id", required=False)
+@click.option("--pid", type=int, help="Any Python process of yours, instead of a run (py-spy).")
+@runs_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable: culprit_rank and ranks.")
+def stacks_command(run_id: str | None, pid: int | None, runs_dir: Path, as_json: bool) -> None:
+    """Every rank's stack: a fresh snapshot of a running run (py-spy with native frames where it
+    may attach, else the faulthandler dump every rank registers), or the last one stored for an
+    ended run. Says what each rank was doing (stepping in its own code, waiting on its peers in a
+    collective or in backward, stopped by a signal, gone) and names the culprit: the rank the
+    others wait for.
+
+    \b
+    Examples:
+      ddptui stacks 20261203-1228                 # a run id or a unique prefix
+      ddptui stacks 20261203-1228 --json          # {"culprit_rank": 1, "ranks": [...]}
+      ddptui stacks --pid 4242                    # a foreign job's process (from ddptui ps)
+
+    Exit codes: 0 shown, 1 no stack could be taken, 2 bad input.
+    """
+    if (run_id is None) == (pid is None):
+        _fail("give a RUN_ID or --pid PID (one of them)")
+    if pid is not None:
+        snapshot = _process_stack(pid)
+        if as_json:
+            click.echo(json.dumps(_as_json(snapshot, None), indent=2))
+        else:
+            click.echo("\n".join(diagnosis_lines(snapshot, full=True)))
+        return
+    assert run_id is not None
+    try:
+        run_dir = find_run(runs_dir, run_id)
+    except RunDirError as err:
+        _fail(str(err))
+    state = observe_run(run_dir)
+    taken = snapshot_run(run_dir, reason="on demand") if not state.final else None
+    if taken is not None:
+        request_flight_recorder_dumps(run_dir)
+    stored = taken or state.diagnosis
+    if stored is None:
+        why = "none of its ranks is alive" if not state.final else f"it ended {state.status}"
+        _fail(f"run {run_dir.run_id}: no stack snapshot was taken and {why}", exit_codes.FAILED)
+    snapshot = stored
+    if as_json:
+        click.echo(json.dumps(_as_json(snapshot, run_dir.run_id), indent=2))
+        return
+    lines = diagnosis_lines(snapshot, full=True)
+    if taken is None:
+        lines.insert(0, f"run {run_dir.run_id} is {state.status}: its last stored snapshot")
+    lines += ["", *flight_recorder_lines(run_dir)] if flight_recorder_lines(run_dir) else []
+    click.echo("\n".join(lines))

@@ -1,0 +1,39 @@
+"""Stack snapshots and flight-recorder dumps in words, for ``ddptui run``, ``show`` and ``stacks``."""
+
+from __future__ import annotations
+
+from engine.core.diagnosis import StackSnapshot, flight_recorder_command
+from engine.core.rundir import RunDir
+
+
+def diagnosis_lines(snapshot: StackSnapshot, *, full: bool = False) -> list[str]:
+    """What each rank was doing when its stack was taken, the culprit first; with ``full``, every
+    rank's whole stack after it."""
+    when = f"stacks ({snapshot.reason}"
+    if snapshot.path:
+        when += f", {snapshot.path}"
+    lines = [f"{when}):"]
+    ordered = sorted(snapshot.ranks, key=lambda r: (r.rank != snapshot.culprit_rank, r.rank))
+    for r in ordered:
+        mark = "  <- culprit: " + snapshot.culprit_reason if r.rank == snapshot.culprit_rank else ""
+        method = f" [{r.method}]" if r.method else ""
+        lines.append(f"  {r.describe()}{method}{mark}")
+    if full:
+        for r in ordered:
+            lines.append("")
+            lines.append(f"rank {r.rank} (pid {r.pid}, {r.activity}, by {r.method or 'nothing'}):")
+            body = r.stack.rstrip() or f"(no stack: {r.problem})"
+            lines.extend("  " + line for line in body.splitlines())
+    return lines
+
+
+def flight_recorder_lines(run_dir: RunDir) -> list[str]:
+    """Where the ranks' flight-recorder dumps are and the command that analyses them."""
+    dumps = run_dir.flight_recorder_dumps()
+    if not dumps:
+        return []
+    names = ", ".join(p.name for p in dumps)
+    return [
+        f"flight recorder: {run_dir.flight_recorder_dir} ({names})",
+        f"  analyse: {flight_recorder_command(run_dir.flight_recorder_dir)}",
+    ]
