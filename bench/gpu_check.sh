@@ -168,6 +168,25 @@ EOF_STUCK
 )
 line "stuck nccl: stacks+fr" "${stuck_line%%$'\t'*}" "${stuck_line#*$'\t'}"
 
+# 6c. The user's own script (the tutorial's loop, no ddptui in it) on one GPU under `ddptui run`:
+# NCCL, the optimizer step hook's progress, a completed summary with its step count.
+script_out=$(timeout 300 "$PYTHON" -m ddptui run tests/fixtures/tutorial_ddp.py --devices 1 \
+    --json -- --epochs 2 --steps 50 2>/dev/null)
+script_line=$(printf '%s' "$script_out" | "$PYTHON" -c '
+import json, sys
+try:
+    s = json.load(sys.stdin)
+except Exception:
+    print("FAIL\tno summary.json came back"); sys.exit()
+if s.get("status") != "completed" or s.get("global_steps") != 100:
+    f = s.get("failure") or {}
+    print("FAIL\t%s, %s steps: %s" % (s.get("status"), s.get("global_steps"), f.get("error") or s.get("reason")))
+else:
+    print("ok\tcompleted on %s: %d optimizer steps counted by the hook, %.1f s" % (
+        s["devices"], s["global_steps"], s["elapsed_seconds"]))
+')
+line "script run (1 GPU)" "${script_line%%$'\t'*}" "${script_line#*$'\t'}"
+
 # 7. DataParallel on one GPU.
 check_run "dataparallel x1" cpu-demo --set strategy.name=dataparallel --devices 1 "${QUICK[@]}"
 

@@ -1,3 +1,7 @@
-"""ddptui: a terminal application to launch, watch, compare and clean up PyTorch data-parallel runs."""
+"""ddptui: a terminal application to launch, watch, compare and clean up PyTorch data-parallel runs.
+
+Importing this package loads nothing else: ``from ddptui.report import report`` stays light in a
+training script.
+"""
 
 __version__ = "0.1.0"

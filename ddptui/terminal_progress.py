@@ -94,18 +94,16 @@ class ProgressPrinter:
         return {
             r.rank: r.report
             for r in self.state.ranks
-            if r.report is not None and r.report.loss is not None
+            if r.report is not None and r.report.step_seconds is not None
         }
 
     def _status(self, reports: dict[int, StepReport]) -> None:
         if not reports:
             return
-        parts = [
-            f"r{r} {p.step}/{p.steps} loss {p.loss or 0:.3f} {p.images_per_s or 0:,.0f} img/s"
-            for r, p in sorted(reports.items())
-        ]
+        parts = [f"r{r} {_figures(p)}" for r, p in sorted(reports.items())]
         epoch = max(p.epoch for p in reports.values()) + 1
-        line = f"epoch {epoch}/{self.epochs}  " + " | ".join(parts)
+        of = f"/{self.epochs}" if self.epochs else ""
+        line = f"epoch {epoch}{of}  " + " | ".join(parts)
         if self.tty:
             self.out.write("\r\x1b[2K" + line[:200])
             self.out.flush()
@@ -130,11 +128,27 @@ class ProgressPrinter:
             self.line_open = False
 
 
+def _figures(p: StepReport) -> str:
+    """One rank's figures: the engine's, or as many as a script gave (steps at least)."""
+    where = f"{p.step}/{p.steps}" if p.steps else f"step {p.global_step or p.step}"
+    if p.loss is not None:
+        rate = f" {p.images_per_s:,.0f} img/s" if p.images_per_s is not None else ""
+        return f"{where} loss {p.loss:.3f}{rate}"
+    per_s = 1 / p.step_seconds if p.step_seconds else 0.0
+    return f"{where} {per_s:.1f} steps/s"
+
+
 def result_line(summary: RunSummary, run_dir: RunDir) -> str:
     """The one line that ends ``ddptui run``."""
-    head = f"{summary.status}: {summary.preset} ({summary.strategy}, {summary.precision}) on {summary.devices}"
+    if summary.strategy == "script":
+        head = f"{summary.status}: {summary.model} on {summary.devices}"
+    else:
+        how = f"{summary.strategy}, {summary.precision}"
+        head = f"{summary.status}: {summary.preset} ({how}) on {summary.devices}"
     last = summary.last_epoch
     figures = []
+    if summary.strategy == "script" and summary.global_steps is not None:
+        figures.append(f"{summary.global_steps:,} optimizer steps on rank 0")
     if last is not None:
         if last.test_accuracy is not None:
             figures.append(f"test accuracy {last.test_accuracy:.1%}")

@@ -64,3 +64,9 @@ def test_the_rank_bootstrap_loads_only_the_standard_library() -> None:
     )
     loaded = {m.split(".")[0] for m in fresh_interpreter(code).split(",") if m}
     assert loaded - set(sys.stdlib_module_names) == {"engine"}, loaded
+
+
+def test_the_report_call_a_training_script_imports_stays_light() -> None:
+    """``from ddptui.report import report`` runs inside the user's ranks: no textual, no torch."""
+    statement = "from ddptui.report import report"
+    assert loaded_after(statement, ("textual", "torch", "click", "engine.train")) == []

@@ -1,4 +1,5 @@
-"""``ddptui run PRESET``: launch a run and follow it to its result line."""
+"""``ddptui run PRESET`` / ``ddptui run script.py -- ARGS`` / ``ddptui run -m module -- ARGS``:
+launch a run and follow it to its result line."""
 
 from __future__ import annotations
 
@@ -12,15 +13,50 @@ import click
 from ddptui import exit_codes
 from ddptui.run_options import collect_overrides, override_options
 from ddptui.terminal_progress import ProgressPrinter, follow_with_progress, result_line
-from engine.core.config import ConfigError, apply_overrides
+from engine.core.config import ConfigError, RunConfig, ScriptConfig, apply_overrides
 from engine.core.presets import load_preset
 from engine.core.run_start import start_run
 from engine.core.rundir import RunDirError
 from engine.core.statuses import RunStatus
 
+# Shortcuts that set the engine's own workload: a script has its own options, after --.
+ENGINE_ONLY = ("epochs", "max_steps", "batch_size", "precision", "data", "model", "seed")
 
-@click.command("run")
-@click.argument("preset")
+
+def base_config(target: str | None, module: str | None, script_args: tuple[str, ...]) -> RunConfig:
+    """The config a run starts from: a preset, or the user's script or module with its args."""
+    if module is not None:
+        # click hands the first word after -- to TARGET: with -m it is the module's own
+        script_args = (target, *script_args) if target is not None else script_args
+        name = module.rsplit(".", 1)[-1]
+        script = ScriptConfig(module=module, args=script_args)
+    elif target is not None and target.endswith(".py"):
+        name = Path(target).stem
+        script = ScriptConfig(path=target, args=script_args)
+    else:
+        if script_args:
+            raise ConfigError(
+                f"arguments after the preset ({' '.join(script_args)}) are for a script's own "
+                "options; give a script (train.py or -m package.module) to pass them"
+            )
+        if target is None:
+            raise ConfigError("give a preset, a script (train.py) or -m package.module")
+        return load_preset(target)
+    return RunConfig(name=name, description=f"your script {script.label}", script=script)
+
+
+@click.command(
+    "run",
+    context_settings={"ignore_unknown_options": False, "allow_interspersed_args": True},
+)
+@click.argument("target", required=False)
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option(
+    "-m",
+    "module",
+    metavar="PACKAGE.MODULE",
+    help="Run this module as the script, as python -m does (its arguments after --).",
+)
 @override_options
 @click.option(
     "--fault",
@@ -41,7 +77,9 @@ from engine.core.statuses import RunStatus
     "--detach", is_flag=True, help="Start the run, print its id and return; it keeps running."
 )
 def run_command(
-    preset: str,
+    target: str | None,
+    script_args: tuple[str, ...],
+    module: str | None,
     set_values: tuple[str, ...],
     runs_dir: Path,
     faults: tuple[str, ...],
@@ -49,7 +87,8 @@ def run_command(
     detach: bool,
     **shortcuts: Any,
 ) -> None:
-    """Launch PRESET (a name from `ddptui presets` or a .toml path) and follow it.
+    """Launch a preset (a name from `ddptui presets` or a .toml path), or your own training
+    script, and follow it.
 
     \b
     Examples:
@@ -59,6 +98,15 @@ def run_command(
       ddptui run cpu-demo --fault crash:1:3        # watch a rank fail on purpose
       ddptui run cpu-demo --fault kill-launcher:0:5  # a launcher lost mid-run: summary "lost"
       ddptui run cpu-demo --devices cpu:16 --oversubscribe   # more than 4 ranks per core
+      ddptui run my.toml --set model.factory=mynets:build   # your model in the engine's loop
+
+    \b
+    Your own script, as torchrun would start it (one process per device, RANK, LOCAL_RANK,
+    WORLD_SIZE, MASTER_ADDR, MASTER_PORT set), its own arguments after --:
+      ddptui run train.py --devices 0,1 -- --epochs 10 --lr 0.1
+      ddptui run -m mypackage.train --devices cpu:2 -- --epochs 1
+    Its progress shows with no change to it (optimizer steps, its tqdm bars); calling
+    ddptui.report(loss=..., accuracy=..., images_per_s=...) adds those figures.
 
     The run starts in its own session: closing this terminal does not stop it (see `ddptui runs`).
     Ctrl-C stops the run. Exit code 0 when the run completed, 1 when it failed or was killed,
@@ -66,10 +114,20 @@ def run_command(
     (nothing started).
     """
     try:
+        base = base_config(target, module, script_args)
+        if base.script.given:
+            given = [
+                f"--{n.replace('_', '-')}" for n in ENGINE_ONLY if shortcuts.get(n) is not None
+            ]
+            if given:
+                raise ConfigError(
+                    f"{', '.join(given)} set the engine's own workload; your script takes its "
+                    "own options after --"
+                )
         overrides = collect_overrides(set_values, **shortcuts)
         if faults:
             overrides["faults"] = list(faults)
-        config = apply_overrides(load_preset(preset), overrides)
+        config = apply_overrides(base, overrides)
         started = start_run(config, runs_dir)
     except (ConfigError, RunDirError) as err:
         click.echo(f"ddptui: {err}", err=True)
@@ -81,12 +139,17 @@ def run_command(
         return
     out = sys.stderr if as_json else sys.stdout
     if not as_json:
-        click.echo(
-            f"run {started.run_id}: {config.strategy.name} {config.precision.mode} on "
-            f"{started.plan.devices.describe()}, global batch {started.plan.global_batch}",
-            file=out,
+        what = (
+            f"{config.script.label} as {started.plan.world_size} ranks"
+            if config.script.given
+            else f"{config.strategy.name} {config.precision.mode}"
         )
-    printer = ProgressPrinter(started.run_dir, config.training.epochs, out=out)
+        batch = "" if config.script.given else f", global batch {started.plan.global_batch}"
+        click.echo(
+            f"run {started.run_id}: {what} on {started.plan.devices.describe()}{batch}", file=out
+        )
+    epochs = 0 if config.script.given else config.training.epochs  # a script knows its own
+    printer = ProgressPrinter(started.run_dir, epochs, out=out)
     result = follow_with_progress(
         started, printer, on_interrupt="stopping the run; wait for its summary"
     )

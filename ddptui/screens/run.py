@@ -145,7 +145,8 @@ class RunScreen(Screen[None]):
         self.problem = ""
         table = self.query_one(RankTable)
         table.now = run.now
-        table.epochs = run.epochs
+        table.epochs = 0 if run.script else run.epochs
+        table.steps_only = bool(run.script) and not any(r.images_per_s for r in run.ranks)
         table.ranks = run.ranks
         if table.selected is None and run.ranks:
             table.selected = view.log_rank
@@ -194,6 +195,8 @@ class RunScreen(Screen[None]):
             head.append(f" · acc {run.accuracy:.1%}")
         if run.reason:
             head.append(f" · {run.reason}", style="dim")
+        if run.script and not run.metrics_reported:
+            head.append(" · steps only (ddptui.report adds loss, accuracy, img/s)", style="dim")
         self.query_one("#run-title", Static).update(head, layout=False)
 
     def _show_diagnosis(self) -> None:

@@ -49,6 +49,8 @@ class RankTable(Widget, can_focus=True):
     # is most of the UI's CPU at 2 updates a second. The height follows the rank count instead.
     ranks: reactive[tuple[RankState, ...]] = reactive(())
     epochs: reactive[int] = reactive(0)
+    # A script that reports no images/s: its rate column is optimizer steps a second.
+    steps_only: reactive[bool] = reactive(False)
     now: reactive[float] = reactive(0.0)
     selected: reactive[int | None] = reactive(None)
 
@@ -87,21 +89,22 @@ class RankTable(Widget, can_focus=True):
                 r.device,
                 str(r.pid) if r.pid else "-",
                 epoch,
-                f"{r.step or 0}/{r.steps}" if r.steps else "-",
+                _steps_cell(r),
                 figures.loss(r.loss),
-                figures.rate(r.images_per_s),
+                _steps_per_s(r) if self.steps_only else figures.rate(r.images_per_s),
                 last,
                 str(r.state),
             ]
             rows.append((cells, r))
-        widths = [len(h) for h in HEADERS]
+        headers = [("step/s" if h == "img/s" and self.steps_only else h) for h in HEADERS]
+        widths = [len(h) for h in headers]
         for cells, _ in rows:
             widths = [max(w, len(c)) for w, c in zip(widths, cells, strict=True)]
         fixed = sum(widths) - widths[STEPS] + 2 * len(HEADERS)
         why_width = max(0, width - fixed - 24) if wide else 0
         bar_width = max(3, width - fixed - widths[STEPS] - (why_width + 2 if why_width else 0))
         header = Text(no_wrap=True, overflow="crop", style="bold")
-        for i, h in enumerate(HEADERS):
+        for i, h in enumerate(headers):
             size = widths[i] + (bar_width + 1 if i == STEPS else 0)
             header.append(_cell(h, size, RIGHT[i]) + "  ")
         if why_width:
@@ -129,6 +132,17 @@ class RankTable(Widget, can_focus=True):
 
     def on_blur(self) -> None:
         self.refresh()
+
+
+def _steps_cell(r: RankState) -> str:
+    """Steps done of the epoch's; a script with no progress bar: its optimizer steps so far."""
+    if r.steps:
+        return f"{r.step or 0}/{r.steps}"
+    return str(r.global_step) if r.global_step else "-"
+
+
+def _steps_per_s(r: RankState) -> str:
+    return f"{1 / r.step_seconds:.1f}" if r.step_seconds else "-"
 
 
 def _cell(text: str, width: int, right: bool) -> str:

@@ -10,11 +10,12 @@ Every check happens where the value is made: a section dataclass refuses an impo
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, get_origin, get_type_hints
 
 from engine.core.config_error import ConfigError as ConfigError
 from engine.core.devices import parse_device_spec
@@ -73,15 +74,48 @@ class PrecisionConfig:
         _one_of("precision", "mode", self.mode, PRECISIONS)
 
 
+_FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+def _factory(section: str, value: str) -> None:
+    if value and not _FACTORY.match(value):
+        raise ConfigError(
+            f"{section}.factory is {value!r}; expected package.module:callable, "
+            "e.g. mymodels.resnet:build"
+        )
+
+
+def _plain_values(section: str, key: str, values: dict[str, Any]) -> None:
+    for name, value in values.items():
+        if not isinstance(value, (bool, int, float, str)):
+            raise ConfigError(
+                f"{section}.{key}.{name} is {value!r}; expected true/false, a number or a string"
+            )
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     name: str = "small_cnn"
     # Keep torchvision's 1,000-class ImageNet head, as the tutorial did, instead of the dataset's classes.
     imagenet_head: bool = False
     channels_last: bool = False
+    # The data set's classes: every model's head (1,000 with imagenet_head).
+    num_classes: int = 10
+    # Your own model instead of ``name``: "package.module:callable" returning an nn.Module, called
+    # with num_classes (when it takes it) and factory_args as keyword arguments.
+    factory: str = ""
+    factory_args: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _one_of("model", "name", self.name, MODELS)
+        _positive("model", "num_classes", self.num_classes)
+        _factory("model", self.factory)
+        _plain_values("model", "factory_args", self.factory_args)
+
+    @property
+    def label(self) -> str:
+        """What a summary and a table call this model."""
+        return self.factory or self.name
 
 
 @dataclass(frozen=True)
@@ -94,8 +128,15 @@ class DataConfig:
     pin_memory: bool = True
     train_size: int = 50_000
     test_size: int = 10_000
+    # Your own data instead of ``dataset``: "package.module:callable" returning (train, test)
+    # data sets of (input tensor, label) pairs, called with factory_args as keyword arguments.
+    # Its batches come through a DataLoader (num_workers, pin_memory), sampled as the built-ins.
+    factory: str = ""
+    factory_args: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        _factory("data", self.factory)
+        _plain_values("data", "factory_args", self.factory_args)
         _one_of("data", "dataset", self.dataset, DATASETS)
         _one_of("data", "pipeline", self.pipeline, PIPELINES)
         _positive("data", "num_workers", self.num_workers, allow_zero=True)
@@ -191,6 +232,33 @@ class SupervisionConfig:
 
 
 @dataclass(frozen=True)
+class ScriptConfig:
+    """Your own training script instead of the engine's workload, started like torchrun would:
+    one process per device, with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT."""
+
+    path: str = ""  # a .py file, run as __main__
+    module: str = ""  # or a module, as python -m runs it
+    args: tuple[str, ...] = ()  # its command-line arguments
+
+    def __post_init__(self) -> None:
+        if self.path and self.module:
+            raise ConfigError(
+                f"script.path ({self.path!r}) and script.module ({self.module!r}) are both set; "
+                "give one"
+            )
+        if self.module and not re.match(r"^[A-Za-z_][\w.]*$", self.module):
+            raise ConfigError(f"script.module is {self.module!r}; expected package.module")
+
+    @property
+    def given(self) -> bool:
+        return bool(self.path or self.module)
+
+    @property
+    def label(self) -> str:
+        return self.path or f"-m {self.module}"
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """One fully resolved run: a preset with every override applied."""
 
@@ -205,12 +273,26 @@ class RunConfig:
     training: TrainingConfig = field(default_factory=TrainingConfig)
     ddp: DdpConfig = field(default_factory=DdpConfig)
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
-    # Fault injections "KIND:RANK:STEP" for tests (crash | exit | hang | slow).
+    script: ScriptConfig = field(default_factory=ScriptConfig)
+    # Fault injections "KIND:RANK:STEP" for tests (engine.train.faults).
     faults: tuple[str, ...] = ()
+
+    @property
+    def workload(self) -> tuple[str, str]:
+        """(model, data) as a summary and a table name them: the built-in ones, the user's
+        factories, or the user's script."""
+        if self.script.given:
+            return self.script.label, "-"
+        return self.model.label, self.data.factory or self.data.dataset
 
     def __post_init__(self) -> None:
         for fault in self.faults:
             parse_fault(fault)
+        if self.script.given and self.strategy.name != "ddp":
+            raise ConfigError(
+                f"a script runs one process per device like torchrun, but strategy.name is "
+                f"{self.strategy.name!r}; leave it at ddp (the script chooses its own strategy)"
+            )
         if self.strategy.name == "single" and self.devices.spec.startswith("cpu:"):
             count = self.devices.spec.split(":", 1)[1]
             if count != "1":
@@ -230,6 +312,15 @@ TOP_LEVEL_KEYS = ("description", "faults")
 
 def _coerce(where: str, key: str, value: Any, expected: Any) -> Any:
     """Check one TOML value against the dataclass field type; ints are accepted for floats."""
+    origin = get_origin(expected)
+    if origin is dict:
+        if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
+            return dict(value)
+        raise ConfigError(f"{where}: {key} is {value!r}; expected a table like {{ width = 32 }}")
+    if origin is tuple:
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        raise ConfigError(f"{where}: {key} is {value!r}; expected a list of strings")
     if expected is bool:
         if isinstance(value, bool):
             return value
@@ -361,6 +452,9 @@ def _toml_value(value: Any) -> str:
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        pairs = ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items())
+        return "{ " + pairs + " }" if pairs else "{}"
     raise TypeError(f"cannot write {value!r} as TOML")
 
 

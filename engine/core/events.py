@@ -51,7 +51,9 @@ class EpochStarted(Event):
 
 @dataclass(frozen=True)
 class StepProgress(Event):
-    """Throttled: a few a second per rank at most."""
+    """Throttled: a few a second per rank at most. A rank of the user's own script knows only
+    what its optimizer steps, progress bars and ``ddptui.report`` calls say: its loss, images/s
+    and lr are None where they did not say, and ``steps`` 0 where no bar gave the epoch's total."""
 
     type: ClassVar[str] = "step"
     rank: int
@@ -59,10 +61,10 @@ class StepProgress(Event):
     step: int  # steps done in this epoch
     steps: int
     global_step: int
-    loss: float
-    images_per_s: float  # this rank, since the previous report
+    loss: float | None
+    images_per_s: float | None  # this rank, since the previous report
     step_seconds: float  # mean seconds per step since the previous report
-    lr: float
+    lr: float | None
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,16 @@ class PhaseStarted(Event):
     type: ClassVar[str] = "phase_started"
     rank: int
     phase: str
+
+
+@dataclass(frozen=True)
+class MetricsReported(Event):
+    """A rank of the user's script called ``ddptui.report(**metrics)`` (loss, accuracy,
+    images_per_s, epoch, or anything else it chose)."""
+
+    type: ClassVar[str] = "metrics"
+    rank: int
+    metrics: dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -200,6 +212,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         CheckpointSaved,
         RankFailed,
         PhaseStarted,
+        MetricsReported,
         RankFinished,
         RunStarted,
         RankExited,

@@ -5,7 +5,8 @@ It observes the run (``engine.core.observer``) until the launcher exits, forward
 one SIGTERM (the launcher then stops the ranks and writes a ``killed`` summary). A launcher that
 exited without a summary (SIGKILL, out of memory) is settled here as ``lost``, once its ranks had a
 moment to end: their parent-death signal ends them at once on Linux, the watchdog within a second
-elsewhere. Plain Python.
+elsewhere. It returns once nothing carrying the run's marker is left (within the same moment).
+Plain Python.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.core.observer import RunObserver, RunState
+from engine.core.process_identity import marked_processes
 from engine.core.run_start import StartedRun
 from engine.core.statuses import RunStatus
 
@@ -65,6 +67,10 @@ def follow_run(
         while state.status == RunStatus.ORPHANED and time.monotonic() < deadline:
             time.sleep(poll_seconds)
             state = observer.observe()
+        # and whatever else the run started (multiprocessing's resource tracker, a DataLoader
+        # worker): `ddptui run` returns when nothing of the run is left, where it can tell
+        while marked_processes(started.run_id) and time.monotonic() < deadline:
+            time.sleep(poll_seconds)
         if state.status == RunStatus.LOST and not started.run_dir.summary_path.exists():
             observer.settle = True  # the launcher's exit status is known here: write it down
             state = observer.observe()

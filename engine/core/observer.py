@@ -75,6 +75,8 @@ class RunState:
     events_read: int = 0
     skipped_lines: int = 0  # event lines this ddptui could not read (counted, never hidden)
     diagnosis: StackSnapshot | None = None  # the latest stack snapshot of its ranks, if any
+    script: str = ""  # the user's script it runs ("" for the engine's workload)
+    metrics_reported: bool = False  # the script called ddptui.report: loss, accuracy, images/s
     problem: str = ""  # what could not be read (a corrupt run.json or summary.json)
     unsaved: str = ""  # the lost summary shown here could not be written (a full disk), and why
 
@@ -183,6 +185,9 @@ class RunObserver:
         for path in paths:
             tail = self._tails.setdefault(path, EventTail(path))
             self.tracker.feed_all(tail.read_new())
+
+    def _is_script(self) -> bool:
+        return self._config is not None and self._config.script.given
 
     def _latest_snapshot(self) -> StackSnapshot | None:
         """The newest stored stack snapshot, read again only when a newer file appears."""
@@ -323,11 +328,16 @@ class RunObserver:
             eta=eta_seconds(ranks, epochs) if status == RunStatus.RUNNING else None,
             now=now,
             epochs=epochs,
-            accuracy=summary.test_accuracy if summary else self.tracker.accuracy,
+            # a script's accuracy is what it reported; the engine's, its summary's last epoch
+            accuracy=summary.test_accuracy
+            if summary is not None and not self._is_script()
+            else self.tracker.accuracy,
             notices=tuple(self.tracker.notices),
             events_read=self.tracker.events_read,
             skipped_lines=self.skipped_lines,
             diagnosis=self._latest_snapshot(),
+            script=self._config.script.label if self._config and self._is_script() else "",
+            metrics_reported=self.tracker.metrics_reported,
             problem="; ".join(problems),
             unsaved=self._settle_problem,
         )

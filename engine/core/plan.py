@@ -14,6 +14,7 @@ from pathlib import Path
 
 from engine.core.config import ConfigError, RunConfig
 from engine.core.devices import DevicePlan, resolve_devices
+from engine.core.user_code import check_user_code
 
 CIFAR_DIRNAME = "cifar-10-batches-py"
 
@@ -37,8 +38,8 @@ def dataset_root(config: RunConfig) -> Path:
 
 
 def check_dataset(config: RunConfig) -> None:
-    """CIFAR-10 must be on disk unless the preset asks to download it."""
-    if config.data.dataset != "cifar10" or config.data.download:
+    """CIFAR-10 must be on disk unless the preset asks to download it (or brings its own data)."""
+    if config.data.dataset != "cifar10" or config.data.download or config.data.factory:
         return
     root = dataset_root(config)
     if not (root / CIFAR_DIRNAME / "batches.meta").exists():
@@ -51,6 +52,7 @@ def check_dataset(config: RunConfig) -> None:
 
 def plan_run(config: RunConfig, gpu_count: int) -> RunPlan:
     """Resolve and check ``config`` for a machine with ``gpu_count`` GPUs (as NVML counts them)."""
+    check_user_code(config)
     strategy = config.strategy.name
     devices = resolve_devices(config.devices.spec, strategy, gpu_count)
     precision = config.precision.mode

@@ -8,7 +8,7 @@ checkout, ``engine/bundled_presets`` in an installed wheel). Plain Python.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine.core.config import ConfigError, RunConfig, load_config
@@ -63,5 +63,12 @@ def find_preset(name_or_path: str) -> PresetFile:
 
 
 def load_preset(name_or_path: str) -> RunConfig:
+    """A preset's config. A script it names by a relative path is the one beside the preset file,
+    wherever ddptui is started from."""
     preset = find_preset(name_or_path)
-    return load_config(preset.path, name=preset.name)
+    config = load_config(preset.path, name=preset.name)
+    script = Path(config.script.path).expanduser() if config.script.path else None
+    if script is not None and not script.is_absolute():
+        beside = (preset.path.parent / script).resolve()
+        config = replace(config, script=replace(config.script, path=str(beside)))
+    return config

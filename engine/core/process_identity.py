@@ -15,6 +15,8 @@ from typing import Any
 
 import psutil
 
+from engine.core.run_environment import RUN_MARKER_ENV
+
 # psutil's create_time is boot time + start ticks; boot time can shift by a second when the clock
 # is adjusted. A pid cannot be reused within a second (the pid counter has to wrap first).
 START_TIME_TOLERANCE = 1.0
@@ -78,6 +80,21 @@ def process_ended(proc: psutil.Process) -> bool:
         return True
     except psutil.Error:
         return False
+
+
+def marked_processes(run_id: str, *, exclude: frozenset[int] = frozenset()) -> list[psutil.Process]:
+    """Live processes carrying run ``run_id``'s marker in their environment (its launcher, ranks,
+    their children, multiprocessing's helpers), zombies left out."""
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid in exclude:
+            continue
+        try:
+            if proc.environ().get(RUN_MARKER_ENV) == run_id and not process_ended(proc):
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
 
 
 @dataclass(frozen=True)

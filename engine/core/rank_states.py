@@ -33,6 +33,7 @@ from engine.core.events import (
     EpochStarted,
     Evaluation,
     Event,
+    MetricsReported,
     PhaseStarted,
     RankExited,
     RankFailed,
@@ -251,6 +252,7 @@ class RankStateTracker:
     run_started: float | None = None
     run_finished: RunFinished | None = None
     accuracy: float | None = None  # rank 0's latest test accuracy
+    metrics_reported: bool = False  # a rank of a script called ddptui.report
     events_read: int = 0
     notices: list[str] = field(default_factory=list)  # what happened, in words, newest last
     _ranks: dict[int, _RankFold] = field(default_factory=dict)
@@ -298,6 +300,10 @@ class RankStateTracker:
             fold.report = StepReport.of(event)
             fold.enter(TRAINING)
             fold.report_times = [*fold.report_times[-(REPORT_TIMES_KEPT - 1) :], event.time]
+        elif isinstance(event, MetricsReported):
+            self.metrics_reported = True
+            if rank == 0 and "accuracy" in event.metrics:
+                self.accuracy = event.metrics["accuracy"]
         elif isinstance(event, (Evaluation, CheckpointSaved)):
             if isinstance(event, Evaluation) and rank == 0:
                 self.accuracy = event.accuracy

@@ -166,7 +166,7 @@ def _check_host_memory(plan: RunPlan, estimate: MemoryEstimate, available: int) 
         per_rank += f" + {_size(estimate.workers_host_bytes)} of DataLoader workers"
         remedy = "use fewer ranks, a smaller batch, fewer images or fewer data.num_workers"
     raise ResourceError(
-        f"the run ({plan.devices.describe()}, {config.model.name}, batch "
+        f"the run ({plan.devices.describe()}, {config.model.label}, batch "
         f"{config.training.batch_size} per rank, {config.data.train_size} + "
         f"{config.data.test_size} images) needs an estimated {_size(estimate.host_bytes)} of host "
         f"memory ({ranks} rank{'s' if ranks != 1 else ''} x {per_rank}, plus the launcher), but "
@@ -191,7 +191,7 @@ def _gpu_problems(
         if free < needed:
             raise ResourceError(
                 f"GPU {index} has {_size(free)} free of {_size(gpu.memory_total_bytes)}, but each "
-                f"GPU of this run needs an estimated {_size(needed)} ({plan.config.model.name} at "
+                f"GPU of this run needs an estimated {_size(needed)} ({plan.config.model.label} at "
                 f"batch {plan.config.training.batch_size}); free that GPU, pick another with "
                 "--devices, or use a smaller batch"
             )

@@ -27,7 +27,7 @@ from engine.core.process_identity import ProcessRef, same_start
 from engine.core.run_environment import STACK_DUMP_SIGNAL
 
 PY_SPY_TIMEOUT_SECONDS = 5.0  # per attempt: with native frames, then without
-DUMP_WAIT_SECONDS = 3.0  # for faulthandler to write the dump after the signal
+DUMP_WAIT_SECONDS = 5.0  # for faulthandler to write the dump after the signal
 DUMP_QUIET_SECONDS = 0.15  # the dump is complete once the file stops growing this long
 
 PY_SPY = "py-spy"

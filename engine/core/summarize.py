@@ -17,6 +17,7 @@ from engine.core.events import (
     RankFailed,
     RankStarted,
     RunStarted,
+    StepProgress,
     read_events,
 )
 from engine.core.rundir import RunDir, RunDirError, RunInfo
@@ -98,10 +99,10 @@ def build_summary(
         run_id=run_dir.run_id,
         preset=config.name,
         status=status,
-        strategy=config.strategy.name,
-        precision=config.precision.mode,
-        model=config.model.name,
-        dataset=config.data.dataset,
+        strategy="script" if config.script.given else config.strategy.name,
+        precision="-" if config.script.given else config.precision.mode,
+        model=config.workload[0],
+        dataset=config.workload[1],
         devices=devices,
         device_count=device_count,
         world_size=world_size,
@@ -113,7 +114,13 @@ def build_summary(
         failure=failure,
         reason=reason,
         diagnosis=latest_snapshot(run_dir.path),
+        global_steps=_last_global_step(rank0),
     )
+
+
+def _last_global_step(rank0_events: list[Event]) -> int | None:
+    steps = [e.global_step for e in rank0_events if isinstance(e, StepProgress)]
+    return steps[-1] if steps else None
 
 
 def _reported_world_size(rank0_events: list[Event]) -> int:

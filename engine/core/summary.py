@@ -88,6 +88,7 @@ class RunSummary:
     launcher_end: str = ""  # lost runs: how the launcher ended, as far as can be told
     ranks: tuple[RankReached, ...] = ()  # lost runs: how far each rank got
     diagnosis: StackSnapshot | None = None  # the last stack snapshot of the ranks, if one was taken
+    global_steps: int | None = None  # optimizer steps rank 0 reported (a script's only figure)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", RunStatus(self.status))  # the word, typed where made

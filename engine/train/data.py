@@ -46,6 +46,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from engine.core.config import RunConfig
 from engine.core.plan import dataset_root
 from engine.train.rank_bootstrap import bind_dataloader_worker
+from engine.train.user_factories import user_datasets
 
 NUM_CLASSES = 10
 IMAGE_SHAPE = (3, 32, 32)
@@ -432,6 +433,17 @@ class TorchvisionTrainBatches(TrainBatches):
         del batches  # with persistent workers, the next epoch's iterator resets them
 
 
+_user_splits: dict[str, tuple[Any, Any]] = {}
+
+
+def user_splits(config: RunConfig) -> tuple[Any, Any]:
+    """The user's (train, test) data sets, made once per process for both pipelines."""
+    key = f"{config.data.factory}:{sorted(config.data.factory_args.items())}"
+    if key not in _user_splits:
+        _user_splits[key] = user_datasets(config.data)
+    return _user_splits[key]
+
+
 def make_train_batches(
     config: RunConfig,
     *,
@@ -442,6 +454,11 @@ def make_train_batches(
     distributed: bool,
 ) -> TrainBatches:
     """The configured training pipeline for one rank. ``world_size`` 1 for single / dataparallel."""
+    if config.data.factory:  # the user's data: through a DataLoader, sampled as the built-ins
+        train, _ = user_splits(config)
+        return TorchvisionTrainBatches(
+            train, config, batch_size=batch_size, rank=rank, world_size=world_size, device=device
+        )
     if config.data.pipeline == "tensor":
         split = load_split(config, True, rank=rank, distributed=distributed)
         return TensorTrainBatches(
@@ -478,13 +495,17 @@ class TestBatches:
         self.batch_size = batch_size
         self.loader: DataLoader[Any] | None = None
         self.split: ImageSplit | None = None
-        if config.data.pipeline == "tensor":
+        if config.data.pipeline == "tensor" and not config.data.factory:
             split = load_split(config, False, rank=rank, distributed=distributed)
             self.size = len(split)
             shard = torch.tensor(test_shard(self.size, rank, world_size), dtype=torch.int64)
             self.split = ImageSplit(split.images[shard], split.labels[shard]).to(device)
         else:
-            dataset = torchvision_dataset(config, False, rank=rank, distributed=distributed)
+            dataset = (
+                user_splits(config)[1]
+                if config.data.factory
+                else torchvision_dataset(config, False, rank=rank, distributed=distributed)
+            )
             self.size = len(cast(Sequence[Any], dataset))
             shard_set = Subset(dataset, list(test_shard(self.size, rank, world_size)))
             options = _loader_options(config, device)

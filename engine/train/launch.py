@@ -31,6 +31,7 @@ import contextlib
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -532,20 +533,10 @@ def launch(
     status, failure, reason = RunStatus.FAILED, None, ""
     processes: dict[int, psutil.Process] = {}
     try:
-        import torch.multiprocessing as mp  # only now: the environment above is in place
-
-        from engine.train.worker import spawn_entry
-
-        context = mp.start_processes(
-            spawn_entry,
-            args=(str(run_dir.path), node_rank, nproc, world_size),
-            nprocs=nproc,
-            join=False,
-            start_method="spawn",
-        )
-        for local_rank, proc in enumerate(context.processes):
-            assert proc.pid is not None
-            processes[node_rank * nproc + local_rank] = psutil.Process(proc.pid)
+        if config.script.given:
+            processes.update(start_script_ranks(run_dir, node_rank, nproc, world_size))
+        else:
+            processes.update(spawn_engine_ranks(run_dir, node_rank, nproc, world_size))
         run_dir.write_run_info(
             replace(
                 base, ranks=tuple(ProcessRef(p.pid, p.create_time()) for p in processes.values())
@@ -575,6 +566,57 @@ def launch(
         )
         run_dir.write_summary(build_summary(run_dir, status, failure, reason))
     return status
+
+
+def spawn_engine_ranks(
+    run_dir: RunDir, node_rank: int, nproc: int, world_size: int
+) -> dict[int, psutil.Process]:
+    """The engine's workload: ``torch.multiprocessing.spawn`` of ``spawn_entry``, one per device."""
+    import torch.multiprocessing as mp  # only now: the environment above is in place
+
+    from engine.train.worker import spawn_entry
+
+    context = mp.start_processes(
+        spawn_entry,
+        args=(str(run_dir.path), node_rank, nproc, world_size),
+        nprocs=nproc,
+        join=False,
+        start_method="spawn",
+    )
+    processes = {}
+    for local_rank, proc in enumerate(context.processes):
+        assert proc.pid is not None
+        processes[node_rank * nproc + local_rank] = psutil.Process(proc.pid)
+    return processes
+
+
+def start_script_ranks(
+    run_dir: RunDir, node_rank: int, nproc: int, world_size: int
+) -> dict[int, psutil.Process]:
+    """The user's script: one ``engine.train.script_rank`` process per device, with the torchrun
+    contract in its environment and its log as its output."""
+    processes = {}
+    for local_rank in range(nproc):
+        rank = node_rank * nproc + local_rank
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "LOCAL_RANK": str(local_rank),
+            "WORLD_SIZE": str(world_size),
+            "LOCAL_WORLD_SIZE": str(nproc),
+            "GROUP_RANK": str(node_rank),
+            "PYTHONUNBUFFERED": "1",
+        }
+        with open(run_dir.rank_log_path(rank), "ab") as log:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "engine.train.script_rank", str(run_dir.path), str(rank)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+        processes[rank] = psutil.Process(child.pid)
+    return processes
 
 
 def _create_time(p: psutil.Process) -> float:

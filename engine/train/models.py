@@ -12,6 +12,7 @@ from torch import nn
 
 from engine.core.config import ConfigError, ModelConfig
 from engine.train.data import NUM_CLASSES
+from engine.train.user_factories import build_user_model
 
 IMAGENET_CLASSES = 1000
 
@@ -45,13 +46,17 @@ class SmallCNN(nn.Module):
 
 
 def num_classes(config: ModelConfig) -> int:
-    """10 (the data sets' classes), or 1000 when the preset keeps torchvision's ImageNet head."""
-    return IMAGENET_CLASSES if config.imagenet_head else NUM_CLASSES
+    """The data set's classes (``model.num_classes``, 10 for CIFAR-10), or 1000 when the preset
+    keeps torchvision's ImageNet head."""
+    return IMAGENET_CLASSES if config.imagenet_head else config.num_classes
 
 
 def build_model(config: ModelConfig) -> nn.Module:
-    """A freshly initialised model (``weights=None``: no download, random init from torch's seed)."""
+    """A freshly initialised model (``weights=None``: no download, random init from torch's seed):
+    the user's ``model.factory`` when the preset names one, else the built-in ``model.name``."""
     classes = num_classes(config)
+    if config.factory:
+        return build_user_model(config, classes)
     if config.name == "small_cnn":
         return SmallCNN(classes)
     from torchvision import models

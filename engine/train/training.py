@@ -350,7 +350,7 @@ def train_rank(
     criterion = nn.CrossEntropyLoss()
     channels_last = config.model.channels_last
     print(
-        f"rank {rank}/{world_size} on {device}: {config.model.name}, {config.strategy.name}, "
+        f"rank {rank}/{world_size} on {device}: {config.model.label}, {config.strategy.name}, "
         f"{precision}, {train_batches.steps_per_epoch} steps/epoch of {training.batch_size}",
         flush=True,
     )
