@@ -127,6 +127,8 @@ def result_line(summary: RunSummary, run_dir: RunDir) -> str:
             text += "\n  " + ", ".join(r.describe() for r in summary.ranks)
     elif summary.reason:
         text += f"\n  {summary.reason}"
+    for warning in summary.warnings:
+        text += f"\n  warning: {warning}"
     return text + f"\n  run directory: {run_dir.path}"
 
 

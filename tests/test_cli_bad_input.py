@@ -34,6 +34,8 @@ def run_cli(*args: str) -> tuple[int, str]:
         ),
         (["cpu-demo", "--fault", "explode:0:1"], "fault 'explode:0:1' is not KIND:RANK:STEP"),
         (["cpu-demo", "--set", "oops"], "is not SECTION.KEY=VALUE"),
+        (["cpu-demo", "--set", "optimizer.lr=nan"], "optimizer.lr is nan; it must be a finite"),
+        (["cpu-demo", "--set", "optimizer.lr=inf"], "optimizer.lr is inf; it must be a finite"),
     ],
 )
 def test_bad_input_is_refused_before_anything_starts(

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
-from engine.core import gpus
+from engine.core import gpus, strict_json
 from engine.core.config import ConfigError
 from engine.core.plan import plan_run
 from engine.core.presets import list_presets, load_preset
@@ -43,7 +42,7 @@ def presets_command(as_json: bool) -> None:
             }
         )
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(strict_json.dumps(rows, indent=2))
         return
     machine = (
         f"{inventory.count} GPU(s)"

@@ -7,7 +7,6 @@ is not yours to stop): nothing was signalled.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -20,6 +19,7 @@ import click
 
 from ddptui import exit_codes
 from ddptui.run_options import default_runs_dir
+from engine.core import strict_json
 from engine.core.process_kill import (
     CleanPlan,
     KillRefused,
@@ -149,7 +149,7 @@ def ps_command(runs_dir: Path, as_json: bool) -> None:
     """
     table = scan_processes(runs_dir)
     if as_json:
-        click.echo(json.dumps(table.to_json(), indent=2))
+        click.echo(strict_json.dumps(table.to_json(), indent=2))
         return
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 160
     click.echo(render_table(table, width))
@@ -234,7 +234,7 @@ def kill_command(run_id: str, grace: float, all_users: bool, runs_dir: Path, as_
     except (RunDirError, KillRefused) as err:
         _fail(str(err))
     if as_json:
-        click.echo(json.dumps(_kill_json(result), indent=2))
+        click.echo(strict_json.dumps(_kill_json(result), indent=2))
     else:
         click.echo("\n".join(_kill_report(result, grace)))
     sys.exit(exit_codes.OK if result.ok else exit_codes.FAILED)
@@ -289,7 +289,7 @@ def clean_command(
     table = scan_processes(runs_dir, cpu_interval=0.0)
     plan = plan_clean(table, all_users=all_users)
     if as_json and (dry_run or not plan.jobs):
-        click.echo(json.dumps(_clean_json(plan, None), indent=2))
+        click.echo(strict_json.dumps(_clean_json(plan, None), indent=2))
         return
     if not as_json:
         if not plan.jobs:
@@ -312,7 +312,7 @@ def clean_command(
     cleaned = clean_orphans(plan, grace, all_users=all_users)
     ok = all(c.stop.ok for c in cleaned)
     if as_json:
-        click.echo(json.dumps(_clean_json(plan, cleaned), indent=2))
+        click.echo(strict_json.dumps(_clean_json(plan, cleaned), indent=2))
     else:
         for c in cleaned:
             state = (

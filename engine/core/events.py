@@ -15,6 +15,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
+from engine.core import strict_json
+from engine.core.strict_json import float_or_nan
+
 SCHEMA_VERSION = 1
 
 
@@ -24,7 +27,7 @@ class Event:
     time: float = field(default_factory=time.time, kw_only=True)
 
     def to_json(self) -> str:
-        return json.dumps({"v": SCHEMA_VERSION, "type": self.type, **asdict(self)}, allow_nan=True)
+        return strict_json.dumps({"v": SCHEMA_VERSION, "type": self.type, **asdict(self)})
 
 
 # ---- rank events -----------------------------------------------------------------------------
@@ -204,9 +207,16 @@ def event_from_json(line: str) -> Event:
     cls = EVENT_TYPES.get(data.pop("type", None))
     if cls is None:
         raise UnknownEvent("unknown event type")
-    known = {f.name for f in fields(cls)}
+    kinds = {f.name: f.type for f in fields(cls)}
     try:
-        return cls(**{k: v for k, v in data.items() if k in known})
+        # a float written as null was a NaN or an infinity (engine.core.strict_json)
+        return cls(
+            **{
+                k: float_or_nan(v) if kinds[k] == "float" else v
+                for k, v in data.items()
+                if k in kinds
+            }
+        )
     except TypeError as err:
         raise UnknownEvent(str(err)) from None
 

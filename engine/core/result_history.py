@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.core import strict_json
 from engine.core.machine_info import MachineInfo
 from engine.core.speedup_table import SpeedupTable, TableError
 from engine.core.summary import RunSummary
@@ -207,8 +208,8 @@ class ResultHistory:
                     created if created is not None else time.time(),
                     title,
                     command,
-                    json.dumps(machine.to_json()),
-                    json.dumps(table.to_json()),
+                    strict_json.dumps(machine.to_json()),
+                    strict_json.dumps(table.to_json()),
                 ),
             )
             bench_id = cursor.lastrowid
@@ -223,7 +224,7 @@ class ResultHistory:
                         run.repeat,
                         run.summary.run_id,
                         run.run_dir,
-                        json.dumps(run.summary.to_json()),
+                        strict_json.dumps(run.summary.to_json()),
                     )
                     for run in runs
                 ],

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.core import strict_json
 from engine.core.process_identity import ProcessRef
 from engine.core.run_environment import RUN_MARKER_ENV
 from engine.core.statuses import RunStatus
@@ -52,7 +53,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
     neither a half file nor the temporary one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+        tmp.write_text(strict_json.dumps(data, indent=2) + "\n", encoding="utf-8")
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from engine.core import strict_json
 from engine.core.statuses import RowStatus, RunStatus
 from engine.core.summary import RunSummary
 
@@ -177,7 +177,7 @@ class SpeedupTable:
         if fmt == "csv":
             return self.to_csv()
         if fmt == "json":
-            return json.dumps(self.to_json(), indent=2) + "\n"
+            return strict_json.dumps(self.to_json(), indent=2) + "\n"
         raise TableError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
 
     def to_markdown(self) -> str:

@@ -6,6 +6,7 @@ launcher could not. Reading only: whoever calls it decides whether and where to 
 
 from __future__ import annotations
 
+import math
 import time
 
 from engine.core.config import load_config
@@ -48,6 +49,19 @@ def epoch_figures(rank0_events: list[Event]) -> list[EpochFigures]:
             )
         )
     return figures
+
+
+def figure_warnings(epochs: list[EpochFigures]) -> tuple[str, ...]:
+    """Sentences for figures that are not numbers: a loss that became NaN or infinite in a run
+    that went on (``training.on_divergence = "warn"``)."""
+    bad = [e.epoch + 1 for e in epochs if not math.isfinite(e.train_loss)]
+    if not bad:
+        return ()
+    which = ", ".join(map(str, bad))
+    return (
+        f"the training loss was not finite in epoch {which} (training.on_divergence = warn): "
+        "the model diverged and its figures mean little",
+    )
 
 
 def first_rank_failure(run_dir: RunDir) -> Failure | None:
@@ -93,6 +107,7 @@ def build_summary(
     if failure is None and status == RunStatus.FAILED:
         failure = first_rank_failure(run_dir)
     finished = time.time()
+    epochs = epoch_figures(rank0)
     return RunSummary(
         run_id=run_dir.run_id,
         preset=config.name,
@@ -108,9 +123,10 @@ def build_summary(
         started=started,
         finished=finished,
         elapsed_seconds=max(0.0, finished - started),
-        epochs=tuple(epoch_figures(rank0)),
+        epochs=tuple(epochs),
         failure=failure,
         reason=reason,
+        warnings=figure_warnings(epochs),
     )
 
 

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from engine.core.statuses import RankStatus, RunStatus
+from engine.core.strict_json import float_or_nan
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class RunSummary:
     reason: str = ""  # one sentence for killed / failed / lost runs
     launcher_end: str = ""  # lost runs: how the launcher ended, as far as can be told
     ranks: tuple[RankReached, ...] = ()  # lost runs: how far each rank got
+    warnings: tuple[str, ...] = ()  # one sentence each: what a reader must know of the figures
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", RunStatus(self.status))  # the word, typed where made
@@ -119,16 +121,23 @@ class RunSummary:
             RankReached(**{**_known(RankReached, r), "state": RankStatus(r["state"])})
             for r in data.get("ranks") or []
         )
+        values["warnings"] = tuple(str(w) for w in data.get("warnings") or ())
         failure = data.get("failure")
         values["failure"] = Failure(**_known(Failure, failure)) if failure else None
         return cls(**values)
 
 
 def _known(cls: type, data: Any) -> dict[str, Any]:
+    """The keys of ``data`` that ``cls`` has; a float written as null (a NaN or an infinity, see
+    ``engine.core.strict_json``) reads back as NaN."""
     if not isinstance(data, dict):
         raise TypeError(f"{cls.__name__}: expected a JSON object, found {type(data).__name__}")
     fields = cls.__dataclass_fields__  # type: ignore[attr-defined]
-    return {k: v for k, v in data.items() if k in fields}
+    return {
+        k: float_or_nan(v) if fields[k].type == "float" else v
+        for k, v in data.items()
+        if k in fields
+    }
 
 
 def exit_status(code: int | None) -> tuple[int | None, str | None]:

@@ -147,6 +147,50 @@ class FaultInjector:
             time.sleep(SLOW_FAULT_SECONDS)
 
 
+# ---- divergence ------------------------------------------------------------------------------
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite (``training.on_divergence = "fail"``)."""
+
+
+class DivergenceWatch:
+    """Finds the first step whose loss is NaN or infinite. The step is kept on the device, so a
+    GPU is not synchronised every step; ``check`` reads it when the loop reports anyway.
+
+    ``training.on_divergence``: "fail" raises ``TrainingDiverged``; "warn" prints one warning
+    (the summary then names the epochs whose loss was not finite) and lets training go on.
+    """
+
+    def __init__(self, device: torch.device, rank: int, mode: str) -> None:
+        self.rank = rank
+        self.mode = mode
+        self.first_step = torch.full((), -1, dtype=torch.long, device=device)
+        self.first_loss = torch.zeros((), dtype=torch.float32, device=device)
+        self.reported = False
+
+    def observe(self, loss: torch.Tensor, global_step: int) -> None:
+        new = ~torch.isfinite(loss.detach()) & (self.first_step < 0)
+        self.first_loss = torch.where(new, loss.detach().float(), self.first_loss)
+        self.first_step.masked_fill_(new, global_step)
+
+    def check(self, steps_per_epoch: int) -> None:
+        if self.reported:
+            return
+        first = int(self.first_step.item())
+        if first < 0:
+            return
+        epoch, step = divmod(first, max(1, steps_per_epoch))
+        message = (
+            f"training diverged at epoch {epoch + 1} step {step + 1} on rank {self.rank}: "
+            f"the loss became {self.first_loss.item()}"
+        )
+        if self.mode == "fail":
+            raise TrainingDiverged(message)
+        self.reported = True
+        print(f"warning: {message}; training.on_divergence = warn, so training goes on", flush=True)
+
+
 # ---- epoch figures ---------------------------------------------------------------------------
 
 
@@ -321,6 +365,7 @@ def train_rank(
     is_main = rank == 0
     device = pick_device(plan, local_rank)
     faults = FaultInjector(config.faults, rank)
+    divergence = DivergenceWatch(device, rank, training.on_divergence)
     autocast(precision, device)  # refuses fp16 without CUDA before any work
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest kernels once
@@ -415,6 +460,7 @@ def train_rank(
             scaler.update()
 
             loss_sum += loss.detach().float()
+            divergence.observe(loss, global_step)
             batch_images = labels.shape[0]
             images_seen += batch_images
             if step >= warmup:
@@ -425,6 +471,7 @@ def train_rank(
 
             now = time.perf_counter()
             if now - last_report >= training.report_interval or step + 1 == steps:
+                divergence.check(steps)
                 elapsed = max(now - last_report, 1e-9)
                 events.write(
                     StepProgress(
