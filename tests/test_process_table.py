@@ -103,8 +103,8 @@ def test_spawn_children_by_command_line() -> None:
 def test_our_run_is_one_job_with_roles_and_ranks_from_run_json(
     runs_dir: Path, pen: ProcessPen
 ) -> None:
-    launcher = pen.python()
     env = {"DDPTUI_RUN_ID": "r-ours"}
+    launcher = pen.python(env=env)
     rank0, rank1 = pen.python(env=env), pen.python(env=env)
     helper = pen.python(env=env)  # marked, but not named in run.json: a rank's child, say
     make_run(runs_dir, "r-ours", launcher=ref_of(launcher), ranks=[ref_of(rank0), ref_of(rank1)])
