@@ -38,7 +38,7 @@ class ProgressPrinter:
         if state is not None:
             self.state = state
         for rank, path in self.run_dir.rank_event_paths().items():
-            tail = self.tails.setdefault(rank, EventTail(path))
+            tail = self.tails.setdefault(rank, EventTail(path, self.run_dir.path))
             for event in tail.read_new():
                 if isinstance(event, EpochEnded) and rank == 0:
                     share = (

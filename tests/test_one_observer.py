@@ -118,12 +118,12 @@ def test_runs_and_show_work_on_a_full_disk(full_disk: Path) -> None:
     result = CliRunner().invoke(main, ["runs", "--runs-dir", str(runs)])
     assert result.exit_code == 0, result.output
     assert "lost" in result.stdout.splitlines()[-1] or "lost" in result.stdout
-    assert "could not be written" in result.stdout
+    assert "the disk is full" in result.stdout and "not saved" in result.stdout
     result = CliRunner().invoke(main, ["show", LIVE_RUN, "--runs-dir", str(runs)])
     assert result.exit_code == 0, result.output
     assert "state      lost" in result.stdout
     assert "summary    lost" in result.stdout  # the summary it built, shown though not saved
-    assert "could not be written" in result.stderr
+    assert "the disk is full" in result.stderr
     assert not (lost / "summary.json").exists()
     assert not list(lost.glob(".*.tmp")), "a refused write leaves no temporary file"
 
@@ -135,7 +135,7 @@ def test_a_reader_that_cannot_write_still_observes_the_run(full_disk: Path) -> N
     state = RunObserver(RunDir(runs / LIVE_RUN)).observe()
     assert state.status == "lost"
     assert state.summary is not None and state.summary.status == "lost"
-    assert "could not be written" in state.unsaved
+    assert "cannot write" in state.unsaved and "summary.json" in state.unsaved
     assert state.problem == ""
 
 

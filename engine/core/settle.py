@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from engine.core.config import ConfigError
+from engine.core.disk_space import SpaceReserve, WriteFailed, write_failure
 from engine.core.oom_evidence import sigkill_cause
 from engine.core.rundir import RunDir, RunDirError, RunInfo
 from engine.core.statuses import RunStatus
@@ -115,10 +117,11 @@ def settle_run(run_dir: RunDir, summary: RunSummary) -> str:
     """
     if run_dir.summary_path.exists():
         return ""
+    SpaceReserve(run_dir.path).release()  # set aside at the start for exactly this write
     try:
         run_dir.write_summary(summary)
     except OSError as err:
-        return f"{run_dir.summary_path} could not be written ({err.strerror or err})"
+        return _unwritten(run_dir.summary_path, err)
     try:
         info = run_dir.read_run_info()
     except RunDirError:
@@ -127,5 +130,11 @@ def settle_run(run_dir: RunDir, summary: RunSummary) -> str:
         try:
             run_dir.write_run_info(replace(info, state=summary.status))
         except OSError as err:
-            return f"{run_dir.run_json_path} could not be updated ({err.strerror or err})"
+            return _unwritten(run_dir.run_json_path, err)
     return ""
+
+
+def _unwritten(path: Path, err: OSError) -> str:
+    """The summary shown here could not be saved: the path, why, and the free space."""
+    sentence = str(err) if isinstance(err, WriteFailed) else write_failure(path, err)
+    return f"{sentence}; shown here, not saved"

@@ -69,7 +69,7 @@ def first_rank_failure(run_dir: RunDir) -> Failure | None:
     failures = [
         e
         for path in run_dir.rank_event_paths().values()
-        for e in read_events(path)
+        for e in read_events(path, run_dir.path)
         if isinstance(e, RankFailed)
     ]
     if not failures:
@@ -79,7 +79,7 @@ def first_rank_failure(run_dir: RunDir) -> Failure | None:
 
 
 def started_time(run_dir: RunDir, info: RunInfo) -> float:
-    for e in read_events(run_dir.launcher_events_path):
+    for e in read_events(run_dir.launcher_events_path, run_dir.path):
         if isinstance(e, RunStarted):
             return e.time
     return info.created
@@ -98,7 +98,7 @@ def build_summary(
         info: RunInfo | None = run_dir.read_run_info()
     except RunDirError:  # a summary must be written even next to a broken run.json
         info = None
-    rank0 = read_events(run_dir.rank_events_path(0))
+    rank0 = read_events(run_dir.rank_events_path(0), run_dir.path)
     started = started_time(run_dir, info) if info else _first_time(rank0)
     world_size = info.world_size if info else _reported_world_size(rank0)
     devices = info.devices if info else config.devices.spec

@@ -28,11 +28,13 @@ if __name__ == "__mp_main__":
 import argparse
 import contextlib
 import os
+import pickle
 import signal
 import socket
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -40,7 +42,9 @@ import psutil
 
 from engine.core import gpus
 from engine.core.config import ConfigError, RunConfig, load_config
+from engine.core.disk_space import SpaceReserve, WriteFailed
 from engine.core.events import (
+    Event,
     EventTail,
     EventWriter,
     RankExited,
@@ -59,10 +63,12 @@ from engine.core.rank_states import RankStateTracker, Thresholds
 from engine.core.resource_guard import available_memory_bytes, check_resources
 from engine.core.run_environment import (
     LAUNCHER_PID_ENV,
+    RENDEZVOUS_ENV,
     RUN_DIR_ENV,
     RUN_MARKER_ENV,
     THREADS_ENV,
 )
+from engine.core.run_files import PRIVATE_FILE_MODE
 from engine.core.rundir import (
     RunDir,
     RunDirError,
@@ -71,7 +77,7 @@ from engine.core.rundir import (
 )
 from engine.core.statuses import RankStatus, RunStatus
 from engine.core.summarize import build_summary
-from engine.core.summary import Failure, exit_status
+from engine.core.summary import Failure, RunSummary, exit_status
 from engine.train.memory_fault import own_memory_cgroup, remove_fault_cgroup
 
 POLL_SECONDS = 0.1
@@ -126,6 +132,71 @@ def rank_environment(
     return env
 
 
+def loopback_interface() -> str:
+    """The name of the interface holding 127.0.0.1 ("lo" on Linux, "lo0" on macOS)."""
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addresses):
+            return name
+    return "lo"
+
+
+def rendezvous_environment(
+    run_dir: RunDir, nnodes: int, master_addr: str, master_port: int
+) -> dict[str, str]:
+    """Where the ranks meet and which interface they talk over.
+
+    One node: through a file store in the run directory, and gloo and NCCL pinned to loopback, so
+    no process of the run holds a listening socket beyond 127.0.0.1 (torch's TCPStore would
+    listen on every interface). Several nodes: through a TCP store that rank 0 serves on
+    ``master_addr`` only; gloo and NCCL use the interface their own settings pick.
+    """
+    if nnodes > 1:
+        return {RENDEZVOUS_ENV: f"tcp://{master_addr}:{master_port}"}
+    loopback = loopback_interface()
+    return {
+        RENDEZVOUS_ENV: f"file://{run_dir.rendezvous_path.resolve()}",
+        "GLOO_SOCKET_IFNAME": loopback,
+        "NCCL_SOCKET_IFNAME": loopback,
+    }
+
+
+def prepare_rendezvous_file(run_dir: RunDir) -> None:
+    """An empty file store, private whatever the umask (c10d would make it 0644 minus it)."""
+    run_dir.rendezvous_path.unlink(missing_ok=True)
+    os.close(
+        os.open(run_dir.rendezvous_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
+    )
+
+
+class LauncherEvents(EventWriter):
+    """The launcher's events, best effort: a full disk must not end the supervision of ranks
+    that still run (summary.json, written from the space reserve, says how the run ended)."""
+
+    refused = ""  # the first write the disk refused, as one sentence
+
+    def write(self, event: Event) -> None:
+        try:
+            super().write(event)
+        except WriteFailed as err:
+            self.refused = self.refused or str(err)
+
+
+def spawn_error(error_file: str | None) -> str:
+    """The error a spawned rank raised, from the file torch.multiprocessing's wrapper pickles
+    its traceback into: the way a rank reports when the disk refused its RankFailed event."""
+    if not error_file:
+        return ""
+    try:
+        with open(error_file, "rb") as f:
+            text = pickle.load(f)
+    except (OSError, EOFError, pickle.UnpicklingError):
+        return ""
+    last = next((line for line in reversed(str(text).splitlines()) if line.strip()), "")
+    kind, _, message = last.partition(": ")
+    # WriteFailed's message is a whole sentence (the path, the free space); others keep their type
+    return message.strip() if kind.endswith("WriteFailed") else last.strip()
+
+
 @dataclass
 class RankWatch:
     """What the launcher knows of one local rank's process; its state is the tracker's."""
@@ -160,13 +231,16 @@ class Supervisor:
         ranks: list[int],
         events: EventWriter,
         oom_kills_at_start: int | None = None,
+        error_of: Callable[[int], str] = lambda rank: "",
     ):
         self.run_dir = run_dir
+        self.error_of = error_of  # what a rank that could not report raised, by rank
         self.oom_kills_at_start = oom_kills_at_start
         self.config = config
         self.events = events
         self.watches = {
-            r: RankWatch(rank=r, tail=EventTail(run_dir.rank_events_path(r))) for r in ranks
+            r: RankWatch(rank=r, tail=EventTail(run_dir.rank_events_path(r), run_dir.path))
+            for r in ranks
         }
         self.tracker = RankStateTracker(
             world_size=len(ranks), thresholds=Thresholds.of(config), run_started=time.time()
@@ -285,7 +359,9 @@ class Supervisor:
             w = min(silent, key=lambda w: self.first_exit_order.index(w.rank))
             exitcode, signal_name = exit_status(w.exitcode)
             how = f"code {exitcode}" if exitcode is not None else signal_name or "an unknown status"
-            error = f"rank {w.rank} exited with {how} without reporting an error"
+            error = self.error_of(w.rank) or (
+                f"rank {w.rank} exited with {how} without reporting an error"
+            )
             if signal_name == "SIGKILL" and w.pid is not None:
                 cause = sigkill_cause(w.pid, self.oom_kills_at_start)
                 error += f"; {cause}" if cause else ""
@@ -325,9 +401,10 @@ def supervise(
     processes: dict[int, psutil.Process],
     events: EventWriter,
     oom_kills_at_start: int | None = None,
+    error_of: Callable[[int], str] = lambda rank: "",
 ) -> tuple[RunStatus, Failure | None, str]:
     """Watch the ranks until all have exited; returns (status, root cause, reason)."""
-    sup = Supervisor(run_dir, config, sorted(processes), events, oom_kills_at_start)
+    sup = Supervisor(run_dir, config, sorted(processes), events, oom_kills_at_start, error_of)
     requested: list[str] = []
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -408,6 +485,7 @@ def launch(
     elif node_rank == 0:
         check_port_free(master_addr, master_port)
     os.environ.update(rank_environment(run_dir, plan, master_addr, master_port, nproc))
+    os.environ.update(rendezvous_environment(run_dir, nnodes, master_addr, master_port))
 
     info = run_dir.read_run_info() if run_dir.run_json_path.exists() else None
     me = psutil.Process()
@@ -425,10 +503,13 @@ def launch(
         nnodes=nnodes,
         oom_kills_at_start=oom_kill_count(),
     )
-    run_dir.events_dir.mkdir(parents=True, exist_ok=True)
-    run_dir.logs_dir.mkdir(parents=True, exist_ok=True)
+    run_dir.make_missing_dirs()
+    reserve = SpaceReserve(run_dir.path)
+    if not reserve.path.exists():  # started by hand (another node): set it aside now
+        with contextlib.suppress(WriteFailed):
+            reserve.make()
     run_dir.write_run_info(base)
-    events = EventWriter(run_dir.launcher_events_path)
+    events = LauncherEvents(run_dir.launcher_events_path)
     events.write(
         RunStarted(
             run_id=run_dir.run_id,
@@ -439,8 +520,12 @@ def launch(
     )
     status, failure, reason = RunStatus.FAILED, None, ""
     processes: dict[int, psutil.Process] = {}
+    error_files: list[str | None] = []
     try:
         import torch.multiprocessing as mp  # only now: the environment above is in place
+
+        if nnodes == 1:
+            prepare_rendezvous_file(run_dir)
 
         from engine.train.worker import spawn_entry
 
@@ -451,6 +536,7 @@ def launch(
             join=False,
             start_method="spawn",
         )
+        error_files = list(context.error_files)
         for local_rank, proc in enumerate(context.processes):
             assert proc.pid is not None
             processes[node_rank * nproc + local_rank] = psutil.Process(proc.pid)
@@ -460,7 +546,12 @@ def launch(
             )
         )
         status, failure, reason = supervise(
-            run_dir, config, processes, events, base.oom_kills_at_start
+            run_dir,
+            config,
+            processes,
+            events,
+            base.oom_kills_at_start,
+            error_of=lambda rank: spawn_error(error_files[rank - node_rank * nproc]),
         )
     except BaseException as err:  # the summary is written whatever happened
         reason = f"the launcher failed: {type(err).__name__}: {err}"
@@ -469,20 +560,37 @@ def launch(
         live = [p for p in processes.values() if p.is_running()]
         stop_processes(live, grace=3.0)
     finally:
+        run_dir.rendezvous_path.unlink(missing_ok=True)
+        for name in error_files:
+            if name:
+                Path(name).unlink(missing_ok=True)
         cgroup = own_memory_cgroup()
         for p in processes.values():  # the cgroup an `oom` fault made, once its rank is gone
             remove_fault_cgroup(p.pid, cgroup)
-        events.write(RunFinished(status=status, reason=reason))
-        events.close()
-        run_dir.write_run_info(
-            replace(
-                base,
-                state=status,
-                ranks=tuple(ProcessRef(p.pid, _create_time(p)) for p in processes.values()),
-            )
+        final = replace(
+            base,
+            state=status,
+            ranks=tuple(ProcessRef(p.pid, _create_time(p)) for p in processes.values()),
         )
-        run_dir.write_summary(build_summary(run_dir, status, failure, reason))
+        write_final_state(run_dir, final, build_summary(run_dir, status, failure, reason), events)
     return status
+
+
+def write_final_state(
+    run_dir: RunDir, info: RunInfo, summary: RunSummary, events: LauncherEvents
+) -> None:
+    """summary.json first (what every reader goes by), then run.json's final state, then the
+    RunFinished event, from the room the space reserve gives back. Raises WriteFailed when even
+    then the summary does not fit; the follower (or the next reader) then says so."""
+    SpaceReserve(run_dir.path).release()
+    if events.refused:
+        note = f"the launcher could not record all its events: {events.refused}"
+        summary = replace(summary, warnings=(*summary.warnings, note))
+    run_dir.write_summary(summary)
+    with contextlib.suppress(WriteFailed):
+        run_dir.write_run_info(info)
+    events.write(RunFinished(status=summary.status, reason=summary.reason))
+    events.close()
 
 
 def _create_time(p: psutil.Process) -> float:
@@ -490,6 +598,19 @@ def _create_time(p: psutil.Process) -> float:
         return p.create_time()
     except psutil.Error:
         return 0.0
+
+
+def carry_run_marker(run_dir: RunDir, argv: list[str]) -> None:
+    """Re-execute this launcher (same pid, same start time) with the run marker in its
+    environment when it was started without it (by hand, on another node): `ddptui kill` and
+    `clean` stop only processes that carry the marker from their start, which is what
+    /proc/PID/environ shows; setting os.environ later would not."""
+    if os.environ.get(RUN_MARKER_ENV) == run_dir.run_id:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    env = {**os.environ, RUN_MARKER_ENV: run_dir.run_id}
+    os.execve(sys.executable, [sys.executable, "-m", "engine.train.launch", *argv], env)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -506,6 +627,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master-port", type=int, default=None, help="free port on node 0")
     args = parser.parse_args(argv)
     run_dir = RunDir(args.run_dir)
+    if argv is None:
+        carry_run_marker(run_dir, sys.argv[1:])
     if not (0 <= args.node_rank < args.nnodes):
         print(f"--node-rank {args.node_rank} is outside 0..{args.nnodes - 1}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -517,6 +640,9 @@ def main(argv: list[str] | None = None) -> int:
             master_addr=args.master_addr,
             master_port=args.master_port,
         )
+    except WriteFailed as err:  # even the space reserve could not hold the summary
+        print(f"ddptui: {err}", file=sys.stderr)
+        return 1
     except (ConfigError, LaunchError, RunDirError) as err:
         print(f"ddptui: {err}", file=sys.stderr)
         if run_dir.config_path.exists() and not run_dir.summary_path.exists():

@@ -18,6 +18,7 @@ are reported, so every rank's ``EpochEnded`` carries the same ``global_*`` value
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import signal
 import threading
@@ -32,6 +33,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from engine.core.config import ConfigError, ModelConfig
+from engine.core.disk_space import WriteFailed
 from engine.core.events import (
     CheckpointSaved,
     EpochEnded,
@@ -43,6 +45,7 @@ from engine.core.events import (
 from engine.core.faults import parse_fault
 from engine.core.plan import RunPlan, lr_at_step
 from engine.core.run_environment import LAUNCHER_PID_ENV
+from engine.core.run_files import PRIVATE_FILE_MODE
 from engine.core.rundir import RunDir
 from engine.train.data import Batch, TestBatches, TrainBatches, make_train_batches
 from engine.train.memory_fault import allocate_until_killed
@@ -313,10 +316,24 @@ def broadcast_buffers(model: nn.Module) -> None:
 
 
 def save_checkpoint(model: nn.Module, path: Path) -> int:
-    """``state_dict`` of the unwrapped model, written atomically; returns its size in bytes."""
+    """``state_dict`` of the unwrapped model, written atomically and readable by its owner only;
+    returns its size in bytes. A failed write (a full disk) leaves no temporary file and raises
+    WriteFailed naming the path and the free space."""
+    # Serialised in memory first: torch's writer turns a full disk into a RuntimeError that no
+    # longer says which errno it was.
+    data = io.BytesIO()
+    torch.save(model.state_dict(), data)
     tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(model.state_dict(), tmp)
-    os.replace(tmp, path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.getbuffer())
+        os.replace(tmp, path)
+    except BaseException as err:
+        tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise WriteFailed(path, err) from None
+        raise
     return path.stat().st_size
 
 
