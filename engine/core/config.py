@@ -301,6 +301,11 @@ def read_toml_file(path: Path, what: str) -> dict[str, Any]:
         raise ConfigError(f"{path}: no such {what} file") from None
     except OSError as err:
         raise ConfigError(f"{path}: cannot be read ({err.strerror})") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start}); "
+            "TOML files are UTF-8"
+        ) from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
