@@ -29,6 +29,7 @@ from typing import Any
 
 from engine.core import strict_json
 from engine.core.disk_space import WriteFailed
+from engine.core.oom_evidence import OomBaseline
 from engine.core.process_identity import ProcessRef
 from engine.core.run_environment import RUN_MARKER_ENV
 from engine.core.run_files import DIR_MODE, FILE_MODE, PRIVATE_DIR_MODE, make_dirs
@@ -111,7 +112,9 @@ class RunInfo:
     ranks: tuple[ProcessRef, ...] = ()
     node_rank: int = 0
     nnodes: int = 1
-    oom_kills_at_start: int | None = None  # /proc/vmstat oom_kill when the launcher started
+    # The launcher's boot, uptime and memory cgroup's OOM count at its start: what ties a later
+    # OOM kill to this run (engine.core.oom_evidence).
+    oom_baseline: OomBaseline | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", RunStatus(self.state))  # the word, typed where made
@@ -131,7 +134,7 @@ class RunInfo:
             "ranks": [r.to_json() for r in self.ranks],
             "node_rank": self.node_rank,
             "nnodes": self.nnodes,
-            "oom_kills_at_start": self.oom_kills_at_start,
+            "oom_baseline": self.oom_baseline.to_json() if self.oom_baseline else None,
             "marker_env": RUN_MARKER_ENV,
         }
 
@@ -151,12 +154,8 @@ class RunInfo:
             ranks=tuple(ProcessRef.from_json(r) for r in data.get("ranks", [])),
             node_rank=int(data.get("node_rank", 0)),
             nnodes=int(data.get("nnodes", 1)),
-            oom_kills_at_start=_optional_int(data.get("oom_kills_at_start")),
+            oom_baseline=OomBaseline.from_json(data.get("oom_baseline")),
         )
-
-
-def _optional_int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 class RunDir:

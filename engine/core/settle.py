@@ -49,7 +49,7 @@ def launcher_end(info: RunInfo, launcher_exit: int | None) -> Failure:
         how = "ended without writing a summary"
     cause = ""
     if pid is not None and signal_name in (None, "SIGKILL"):
-        cause = sigkill_cause(pid, info.oom_kills_at_start)
+        cause = sigkill_cause(pid, info.oom_baseline)
     error = f"{who} {how}" + (f"; {cause}" if cause else "")
     return Failure(rank=None, exitcode=exitcode, signal=signal_name, error=error)
 

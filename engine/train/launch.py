@@ -55,7 +55,7 @@ from engine.core.events import (
     RunFinished,
     RunStarted,
 )
-from engine.core.oom_evidence import oom_kill_count, sigkill_cause
+from engine.core.oom_evidence import OomBaseline, oom_baseline, sigkill_cause
 from engine.core.plan import RunPlan, plan_run
 from engine.core.process_identity import ProcessRef
 from engine.core.process_kill import stop_processes
@@ -230,12 +230,12 @@ class Supervisor:
         config: RunConfig,
         ranks: list[int],
         events: EventWriter,
-        oom_kills_at_start: int | None = None,
+        oom_baseline: OomBaseline | None = None,
         error_of: Callable[[int], str] = lambda rank: "",
     ):
         self.run_dir = run_dir
         self.error_of = error_of  # what a rank that could not report raised, by rank
-        self.oom_kills_at_start = oom_kills_at_start
+        self.oom_baseline = oom_baseline
         self.config = config
         self.events = events
         self.watches = {
@@ -363,7 +363,7 @@ class Supervisor:
                 f"rank {w.rank} exited with {how} without reporting an error"
             )
             if signal_name == "SIGKILL" and w.pid is not None:
-                cause = sigkill_cause(w.pid, self.oom_kills_at_start)
+                cause = sigkill_cause(w.pid, self.oom_baseline)
                 error += f"; {cause}" if cause else ""
             return Failure(
                 rank=w.rank,
@@ -400,11 +400,11 @@ def supervise(
     config: RunConfig,
     processes: dict[int, psutil.Process],
     events: EventWriter,
-    oom_kills_at_start: int | None = None,
+    oom_baseline: OomBaseline | None = None,
     error_of: Callable[[int], str] = lambda rank: "",
 ) -> tuple[RunStatus, Failure | None, str]:
     """Watch the ranks until all have exited; returns (status, root cause, reason)."""
-    sup = Supervisor(run_dir, config, sorted(processes), events, oom_kills_at_start, error_of)
+    sup = Supervisor(run_dir, config, sorted(processes), events, oom_baseline, error_of)
     requested: list[str] = []
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -501,7 +501,7 @@ def launch(
         pgid=os.getpgid(0),
         node_rank=node_rank,
         nnodes=nnodes,
-        oom_kills_at_start=oom_kill_count(),
+        oom_baseline=oom_baseline(),
     )
     run_dir.make_missing_dirs()
     reserve = SpaceReserve(run_dir.path)
@@ -550,7 +550,7 @@ def launch(
             config,
             processes,
             events,
-            base.oom_kills_at_start,
+            base.oom_baseline,
             error_of=lambda rank: spawn_error(error_files[rank - node_rank * nproc]),
         )
     except BaseException as err:  # the summary is written whatever happened
