@@ -88,6 +88,9 @@ class RunSummary:
     launcher_end: str = ""  # lost runs: how the launcher ended, as far as can be told
     ranks: tuple[RankReached, ...] = ()  # lost runs: how far each rank got
     warnings: tuple[str, ...] = ()  # one sentence each: what a reader must know of the figures
+    # Cores other processes kept busy while it ran, when a bench measured it (never in the run's
+    # own summary.json: a bench adds it to the copy it records).
+    outside_load_cores: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", RunStatus(self.status))  # the word, typed where made
