@@ -110,7 +110,9 @@ class OomBaseline:
             boot_id=str(data["boot_id"]) if data.get("boot_id") else None,
             uptime=float(uptime) if isinstance(uptime, (int, float)) else None,
             cgroup=str(data["cgroup"]) if data.get("cgroup") else None,
-            cgroup_oom_kills=kills if isinstance(kills, int) and not isinstance(kills, bool) else None,
+            cgroup_oom_kills=kills
+            if isinstance(kills, int) and not isinstance(kills, bool)
+            else None,
         )
 
 
@@ -177,7 +179,9 @@ def sigkill_cause(
     if baseline.cgroup is None or baseline.cgroup_oom_kills is None:
         return ""
     now = (
-        cgroup_kills_now if cgroup_kills_now is not None else cgroup_oom_kills(Path(baseline.cgroup))
+        cgroup_kills_now
+        if cgroup_kills_now is not None
+        else cgroup_oom_kills(Path(baseline.cgroup))
     )
     if now is not None and now > baseline.cgroup_oom_kills:
         kills = now - baseline.cgroup_oom_kills
@@ -186,4 +190,3 @@ def sigkill_cause(
             f"OOM kill{'s' if kills != 1 else ''} during the run"
         )
     return ""
-

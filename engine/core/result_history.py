@@ -1,7 +1,8 @@
 """Result history: every bench, with the machine it ran on, in one SQLite file.
 
-Plain Python. The default file is ``results.sqlite3`` in the user's data directory
-(``$DDPTUI_DATA_DIR``, else ``$XDG_DATA_HOME/ddptui``, else ``~/.local/share/ddptui``).
+Plain Python. The default file is ``$DDPTUI_RESULTS_DB``, else ``results.sqlite3`` in the user's
+data directory (``$DDPTUI_DATA_DIR``, else ``$XDG_DATA_HOME/ddptui``, else
+``~/.local/share/ddptui``); ``ddptui results`` shows which, and ``--db`` picks another.
 
 The schema version lives in ``PRAGMA user_version`` and the file is marked as ddptui's with
 ``PRAGMA application_id``. A database from a newer ddptui, or a file that is not a ddptui results
@@ -63,6 +64,9 @@ def default_data_dir() -> Path:
 
 
 def default_db_path() -> Path:
+    env = os.environ.get("DDPTUI_RESULTS_DB")
+    if env:
+        return Path(env).expanduser()
     return default_data_dir() / DB_FILENAME
 
 
