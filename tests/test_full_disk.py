@@ -3,8 +3,6 @@ finding 3): real runs on a small tmpfs (root only; elsewhere these are skipped).
 
 from __future__ import annotations
 
-import errno
-import json
 import os
 import shutil
 import subprocess
@@ -14,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.live_runs import REPO_ROOT, ddptui, run_processes
+from fixtures.made_runs import fill_disk, strict_json_load
 
 from engine.core.observer import RunObserver
 from engine.core.rundir import RunDir, list_runs
@@ -41,24 +40,6 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def fill(directory: Path) -> None:
-    """Write until the disk refuses."""
-    try:
-        with open(directory / "filler", "ab") as f:
-            while True:
-                f.write(b"\0" * 65536)
-                f.flush()
-    except OSError as err:
-        assert err.errno == errno.ENOSPC
-
-
-def strict(text: str) -> object:
-    def refuse(constant: str) -> None:
-        raise ValueError(constant)
-
-    return json.loads(text, parse_constant=refuse)
-
-
 @pytest.mark.slow
 def test_a_run_that_fills_the_disk_fails_with_one_sentence_and_a_summary(
     small_disk: Path,
@@ -76,7 +57,7 @@ def test_a_run_that_fills_the_disk_fails_with_one_sentence_and_a_summary(
         assert wait_for(lambda: len(list_runs(runs)) == 1, timeout=60)
         (run_dir,) = list_runs(runs)
         assert wait_for(lambda: len(run_dir.rank_event_paths()) == 2, timeout=90)
-        fill(small_disk)
+        fill_disk(small_disk)
         out, err = follower.communicate(timeout=120)
     finally:
         if follower.poll() is None:
@@ -91,7 +72,7 @@ def test_a_run_that_fills_the_disk_fails_with_one_sentence_and_a_summary(
     assert f"cannot write {run_dir.path}/" in cause
     assert "the disk is full (No space left on device; " in cause
     assert "free on the file system holding it)" in cause
-    summary = strict(run_dir.summary_path.read_text())
+    summary = strict_json_load(run_dir.summary_path.read_text())
     assert isinstance(summary, dict) and summary["status"] == "failed"
     assert "the disk is full" in summary["reason"]
     assert run_dir.read_run_info().state == "failed"
@@ -107,7 +88,7 @@ def test_a_run_that_fills_the_disk_fails_with_one_sentence_and_a_summary(
 def test_a_run_on_a_full_disk_does_not_start_and_says_why(small_disk: Path) -> None:
     runs = small_disk / "runs"
     runs.mkdir()
-    fill(small_disk)
+    fill_disk(small_disk)
     done = ddptui("run", "cpu-demo", "--runs-dir", str(runs))
     assert done.returncode == 2, done.stderr
     (line,) = done.stderr.strip().splitlines()

@@ -4,7 +4,6 @@ ddptui writes parses under a strict parser."""
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import fields
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any, get_type_hints
 
 import pytest
 from fixtures.live_runs import ddptui
+from fixtures.made_runs import strict_json_load
 
 from engine.core.config import SECTION_TYPES, ConfigError, RunConfig, apply_overrides, load_config
 from engine.core.events import StepProgress, event_from_json
@@ -21,12 +21,7 @@ from engine.core.summary import EpochFigures, RunSummary
 
 
 def strict_load(text: str) -> Any:
-    """json.loads that refuses NaN, Infinity and -Infinity, as jq and JavaScript do."""
-
-    def refuse(constant: str) -> None:
-        raise ValueError(f"not JSON: {constant}")
-
-    return json.loads(text, parse_constant=refuse)
+    return strict_json_load(text)
 
 
 FLOAT_KEYS = [

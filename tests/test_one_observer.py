@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 import pytest
 from click.testing import CliRunner
-from fixtures.made_runs import ProcessPen, make_run, rank_events, ref_of
+from fixtures.made_runs import ProcessPen, fill_disk, make_run, rank_events, ref_of
 
 from ddptui.app import DdptuiApp
 from ddptui.cli import main
@@ -100,14 +100,8 @@ def full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
 
 def fill(directory: Path) -> None:
     """Write until the disk refuses (a tmpfs); nothing to do for the simulated one."""
-    filler = directory / "filler"
-    try:
-        with open(filler, "wb") as f:
-            while True:
-                f.write(b"\0" * 65536)
-                f.flush()
-    except OSError as err:
-        assert err.errno == errno.ENOSPC
+    if os.path.ismount(directory):
+        fill_disk(directory)
 
 
 def test_runs_and_show_work_on_a_full_disk(full_disk: Path) -> None:

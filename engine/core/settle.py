@@ -18,6 +18,7 @@ they built.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -118,6 +119,8 @@ def settle_run(run_dir: RunDir, summary: RunSummary) -> str:
     if run_dir.summary_path.exists():
         return ""
     SpaceReserve(run_dir.path).release()  # set aside at the start for exactly this write
+    with contextlib.suppress(OSError):  # the file store of ranks that are gone
+        run_dir.rendezvous_path.unlink(missing_ok=True)
     try:
         run_dir.write_summary(summary)
     except OSError as err:
