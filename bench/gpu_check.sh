@@ -187,6 +187,56 @@ else:
 ')
 line "script run (1 GPU)" "${script_line%%$'\t'*}" "${script_line#*$'\t'}"
 
+# 6b. A one-GPU NCCL run listens on loopback only: its ranks meet through a file store in the run
+# directory and NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME name the loopback interface.
+listen=$("$PYTHON" - <<'EOF'
+import os, subprocess, sys, time
+from pathlib import Path
+import psutil
+from engine.core.rundir import RunDir
+started = subprocess.run(
+    [sys.executable, "-m", "ddptui", "run", "cpu-demo", "--set", "strategy.name=ddp", "--devices", "1",
+     "--set", "ddp.backend=nccl", "--data", "synthetic", "--model", "resnet18", "--epochs", "50",
+     "--set", "training.evaluate=false", "--set", "training.checkpoint=false", "--detach"],
+    capture_output=True, text=True)
+if started.returncode:
+    print("FAIL\t" + (started.stderr.strip().splitlines() or ["did not start"])[-1]); sys.exit()
+run = RunDir(Path(os.environ["DDPTUI_RUNS_DIR"]) / started.stdout.strip().splitlines()[-1])
+sockets, seen = [], False
+try:
+    deadline = time.time() + 180
+    while time.time() < deadline and not seen:
+        try:
+            info = run.read_run_info()
+        except Exception:
+            info = None
+        if info and info.ranks and info.launcher and len(run.rank_event_paths()) == len(info.ranks):
+            time.sleep(10)  # NCCL opens its bootstrap and proxy sockets in the first steps
+            pids = {info.launcher.pid, *(r.pid for r in info.ranks)}
+            for pid in list(pids):
+                try:
+                    pids |= {c.pid for c in psutil.Process(pid).children(recursive=True)}
+                except psutil.Error:
+                    pass
+            sockets = [(c.pid, c.laddr.ip, c.laddr.port) for c in psutil.net_connections("inet")
+                       if c.status == psutil.CONN_LISTEN and c.pid in pids]
+            seen = True
+        time.sleep(0.5)
+finally:
+    subprocess.run([sys.executable, "-m", "ddptui", "kill", run.run_id, "--grace", "5"],
+                   capture_output=True)
+beyond = [s for s in sockets if not s[1].startswith(("127.", "::1"))]
+if not seen:
+    print("FAIL\tthe run never trained: see " + str(run.logs_dir))
+elif beyond:
+    print("FAIL\tlistening beyond loopback: " + ", ".join(f"pid {p} on {ip}:{port}" for p, ip, port in beyond))
+else:
+    where = ", ".join(f"{ip}:{port}" for _, ip, port in sockets) or "none at all"
+    print(f"ok\t{len(sockets)} listening socket(s) of the run, all on loopback: {where}")
+EOF
+)
+line "nccl loopback only" "${listen%%$'\t'*}" "${listen#*$'\t'}"
+
 # 7. DataParallel on one GPU.
 check_run "dataparallel x1" cpu-demo --set strategy.name=dataparallel --devices 1 "${QUICK[@]}"
 

@@ -14,7 +14,15 @@ fault drawn at random:
 - ``kill-launcher``: a rank SIGKILLs its launcher mid-epoch;
 - ``sigkill-launcher``: this script SIGKILLs the launcher at a random moment, start-up included
   (ranks still importing torch);
-- ``sigkill-rank``: this script SIGKILLs a rank mid-run.
+- ``sigkill-rank``: this script SIGKILLs a rank mid-run;
+- ``sigstop-rank``: this script SIGSTOPs a rank mid-run: it stalls the run, and
+  ``supervision.kill_stalled_after`` makes the launcher end it as failed (SIGKILL reaches a
+  stopped process);
+- ``diverge``: a learning rate of 1e30 makes the loss NaN within a few steps: failed, "training
+  diverged at epoch E step S on rank R";
+- ``full-disk``: the run's directory is on its own 3 MiB tmpfs, which this script fills once the
+  ranks train (root only: it mounts): failed, one sentence naming the path and the free space,
+  and still a summary.
 
 A run that ends without a launcher summary is settled half the time the way the ``ddptui run``
 follower does it (it knows the launcher's exit status) and half the time the way ``ddptui runs``
@@ -22,9 +30,10 @@ does (``observe_run``), so both writers of ``lost`` summaries are exercised.
 
 After each run (and a grace of ``--grace`` seconds) it counts the processes still carrying the
 run's marker (goal 0), whether summary.json exists (goal 0 missing), its status against the one
-the fault should give, any memory cgroup an ``oom`` fault left, and the stalls the launcher
-flagged in runs where nothing stops a rank (false stalls, goal 0: the stall rule follows each
-run's pace). Exit code 1 when a goal is missed.
+the fault should give, files a run should not leave (``.*.tmp``, the rendezvous file, the space
+reserve; goal 0), any memory cgroup an ``oom`` fault left, and the stalls the launcher flagged in
+runs where nothing stops a rank (false stalls, goal 0: the stall rule follows each run's pace).
+Exit code 1 when a goal is missed.
 
     .venv/bin/python bench/soak.py                      # 24 runs, about 4 minutes on 2 cores
     .venv/bin/python bench/soak.py --runs 60 --seed 7 --max-minutes 12
@@ -74,9 +83,12 @@ FAULTS = (
     "kill-launcher",
     "sigkill-launcher",
     "sigkill-rank",
+    "sigstop-rank",
+    "diverge",
+    "full-disk",
 )
 # Faults that stop a rank from reporting: a stall flagged in any other run is a false one.
-STALLING = ("hang", "hang-collective")
+STALLING = ("hang", "hang-collective", "sigstop-rank")
 # The status each fault should end its run with.
 EXPECTED = {
     "none": ("completed",),
@@ -89,7 +101,11 @@ EXPECTED = {
     # killed before it wrote run.json's ranks, or before any rank started: still lost
     "sigkill-launcher": ("lost",),
     "sigkill-rank": ("failed",),
+    "sigstop-rank": ("failed",),  # stalled, then ended by supervision.kill_stalled_after
+    "diverge": ("failed",),
+    "full-disk": ("failed",),
 }
+FULL_DISK_BYTES = 3 * 1024 * 1024
 STEPS = 12
 RUN_TIMEOUT_SECONDS = 120.0
 
@@ -101,6 +117,7 @@ class Outcome:
     status: str  # summary.json's status, or "missing"
     expected: bool
     left: int  # processes still carrying the run's marker after the grace
+    debris: int  # files a finished run must not leave: .*.tmp, .rendezvous, .space-reserve
     cgroups_left: int
     seconds: float
     settled_by: str  # launcher | follower | reader
@@ -158,12 +175,15 @@ def overrides_for(fault: str, rng: random.Random) -> dict[str, object]:
     if fault == "hang-collective":
         values["training.max_steps"] = 10_000
         values["ddp.timeout_seconds"] = 5
-    if fault == "hang":
+    if fault in ("hang", "sigstop-rank"):
         values["training.max_steps"] = 10_000
         values["supervision.stall_seconds"] = 2
         values["supervision.kill_stalled_after"] = 2
-    if fault in ("sigkill-launcher", "sigkill-rank"):
+    if fault in ("sigkill-launcher", "sigkill-rank", "full-disk"):
         values["training.max_steps"] = 10_000  # this script ends it
+        values["training.epochs"] = 50
+    if fault == "diverge":
+        values["optimizer.lr"] = 1e30
     return values
 
 
@@ -174,8 +194,40 @@ def ranks_named(run_dir: RunDir) -> list[int]:
         return []
 
 
+def fill(directory: Path) -> None:
+    """Write until the disk refuses."""
+    with contextlib.suppress(OSError), open(directory / "filler", "ab") as f:
+        while True:
+            f.write(b"\0" * 65536)
+            f.flush()
+
+
+def mount_small_disk(where: Path) -> bool:
+    where.mkdir(parents=True, exist_ok=True)
+    size = f"size={FULL_DISK_BYTES}"
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", size, "tmpfs", str(where)], capture_output=True, check=False
+    )
+    return done.returncode == 0
+
+
+def full_disk_possible(runs_dir: Path) -> bool:
+    probe = runs_dir / "probe-disk"
+    if os.geteuid() != 0 or not mount_small_disk(probe):
+        return False
+    subprocess.run(["umount", "-l", str(probe)], check=False)
+    probe.rmdir()
+    return True
+
+
+def debris(run_dir: RunDir) -> list[str]:
+    names = (".rendezvous", ".space-reserve")
+    return [str(p) for p in run_dir.path.rglob(".*") if p.name in names or p.name.endswith(".tmp")]
+
+
 def inject_from_outside(started: StartedRun, fault: str, rng: random.Random) -> None:
-    """SIGKILL the launcher (at a random moment from start-up on) or a rank (once it trains)."""
+    """SIGKILL the launcher (at a random moment from start-up on); once the ranks train,
+    SIGKILL or SIGSTOP a rank, or fill the disk under the run."""
     deadline = time.monotonic() + 60
     if fault == "sigkill-launcher":
         time.sleep(rng.uniform(0.5, 8.0))
@@ -186,8 +238,12 @@ def inject_from_outside(started: StartedRun, fault: str, rng: random.Random) -> 
         pids = ranks_named(started.run_dir)
         if pids and any(started.run_dir.rank_event_paths()):
             time.sleep(rng.uniform(0.2, 2.0))
+            if fault == "full-disk":
+                fill(started.run_dir.path.parent.parent)
+                return
+            sig = signal.SIGSTOP if fault == "sigstop-rank" else signal.SIGKILL
             with contextlib.suppress(ProcessLookupError):
-                os.kill(rng.choice(pids), signal.SIGKILL)
+                os.kill(rng.choice(pids), sig)
             return
         time.sleep(0.1)
 
@@ -195,8 +251,14 @@ def inject_from_outside(started: StartedRun, fault: str, rng: random.Random) -> 
 def soak_one(fault: str, runs_dir: Path, rng: random.Random, grace: float) -> Outcome:
     config = apply_overrides(load_preset("cpu-demo"), overrides_for(fault, rng))
     began = time.monotonic()
+    disk: Path | None = None
+    if fault == "full-disk":  # a disk of its own, filled once the ranks train
+        disk = Path(tempfile.mkdtemp(prefix="disk-", dir=runs_dir))
+        if not mount_small_disk(disk):
+            raise SystemExit(f"soak: cannot mount a tmpfs at {disk}")
+        runs_dir = disk / "runs"
     started = start_run(config, runs_dir)
-    if fault in ("sigkill-launcher", "sigkill-rank"):
+    if fault in ("sigkill-launcher", "sigkill-rank", "sigstop-rank", "full-disk"):
         inject_from_outside(started, fault, rng)
     try:
         started.wait(timeout=RUN_TIMEOUT_SECONDS)
@@ -225,12 +287,16 @@ def soak_one(fault: str, runs_dir: Path, rng: random.Random, grace: float) -> Ou
             proc.kill()
     summary = started.run_dir.read_summary()
     status = str(summary.status) if summary else "missing"
+    leftover_files = debris(started.run_dir)
+    if disk is not None:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
     return Outcome(
         fault=fault,
         run_id=started.run_id,
         status=status,
         expected=status in EXPECTED[fault],
         left=len(left),
+        debris=len(leftover_files),
         cgroups_left=len(fault_cgroups()),
         seconds=time.monotonic() - began,
         settled_by=settled_by,
@@ -259,6 +325,9 @@ def main() -> int:
         faults.remove("oom")
     rng = random.Random(args.seed)
     runs_dir = Path(tempfile.mkdtemp(prefix="ddptui-soak-"))
+    if "full-disk" in faults and not full_disk_possible(runs_dir):
+        print("soak: cannot mount a tmpfs here (root only), so the full-disk fault is left out")
+        faults.remove("full-disk")
     cgroups_before = fault_cgroups()
     outcomes: list[Outcome] = []
     stop_at = time.monotonic() + args.max_minutes * 60
@@ -270,16 +339,17 @@ def main() -> int:
             break
         o = soak_one(fault, runs_dir, rng, args.grace)
         outcomes.append(o)
-        ok = o.expected and o.left == 0 and o.status != "missing"
-        flag = "" if ok and (o.stalls == 0 or o.fault in STALLING) else "   <-- goal missed"
+        good = o.expected and o.left == 0 and o.debris == 0 and o.status != "missing"
+        flag = "" if good and (o.stalls == 0 or o.fault in STALLING) else "   <-- goal missed"
         print(
-            f"{i + 1:3d}  {o.fault:17s} {o.status:10s} left {o.left}  "
+            f"{i + 1:3d}  {o.fault:17s} {o.status:10s} left {o.left} debris {o.debris}  "
             f"settled by {o.settled_by:8s} {o.seconds:5.1f} s{flag}",
             flush=True,
         )
     left = sum(o.left for o in outcomes)
     false_stalls = sum(o.stalls for o in outcomes if o.fault not in STALLING)
     missing = sum(o.status == "missing" for o in outcomes)
+    leftover = sum(o.debris for o in outcomes)
     unexpected = [o for o in outcomes if not o.expected]
     cgroups = len(fault_cgroups() - cgroups_before)
     print()
@@ -289,6 +359,7 @@ def main() -> int:
     print(f"settled by         {dict(Counter(o.settled_by for o in outcomes))}")
     print(f"processes left     {left}   (goal 0)")
     print(f"summaries missing  {missing}   (goal 0)")
+    print(f"files left behind  {leftover}   (goal 0: .*.tmp, .rendezvous, .space-reserve)")
     print(f"unexpected status  {len(unexpected)}   {[(o.fault, o.status) for o in unexpected]}")
     print(f"cgroups left       {cgroups}   (goal 0)")
     print(f"false stalls       {false_stalls}   (goal 0)")
@@ -297,7 +368,7 @@ def main() -> int:
         import shutil
 
         shutil.rmtree(runs_dir, ignore_errors=True)
-    return 1 if left or missing or unexpected or cgroups or false_stalls else 0
+    return 1 if left or missing or unexpected or cgroups or leftover or false_stalls else 0
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import click
 
+from ddptui.run_options import checked_runs_dir
+
 # command name -> (module in ddptui.commands, attribute, one-line help shown by --help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "run": ("run", "run_command", "Launch a preset and follow it to the end."),
@@ -59,8 +61,9 @@ class LazyGroup(click.Group):
 @click.version_option(package_name="ddptui")
 @click.option(
     "--runs-dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     default=None,
+    callback=checked_runs_dir(write=False),
     help="Runs the UI shows and starts (default: runs, or $DDPTUI_RUNS_DIR).",
 )
 @click.pass_context

@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 
 import click
 
+from ddptui import exit_codes
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 # option name -> config key
@@ -28,6 +30,26 @@ SHORTCUTS = {
 
 def default_runs_dir() -> Path:
     return Path(os.environ.get("DDPTUI_RUNS_DIR", "runs"))
+
+
+def checked_runs_dir(*, write: bool) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A click callback for --runs-dir: a path that cannot be a runs directory (a name too long,
+    inside /proc, not a directory, or, for commands that make runs, not writable) ends the command
+    with one sentence and exit code 2 before anything happens."""
+
+    def check(ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+        if value is None:
+            return value
+        from engine.core.rundir import RunDirError, check_runs_dir  # here: the UI starts faster
+
+        try:
+            check_runs_dir(Path(value), write=write)
+        except RunDirError as err:
+            click.echo(f"ddptui: {err}", err=True)
+            ctx.exit(exit_codes.BAD_INPUT)
+        return value
+
+    return check
 
 
 def override_options(func: F) -> F:
@@ -65,10 +87,11 @@ def override_options(func: F) -> F:
         click.option("--seed", type=int, help="Training seed."),
         click.option(
             "--runs-dir",
-            type=click.Path(file_okay=False, path_type=Path),
+            type=click.Path(path_type=Path),
             default=default_runs_dir,
             show_default="runs, or $DDPTUI_RUNS_DIR",
             help="Where run directories are made.",
+            callback=checked_runs_dir(write=True),
         ),
     ]
     for option in reversed(options):

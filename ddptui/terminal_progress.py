@@ -43,7 +43,7 @@ class ProgressPrinter:
         if state is not None:
             self.state = state
         for rank, path in self.run_dir.rank_event_paths().items():
-            tail = self.tails.setdefault(rank, EventTail(path))
+            tail = self.tails.setdefault(rank, EventTail(path, self.run_dir.path))
             for event in tail.read_new():
                 if isinstance(event, EpochEnded) and rank == 0:
                     share = (
@@ -163,6 +163,8 @@ def result_line(summary: RunSummary, run_dir: RunDir) -> str:
             text += "\n  " + ", ".join(r.describe() for r in summary.ranks)
     elif summary.reason:
         text += f"\n  {summary.reason}"
+    for warning in summary.warnings:
+        text += f"\n  warning: {warning}"
     if summary.diagnosis is not None and summary.status != RunStatus.COMPLETED:
         text += "\n  " + "\n  ".join(diagnosis_lines(summary.diagnosis))
     for line in flight_recorder_lines(run_dir):

@@ -19,6 +19,7 @@ from pathlib import Path
 from ddptui.gpu_history import GpuHistory as GpuHistory
 from engine.core.observer import RunObserver, RunState
 from engine.core.process_identity import ProcessProbe
+from engine.core.run_files import UnsafeRunFile, open_in_run
 from engine.core.rundir import RunDir, list_runs
 from engine.core.statuses import RunStatus
 
@@ -38,14 +39,20 @@ class RunView:
     log_lines: tuple[str, ...] = ()
 
 
-def tail_lines(path: Path, count: int, max_bytes: int = 32_768) -> tuple[str, ...]:
-    """The last ``count`` lines of a log, read from its end only."""
+def tail_lines(
+    path: Path, count: int, max_bytes: int = 32_768, *, run_path: Path | None = None
+) -> tuple[str, ...]:
+    """The last ``count`` lines of a log, read from its end only. Given its run directory, the
+    log is opened as ``engine.core.run_files.open_in_run`` allows (no symbolic link, nobody
+    else's file), and a refusal is the one line shown."""
     try:
-        with open(path, "rb") as f:
+        with open(path, "rb") if run_path is None else open_in_run(run_path, path) as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
             f.seek(max(0, size - max_bytes))
             data = f.read()
+    except UnsafeRunFile as err:
+        return (f"({err})",)
     except OSError:
         return ()
     lines = data.decode("utf-8", errors="replace").splitlines()
@@ -102,7 +109,7 @@ class RunReader:
             run=run,
             log_rank=log_rank,
             log_path=log_path,
-            log_lines=tail_lines(log_path, self.log_line_count),
+            log_lines=tail_lines(log_path, self.log_line_count, run_path=self.run_dir.path),
         )
 
 

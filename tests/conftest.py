@@ -96,6 +96,18 @@ def false_stalls(runs: Path) -> list[str]:
     return found
 
 
+@pytest.fixture(autouse=True)
+def no_home_writes(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tests never write to the user's home: the results history and any XDG data go to a
+    temporary directory (a test that wants another sets its own)."""
+    data = tmp_path_factory.mktemp("data-home")
+    monkeypatch.setenv("DDPTUI_DATA_DIR", str(data / "ddptui"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(data))
+    monkeypatch.delenv("DDPTUI_RESULTS_DB", raising=False)
+
+
 @pytest.fixture
 def runs_dir(tmp_path: Path) -> Iterator[Path]:
     """A runs directory for the test; afterwards no run in it may have been flagged stalled

@@ -126,9 +126,11 @@ set = { "strategy.name" = "ddp", "devices.spec" = "cpu:2", "training.batch_size"
     )
     assert shown.exit_code == 0, shown.output
     cells = markdown_row(shown.output, "two ranks")
-    assert cells[5] == f"{two['epoch_seconds']:.2f}"
+    assert cells[5].startswith(f"{two['epoch_seconds']:.2f}")  # ◊ when others loaded the CPU
+    # what other processes did meanwhile was measured for every row
+    assert one["outside_load"] is not None and two["outside_load"] is not None
     assert cells[8].startswith(f"{two['speedup']:.2f}x")
-    assert cells[9] == f"{two['efficiency'] * 100:.0f}%"
+    assert cells[9].startswith(f"{two['efficiency'] * 100:.0f}%")  # ‡ above 100 % under load
     assert "Machine:" in shown.output and "torch" in shown.output
 
 

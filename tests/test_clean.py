@@ -4,6 +4,7 @@ jobs (unless root asks), this process and its shell alone."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -24,8 +25,10 @@ KIND_ENV = JobKind.ENV
 ORPHANED = JobState.ORPHANED
 RUNNING = JobState.RUNNING
 
+# Per test process: another checkout's suite running beside this one makes the same kind of job.
+CLEAN_ME = f"clean-me-{os.getpid()}"
 ELASTIC = {
-    "TORCHELASTIC_RUN_ID": "clean-me",
+    "TORCHELASTIC_RUN_ID": CLEAN_ME,
     "RANK": "0",
     "WORLD_SIZE": "1",
     "MASTER_ADDR": "127.0.0.1",
@@ -134,7 +137,7 @@ def test_clean_stops_orphans_and_leaves_live_jobs_alone(pen: ProcessPen) -> None
     ready(orphan, "TORCHELASTIC_RUN_ID")
     ready(psutil.Process(live.pid), "TORCHELASTIC_RUN_ID")
     plan = plan_clean(scan_processes(cpu_interval=0.0))
-    assert [j.label for j in plan.jobs] == ["torchrun job 'clean-me' at 127.0.0.1:29997"]
+    assert [j.label for j in plan.jobs] == [f"torchrun job {CLEAN_ME!r} at 127.0.0.1:29997"]
     (cleaned,) = clean_orphans(plan, grace=2.0)
     assert cleaned.stop.ok and cleaned.stop.stopped == (orphan.pid,)
     assert not alive(orphan.pid)
@@ -189,7 +192,7 @@ def test_dry_run_only_shows(pen: ProcessPen) -> None:
     ready(orphan, "TORCHELASTIC_RUN_ID")
     code, out, _ = cli("clean", "--dry-run")
     assert code == 0
-    assert "stop torchrun job 'clean-me' at 127.0.0.1:29997" in out
+    assert f"stop torchrun job {CLEAN_ME!r} at 127.0.0.1:29997" in out
     assert f"pids {orphan.pid}" in out
     assert alive(orphan.pid)
 
@@ -226,4 +229,4 @@ def test_json_plan(pen: ProcessPen) -> None:
     code, out, _ = cli("clean", "--dry-run", "--json")
     assert code == 0
     data = json.loads(out)
-    assert data["dry_run"] and data["stop"] == ["elastic:clean-me@127.0.0.1:29997"]
+    assert data["dry_run"] and data["stop"] == [f"elastic:{CLEAN_ME}@127.0.0.1:29997"]

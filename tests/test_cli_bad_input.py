@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
 import pytest
 from click.testing import CliRunner
+from fixtures.made_runs import make_run
 
 from ddptui.cli import main
+from tests.conftest import REPO_ROOT
 
 
 def run_cli(*args: str) -> tuple[int, str]:
@@ -34,6 +40,8 @@ def run_cli(*args: str) -> tuple[int, str]:
         ),
         (["cpu-demo", "--fault", "explode:0:1"], "fault 'explode:0:1' is not KIND:RANK:STEP"),
         (["cpu-demo", "--set", "oops"], "is not SECTION.KEY=VALUE"),
+        (["cpu-demo", "--set", "optimizer.lr=nan"], "optimizer.lr is nan; it must be a finite"),
+        (["cpu-demo", "--set", "optimizer.lr=inf"], "optimizer.lr is inf; it must be a finite"),
     ],
 )
 def test_bad_input_is_refused_before_anything_starts(
@@ -81,3 +89,111 @@ def test_help_teaches_by_example() -> None:
     assert code == 0
     for text in ("ddptui run cpu-demo", "--devices", "--max-steps", "--fault", "Exit code 0"):
         assert text in output
+
+
+# ---- issue 16, finding 4: one sentence and exit 2, never a traceback -------------------------
+
+
+def one_sentence(output: str) -> str:
+    lines = output.strip().splitlines()
+    assert len(lines) == 1, output
+    assert "Traceback" not in output
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("runs_dir", "fragment"),
+    [
+        ("/proc/ddptui-runs", "is inside /proc, a kernel file system"),
+        ("/sys/kernel/ddptui-runs", "is inside /sys, a kernel file system"),
+        ("x" * 300, "one of its names is 300 characters long, and a file system allows at most"),
+        ("/etc/hostname", "is not a directory"),
+    ],
+)
+@pytest.mark.parametrize("command", ["run", "runs", "ps", "show", "kill", "clean", "bench"])
+def test_a_runs_dir_that_cannot_be_is_one_sentence(
+    command: str, runs_dir: str, fragment: str, no_gpu: None
+) -> None:
+    args = {
+        "run": ["run", "cpu-demo"],
+        "show": ["show", "some-run"],
+        "kill": ["kill", "some-run"],
+        "clean": ["clean", "--dry-run"],
+        "bench": ["bench", "cpu-demo"],
+    }.get(command, [command])
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    result = CliRunner().invoke(main, [*args, "--runs-dir", runs_dir])
+    assert result.exit_code == 2, result.output
+    assert fragment in one_sentence(result.output)
+    assert {p.pid for p in psutil.Process().children(recursive=True)} == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as another user")
+def test_a_runs_dir_the_user_cannot_write_is_one_sentence() -> None:
+    import shutil
+    import tempfile
+
+    mine = Path(tempfile.mkdtemp(prefix="ddptui-roots-runs-"))  # under /tmp: nobody reaches it
+    mine.chmod(0o755)
+    try:
+        refused_as_nobody(mine)
+    finally:
+        shutil.rmtree(mine)
+
+
+def refused_as_nobody(mine: Path) -> None:
+    done = subprocess.run(
+        [
+            "setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+            sys.executable, "-m", "ddptui", "run", "cpu-demo", "--runs-dir", str(mine),
+        ],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "HOME": "/nonexistent"},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    line = one_sentence(done.stderr)
+    assert f"--runs-dir {mine} cannot hold new runs" in line and "not writable by nobody" in line
+    assert list(mine.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("run_id", "fragment"),
+    [
+        ("", "a run id cannot be empty"),
+        ("../other/RUN", "'../other/RUN' is not a run id"),
+        ("..", "'..' is not a run id"),
+        ("a/b", "'a/b' is not a run id"),
+    ],
+)
+def test_a_run_id_is_never_a_path(tmp_path: Path, run_id: str, fragment: str) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    other = tmp_path / "other"
+    make_run(other, "RUN")  # a run outside --runs-dir
+    make_run(runs, "only-run")  # '' used to match it as a prefix
+    for command in ("show", "kill"):
+        result = CliRunner().invoke(main, [command, run_id, "--runs-dir", str(runs)])
+        assert result.exit_code == 2, result.output
+        assert fragment in one_sentence(result.output)
+    assert not (other / "RUN" / "summary.json").exists()
+
+
+def test_a_preset_that_is_not_utf8_is_one_sentence_and_the_others_are_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runs_dir: Path, no_gpu: None
+) -> None:
+    presets = tmp_path / "presets"
+    presets.mkdir()
+    (presets / "latin.toml").write_bytes(b'description = "caf\xe9"\n')
+    (presets / "fine.toml").write_text('description = "mine"\n')
+    monkeypatch.setenv("DDPTUI_PRESETS", str(presets))
+    code, output = run_cli("run", "latin", "--runs-dir", str(runs_dir))
+    assert code == 2
+    assert "latin.toml: not UTF-8 text (byte 0xe9 at offset 18)" in one_sentence(output)
+    code, output = run_cli("presets")
+    assert code == 0, output
+    assert "ok  cpu-demo" in output and "ok  fine" in output
+    assert "bad latin" in output
+    assert "broken preset file: " in output and "not UTF-8 text" in output
+    result = CliRunner().invoke(main, ["presets", "--json"])
+    rows = {r["name"]: r for r in json.loads(result.stdout)}
+    assert rows["latin"]["broken"] and not rows["fine"]["broken"]

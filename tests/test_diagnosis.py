@@ -204,10 +204,10 @@ SLEEPER = textwrap.dedent(
     import sys, threading
     sys.path.insert(0, {repo!r})
     from engine.train.rank_bootstrap import prepare_stack_dumps
-    def stuck_here():
+    def stuck_here(dump):
+        print(dump, flush=True)  # from in here: a stack taken once this is read names this frame
         threading.Event().wait()
-    print(prepare_stack_dumps({run_dir!r}), flush=True)
-    stuck_here()
+    stuck_here(prepare_stack_dumps({run_dir!r}))
     """
 )
 

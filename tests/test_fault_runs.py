@@ -279,8 +279,9 @@ def test_6_a_corrupt_run_json_is_one_sentence_and_nothing_is_killed(
 def test_6_another_users_pid_is_refused_and_nothing_is_killed(
     runs_dir: Path, pen: ProcessPen
 ) -> None:
-    other = start_as_user(pen, "nobody")
-    mine = pen.python(env={"DDPTUI_RUN_ID": "20260101-000000-made-theirs"})
+    marker = {"DDPTUI_RUN_ID": "20260101-000000-made-theirs"}
+    other = start_as_user(pen, "nobody", env=marker)
+    mine = pen.python(env=marker)
     assert pen.wait_until(lambda: psutil.Process(other.pid).username() == "nobody")
     make_run(runs_dir, "20260101-000000-made-theirs", launcher=ref_of(other), ranks=[ref_of(mine)])
     result = ddptui(

@@ -5,7 +5,9 @@ tests/test_orphan_proof_runs.py."""
 
 from __future__ import annotations
 
+import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from fixtures.made_runs import ProcessPen, make_run, rank_events, ref_of
 from engine.core import oom_evidence, settle
 from engine.core.faults import parse_fault
 from engine.core.observer import LAUNCHER_START_GRACE_SECONDS, RunObserver, observe_run
+from engine.core.oom_evidence import OomBaseline
 from engine.core.process_identity import ProcessRef
 from engine.core.rundir import RunDir, RunInfo
 from engine.core.settle import launcher_end
@@ -35,7 +38,7 @@ KERNEL_LOG = """\
 def no_kernel_evidence(monkeypatch: pytest.MonkeyPatch) -> None:
     """The machine's own kernel log and OOM count must not leak into these verdicts."""
     monkeypatch.setattr(oom_evidence, "read_kernel_log", lambda: "")
-    monkeypatch.setattr(oom_evidence, "oom_kill_count", lambda vmstat=None: 0)
+    monkeypatch.setattr(oom_evidence, "cgroup_oom_kills", lambda cgroup: 0)
 
 
 def settle_lost_run(
@@ -128,22 +131,29 @@ def test_show_and_runs_settle_a_lost_run(runs_dir: Path, no_kernel_evidence: Non
     assert run_dir.read_summary() == progress.summary
 
 
+BASELINE = OomBaseline(
+    boot_id="this-boot", uptime=30000.0, cgroup="/sys/fs/cgroup/run", cgroup_oom_kills=3
+)
+
+
 def test_the_launchers_end_reads_its_exit_status_and_the_oom_evidence(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     info = RunInfo(
         run_id="r", preset="p", host="h", created=0.0, state="running", world_size=1,
-        devices="cpu:1", launcher=ProcessRef(4242, 1.0), oom_kills_at_start=3,
+        devices="cpu:1", launcher=ProcessRef(4242, 1.0), oom_baseline=BASELINE,
     )  # fmt: skip
+    monkeypatch.setattr(oom_evidence, "boot_id", lambda: "this-boot")
     monkeypatch.setattr(oom_evidence, "read_kernel_log", lambda: "")
-    monkeypatch.setattr(oom_evidence, "oom_kill_count", lambda vmstat=None: 3)
+    monkeypatch.setattr(oom_evidence, "cgroup_oom_kills", lambda cgroup: 3)
     assert launcher_end(info, 1).error == (
         "the launcher (pid 4242) exited with code 1 without writing a summary"
     )
     assert launcher_end(info, -15).signal == "SIGTERM"
-    monkeypatch.setattr(oom_evidence, "oom_kill_count", lambda vmstat=None: 4)
+    monkeypatch.setattr(oom_evidence, "cgroup_oom_kills", lambda cgroup: 4)
     assert launcher_end(info, -9).error.endswith(
-        "; likely out of memory: the kernel's OOM killer killed 1 process during the run"
+        "; likely out of memory: the run's memory cgroup (/sys/fs/cgroup/run) counted 1 OOM "
+        "kill during the run"
     )
     monkeypatch.setattr(oom_evidence, "read_kernel_log", lambda: KERNEL_LOG)
     assert launcher_end(info, None).error == (
@@ -162,21 +172,54 @@ def test_the_kernel_log_names_an_oom_victim_in_either_format() -> None:
     assert not oom_evidence.kernel_log_names_oom_kill(788, KERNEL_LOG)
     assert not oom_evidence.kernel_log_names_oom_kill(42, KERNEL_LOG)
     assert not oom_evidence.kernel_log_names_oom_kill(7889, None)
+    # a line logged before the run started names an earlier process with that pid
+    assert not oom_evidence.kernel_log_names_oom_kill(7889, KERNEL_LOG, since=35000.0)
+    assert oom_evidence.kernel_log_names_oom_kill(4242, KERNEL_LOG, since=35000.0)
 
 
-def test_the_oom_kill_count_is_read_from_vmstat(tmp_path: Path) -> None:
-    vmstat = tmp_path / "vmstat"
-    vmstat.write_text("pgfault 10\noom_kill 7\nnr_free_pages 1\n")
-    assert oom_evidence.oom_kill_count(vmstat) == 7
-    vmstat.write_text("pgfault 10\n")
-    assert oom_evidence.oom_kill_count(vmstat) is None
-    assert oom_evidence.oom_kill_count(tmp_path / "missing") is None
+def test_the_oom_kill_count_is_read_from_the_runs_cgroup(tmp_path: Path) -> None:
+    v2, v1 = tmp_path / "v2", tmp_path / "v1"
+    v2.mkdir()
+    v1.mkdir()
+    (v2 / "memory.events").write_text("low 0\nhigh 0\nmax 4\noom 2\noom_kill 7\n")
+    (v1 / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 5\n")
+    assert oom_evidence.cgroup_oom_kills(v2) == 7
+    assert oom_evidence.cgroup_oom_kills(v1) == 5
+    assert oom_evidence.cgroup_oom_kills(tmp_path / "missing") is None
 
 
-def test_no_evidence_is_no_verdict() -> None:
-    assert oom_evidence.sigkill_cause(5, 2, oom_kills_now=2, kernel_log="") == ""
-    assert oom_evidence.sigkill_cause(5, None, oom_kills_now=9, kernel_log="") == ""
-    assert "2 processes" in oom_evidence.sigkill_cause(5, 2, oom_kills_now=4, kernel_log="")
+def test_no_evidence_about_this_run_is_no_verdict() -> None:
+    def cause(baseline: OomBaseline | None, *, kills: int, boot: str = "this-boot") -> str:
+        return oom_evidence.sigkill_cause(
+            5, baseline, kernel_log="", cgroup_kills_now=kills, this_boot=boot
+        )
+
+    assert cause(BASELINE, kills=3) == ""
+    assert "counted 2 OOM kills" in cause(BASELINE, kills=5)
+    assert cause(None, kills=99) == ""  # a run.json from before baselines were kept
+    assert cause(BASELINE, kills=99, boot="another-boot") == ""  # a copied or old run
+    assert cause(replace(BASELINE, cgroup_oom_kills=None), kills=99) == ""
+
+
+def test_a_copied_run_is_not_called_out_of_memory_by_the_machine_counter(
+    runs_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from tests.conftest import REPO_ROOT
+    from tests.ui.standins import LIVE_RUN, RECORDED
+
+    vmstat = oom_evidence.Path("/proc/vmstat").read_text()
+    assert "oom_kill" in vmstat  # the machine-wide counter that used to be taken for evidence
+    monkeypatch.setattr(oom_evidence, "read_kernel_log", lambda: "")
+    copied = runs_dir / LIVE_RUN
+    shutil.copytree(REPO_ROOT / RECORDED / LIVE_RUN, copied)
+    data = json.loads((copied / "run.json").read_text())
+    data["oom_kills_at_start"] = 0  # what an older ddptui recorded: the machine's count
+    (copied / "run.json").write_text(json.dumps(data))
+    state = observe_run(RunDir(copied))
+    assert state.status == LOST
+    assert "out of memory" not in state.reason
 
 
 def test_the_new_fault_kinds_parse() -> None:

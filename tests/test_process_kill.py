@@ -112,9 +112,9 @@ def test_kill_run_stops_launcher_ranks_marked_processes_and_their_children(
     runs_dir: Path, pen: ProcessPen
 ) -> None:
     marker = {"DDPTUI_RUN_ID": "r-kill"}
-    launcher = pen.python()
+    launcher = pen.python(env=marker)
     rank0 = pen.python(SPAWNS_A_CHILD, env=marker)
-    rank1 = pen.python(STUBBORN)  # named in run.json; ignores SIGTERM
+    rank1 = pen.python(STUBBORN, env=marker)  # named in run.json; ignores SIGTERM
     stray = pen.python(env=marker)  # carries the marker; run.json does not name it
     bystander = pen.python()  # an unrelated process of the same user
     (worker,) = children_of(rank0.pid, pen)
@@ -185,7 +185,7 @@ def test_another_users_process_in_run_json_refuses_the_whole_kill(
     runs_dir: Path, pen: ProcessPen
 ) -> None:
     mine = pen.python(env={"DDPTUI_RUN_ID": "r-other"})
-    other = start_as_user(pen)
+    other = start_as_user(pen, env={"DDPTUI_RUN_ID": "r-other"})
     assert pen.wait_until(lambda: psutil.Process(other.pid).username() == "nobody")
     run_dir = make_run(runs_dir, "r-other", launcher=ref_of(other), ranks=[ref_of(mine)])
     with pytest.raises(KillRefused, match=r"belongs to user nobody.*nothing was stopped"):
@@ -196,11 +196,18 @@ def test_another_users_process_in_run_json_refuses_the_whole_kill(
     assert result.ok and not alive(other.pid) and not alive(mine.pid)
 
 
-def test_a_run_json_naming_this_process_is_refused(runs_dir: Path) -> None:
+def test_a_run_json_naming_this_process_is_left_alone(runs_dir: Path) -> None:
     me = psutil.Process()
     run_dir = make_run(runs_dir, "r-me", launcher=ProcessRef(me.pid, me.create_time()))
-    with pytest.raises(KillRefused, match="this ddptui process or one of its parents"):
-        kill_run(run_dir, grace=0.1)
+    result = kill_run(run_dir, grace=0.1)
+    assert result.outcome == "nothing-running"
+    assert any(f"pid {me.pid} does not carry the run marker" in s for s in result.skipped)
+
+
+def test_a_marked_ancestor_is_still_refused() -> None:
+    me = psutil.Process()
+    why = process_kill.refusal(me, allow_other_users=True, protected=process_kill.protected_pids())
+    assert why is not None and "this ddptui process or one of its parents" in why
 
 
 def test_a_corrupt_run_json_stops_nothing(runs_dir: Path, pen: ProcessPen) -> None:

@@ -103,8 +103,8 @@ def test_spawn_children_by_command_line() -> None:
 def test_our_run_is_one_job_with_roles_and_ranks_from_run_json(
     runs_dir: Path, pen: ProcessPen
 ) -> None:
-    launcher = pen.python()
     env = {"DDPTUI_RUN_ID": "r-ours"}
+    launcher = pen.python(env=env)
     rank0, rank1 = pen.python(env=env), pen.python(env=env)
     helper = pen.python(env=env)  # marked, but not named in run.json: a rank's child, say
     make_run(runs_dir, "r-ours", launcher=ref_of(launcher), ranks=[ref_of(rank0), ref_of(rank1)])
@@ -201,8 +201,10 @@ def test_a_zombie_rank_is_shown_as_a_zombie(runs_dir: Path, pen: ProcessPen) -> 
 
 # ---- foreign ---------------------------------------------------------------------------------
 
+# Per test process: another checkout's suite running beside this one makes the same kind of job.
+JOB_X = f"job-x-{os.getpid()}"
 ELASTIC = {
-    "TORCHELASTIC_RUN_ID": "job-x",
+    "TORCHELASTIC_RUN_ID": JOB_X,
     "RANK": "1",
     "LOCAL_RANK": "1",
     "WORLD_SIZE": "2",
@@ -217,7 +219,7 @@ def test_a_torchelastic_worker_with_a_live_python_parent_is_running(pen: Process
     job = job_with(scan(), worker.pid)
     assert job is not None
     assert (job.kind, job.state) == (KIND_ELASTIC, RUNNING)
-    assert job.label == "torchrun job 'job-x' at 127.0.0.1:29999"
+    assert job.label == f"torchrun job {JOB_X!r} at 127.0.0.1:29999"
     (p,) = job.processes
     assert (p.rank, p.local_rank, p.world_size, p.role) == (1, 1, 2, "rank")
 
@@ -339,7 +341,7 @@ def test_ps_json_for_scripts(pen: ProcessPen) -> None:
     assert isinstance(data["notes"], list)
     result = CliRunner().invoke(main, ["ps"])
     assert result.exit_code == 0
-    assert "torchrun job 'job-x' at 127.0.0.1:29999  [orphaned]" in result.stdout
+    assert f"torchrun job {JOB_X!r} at 127.0.0.1:29999  [orphaned]" in result.stdout
 
 
 def test_what_cannot_be_seen_is_said() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -163,6 +164,8 @@ def test_the_default_path_follows_the_data_directory_variables(
     assert default_db_path() == tmp_path / "xdg" / "ddptui" / "results.sqlite3"
     monkeypatch.setenv("DDPTUI_DATA_DIR", str(tmp_path / "mine"))
     assert default_db_path() == tmp_path / "mine" / "results.sqlite3"
+    monkeypatch.setenv("DDPTUI_RESULTS_DB", str(tmp_path / "set" / "history.db"))
+    assert default_db_path() == tmp_path / "set" / "history.db"
 
 
 def test_machine_info_names_this_machine_without_importing_torch_in_the_caller() -> None:
@@ -246,3 +249,21 @@ def test_results_bad_input_is_exit_2_with_one_sentence(tmp_path: Path, two_bench
     empty = runner.invoke(main, ["results", "--db", str(tmp_path / "none.sqlite3")])
     assert empty.exit_code == 0 and "no benches recorded yet" in empty.output
     assert not (tmp_path / "none.sqlite3").exists()
+
+
+def test_results_shows_the_history_path_and_it_can_be_set(tmp_path: Path) -> None:
+    runner = CliRunner()
+    default = runner.invoke(main, ["results"])
+    assert default.exit_code == 0, default.output
+    first = default.output.splitlines()[0]
+    assert (
+        first == f"results history: {default_db_path()} (--db or $DDPTUI_RESULTS_DB to use another)"
+    )
+    chosen = tmp_path / "chosen.sqlite3"
+    moved = runner.invoke(main, ["results"], env={"DDPTUI_RESULTS_DB": str(chosen)})
+    assert moved.output.splitlines()[0].startswith(f"results history: {chosen} ")
+
+
+def test_tests_never_write_to_the_users_home() -> None:
+    home = Path(os.path.expanduser("~")).resolve()
+    assert home not in default_db_path().resolve().parents

@@ -6,6 +6,9 @@ import csv
 import io
 import json
 import re
+import time
+from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -447,3 +450,82 @@ def test_two_tables_compare_row_by_row() -> None:
     assert pairs["single"].throughput_change == pytest.approx(13.2 / 11.0 - 1)
     assert pairs["DDP x2"].b is None and pairs["DDP x2"].cells()[2] == "absent"
     assert pairs["DDP x8"].a is None
+
+
+# ---- figures that cannot be trusted are flagged (issue 16, finding 5) ------------------------
+
+
+def with_repeats(label: str, devices: int, seconds: list[float], **kw: Any) -> RowResult:
+    runs = tuple(
+        summary(f"{label}-{i}", steady_seconds=s, devices=devices, **kw)
+        for i, s in enumerate(seconds)
+    )
+    return RowResult(
+        label, "p", kw.get("strategy", "single"), "", devices, "fp32", 256, summaries=runs
+    )
+
+
+def test_efficiency_above_100_percent_is_flagged_with_a_footnote() -> None:
+    # the issue's row: 2 ranks at 6.38x over a baseline slowed by outside load
+    table = build_speedup_table(
+        [
+            with_repeats("one", 1, [6.38]),
+            with_repeats("two", 2, [1.0], strategy="ddp"),
+        ],
+        baseline="one",
+    )
+    two = table.row("two")
+    assert two.efficiency == pytest.approx(3.19)
+    assert two.superlinear and not table.row("one").superlinear
+    assert two.cells()[9] == "319% ‡"
+    assert any(n.startswith("‡ Efficiency above 100 % beyond the spread") for n in table.notes)
+
+
+def test_efficiency_above_100_percent_inside_the_spread_is_not_flagged() -> None:
+    table = build_speedup_table(
+        [
+            with_repeats("one", 1, [2.2, 2.3, 1.6]),
+            with_repeats("two", 2, [0.95, 1.05, 1.2], strategy="ddp"),
+        ],
+        baseline="one",
+    )
+    two = table.row("two")
+    assert two.efficiency is not None and two.efficiency > 1.0
+    assert not two.superlinear
+    assert not any(n.startswith("‡") for n in table.notes)
+
+
+def test_a_row_with_too_few_steady_steps_is_flagged() -> None:
+    # 10 steps of 256 images, 5 of them warm-up: 5 steady steps
+    few = with_repeats("few", 1, [1.0], images=2560)
+    many = with_repeats("many", 1, [1.0], images=256 * 40)
+    table = build_speedup_table([many, few])
+    assert table.row("few").steady_steps == 5 and table.row("few").few_steps
+    assert not table.row("many").few_steps
+    assert table.row("few").cells()[7].endswith(" §")
+    note = next(n for n in table.notes if n.startswith("§"))
+    assert "'few' 5" in note and "at least 20" in note
+
+
+def test_outside_load_is_flagged_from_what_the_bench_measured() -> None:
+    quiet = with_repeats("quiet", 1, [1.0])
+    loaded = RowResult(
+        "loaded", "p", "single", "", 1, "fp32", 256,
+        summaries=(replace(summary("l", steady_seconds=1.0), outside_load_cores=1.4),),
+    )  # fmt: skip
+    table = build_speedup_table([quiet, loaded])
+    assert table.row("loaded").loaded and not table.row("quiet").loaded
+    assert table.row("loaded").cells()[5].endswith(" ◊")
+    assert any(n.startswith("◊ Outside load") and "'loaded' 1.40" in n for n in table.notes)
+    back = SpeedupTable.from_json(json.loads(table.render("json")))
+    assert back.row("loaded").outside_load == pytest.approx(1.4)
+
+
+def test_outside_load_counts_other_processes_not_the_runs_own(pen: Any) -> None:
+    from engine.core.outside_load import OutsideLoad
+
+    busy = "import time\nend = time.time() + 1.5\nwhile time.time() < end: pass"
+    load = OutsideLoad()
+    pen.orphan(busy)  # not ours: its CPU time is another process's
+    time.sleep(1.6)
+    assert load.cores() > 0.5

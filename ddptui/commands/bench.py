@@ -101,8 +101,8 @@ def _title(suite: Suite) -> str:
 @click.option(
     "--db",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Results database (default: results.sqlite3 in $DDPTUI_DATA_DIR, $XDG_DATA_HOME/ddptui "
-    "or ~/.local/share/ddptui).",
+    help="Results database (default: $DDPTUI_RESULTS_DB, else results.sqlite3 in "
+    "$DDPTUI_DATA_DIR, $XDG_DATA_HOME/ddptui or ~/.local/share/ddptui).",
 )
 @click.option("--no-record", is_flag=True, help="Do not add this bench to the results database.")
 @click.pass_context

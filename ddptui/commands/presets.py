@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
-from engine.core import gpus
-from engine.core.config import ConfigError
+from engine.core import gpus, strict_json
+from engine.core.config import ConfigError, load_config
 from engine.core.plan import plan_run
-from engine.core.presets import list_presets, load_preset
+from engine.core.presets import list_presets
 from engine.core.resource_guard import check_resources
 
 
@@ -18,13 +17,19 @@ from engine.core.resource_guard import check_resources
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable list.")
 def presets_command(as_json: bool) -> None:
     """List bundled and user presets (~/.config/ddptui/presets or $DDPTUI_PRESETS), each with a
-    one-line description and whether it can run here, and why not."""
+    one-line description and whether it can run here, and why not: `ok`, `no` (cannot run on
+    this machine) or `bad` (the file itself is broken: not UTF-8, not TOML, a wrong key)."""
     inventory = gpus.sample_gpus()
     rows: list[dict[str, Any]] = []
     for preset in list_presets():
-        description, runnable = "", False
+        description, runnable, broken = "", False, False
         try:
-            config = load_preset(preset.name)
+            config = load_config(preset.path, name=preset.name)
+        except ConfigError as err:  # the file itself is bad: the others are still listed
+            config, broken, reason = None, True, str(err)
+        try:
+            if config is None:
+                raise ConfigError(reason)
             description = config.description
             plan = plan_run(config, inventory.count)
             check_resources(plan, inventory=inventory)  # cores, memory, GPUs: as `run` checks
@@ -39,11 +44,12 @@ def presets_command(as_json: bool) -> None:
                 "path": str(preset.path),
                 "description": description,
                 "runnable": runnable,
+                "broken": broken,
                 "reason": reason,
             }
         )
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(strict_json.dumps(rows, indent=2))
         return
     machine = (
         f"{inventory.count} GPU(s)"
@@ -53,8 +59,10 @@ def presets_command(as_json: bool) -> None:
     click.echo(f"This machine: {machine}\n")
     width = max(len(r["name"]) for r in rows) if rows else 10
     for r in rows:
-        mark = "ok " if r["runnable"] else "no "
+        mark = "bad" if r["broken"] else "ok " if r["runnable"] else "no "
         user = "" if r["source"] == "bundled" else " [user]"
         click.echo(f"{mark} {r['name']:<{width}}  {r['description']}{user}")
-        if not r["runnable"]:
+        if r["broken"]:
+            click.echo(f"    {'':<{width}}  broken preset file: {r['reason']}")
+        elif not r["runnable"]:
             click.echo(f"    {'':<{width}}  cannot run here: {r['reason']}")

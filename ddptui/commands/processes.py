@@ -7,7 +7,6 @@ is not yours to stop): nothing was signalled.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -19,7 +18,8 @@ from typing import Any, NoReturn
 import click
 
 from ddptui import exit_codes
-from ddptui.run_options import default_runs_dir
+from ddptui.run_options import checked_runs_dir, default_runs_dir
+from engine.core import strict_json
 from engine.core.process_kill import (
     CleanPlan,
     KillRefused,
@@ -27,6 +27,7 @@ from engine.core.process_kill import (
     clean_orphans,
     kill_run,
     plan_clean,
+    run_dir_owner,
 )
 from engine.core.process_table import ProcessTable, TrainingJob, TrainingProcess, scan_processes
 from engine.core.rundir import RunDirError, find_run
@@ -34,8 +35,9 @@ from engine.core.statuses import KillOutcome
 
 runs_dir_option = click.option(
     "--runs-dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     default=default_runs_dir,
+    callback=checked_runs_dir(write=False),
     show_default="runs, or $DDPTUI_RUNS_DIR",
     help="Where run directories are.",
 )
@@ -140,16 +142,17 @@ def ps_command(runs_dir: Path, as_json: bool) -> None:
     \b
     Ours are found by their run marker (DDPTUI_RUN_ID); foreign ones (torchrun,
     torch.distributed.launch, torch.multiprocessing.spawn) by their environment (RANK /
-    LOCAL_RANK with WORLD_SIZE, MASTER_ADDR + MASTER_PORT, TORCHELASTIC_RUN_ID) or command line.
+    LOCAL_RANK with WORLD_SIZE, MASTER_ADDR + MASTER_PORT, TORCHELASTIC_RUN_ID) or as a Python
+    interpreter with torch loaded whose command line is a launcher's; never by name alone.
     Each process shows pid, user, role, rank, age, CPU, host memory, GPU memory per GPU (where
     NVML is there) and a state: running, orphaned (its launcher or agent is gone), stalled (a
-    ddptui rank silent too long; foreign jobs report no progress, so they are never stalled)
-    or zombie. What cannot be seen (another user's process, a GPU pid from another namespace)
+    ddptui rank silent too long; foreign jobs report no progress, so they are never stalled),
+    stopped (SIGSTOP or Ctrl-Z: `kill -CONT PID` resumes it) or zombie. What cannot be seen (another user's process, a GPU pid from another namespace)
     is listed at the end. `ddptui clean` stops the orphaned jobs.
     """
     table = scan_processes(runs_dir)
     if as_json:
-        click.echo(json.dumps(table.to_json(), indent=2))
+        click.echo(strict_json.dumps(table.to_json(), indent=2))
         return
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 160
     click.echo(render_table(table, width))
@@ -190,6 +193,7 @@ def _kill_report(result: KillResult, grace: float) -> list[str]:
             else:
                 lines.append("  none left")
             lines.extend(f"  not stopped: {why}" for _, why in stop.refused)
+            lines.extend(f"  {why}" for _, why in stop.left_alone)
     lines.extend(f"  {s}" for s in result.skipped)
     if result.gpu_check:
         lines.append(f"  {result.gpu_check}")
@@ -210,34 +214,58 @@ def _kill_report(result: KillResult, grace: float) -> list[str]:
 @click.option(
     "--all-users",
     is_flag=True,
-    help="As root: also stop processes of the run that belong to other users.",
+    help="As root: also stop another user's run, or processes of the run that belong to other "
+    "users (asks first when the run directory is another user's).",
 )
+@click.option("--yes", "-y", is_flag=True, help="Do not ask; for scripts.")
 @runs_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable result.")
-def kill_command(run_id: str, grace: float, all_users: bool, runs_dir: Path, as_json: bool) -> None:
+def kill_command(
+    run_id: str, grace: float, all_users: bool, yes: bool, runs_dir: Path, as_json: bool
+) -> None:
     """Stop exactly the processes of run RUN_ID (an id or a unique prefix of one).
 
     \b
-    The launcher and ranks named in run.json (by pid and start time, so a reused pid is never
-    hit), every process carrying the run's marker, and all their children: SIGTERM, SIGKILL
-    after --grace seconds, then a check that none is left (and, with NVML, that their GPU memory
-    was released). summary.json records the run as killed. A finished run is left alone.
+    Only what is provably the run's: processes carrying the run's marker (DDPTUI_RUN_ID), the
+    launcher and ranks run.json names also by pid and start time (so a reused pid or a process
+    run.json merely names is never hit), and their children carrying the marker too: SIGTERM,
+    SIGKILL after --grace seconds, then a check that none is left (and, with NVML, that their
+    GPU memory was released). summary.json records the run as killed. A finished run is left
+    alone. Another user's run directory is refused; as root, --all-users stops it after asking.
 
-    Exit codes: 0 stopped (or nothing to stop), 1 a process survived, 2 bad input (unknown run,
-    unreadable run.json, another user's process): nothing was signalled.
+    Exit codes: 0 stopped (or nothing to stop), 1 a process survived or the question was
+    declined, 2 bad input (unknown run, unreadable run.json, another user's run or process):
+    nothing was signalled.
     """
     if all_users and os.getuid() != 0:
         _fail("--all-users needs root: only root may stop other users' processes")
     try:
         run_dir = find_run(runs_dir, run_id)
+        owner = run_dir_owner(run_dir)
+        if owner is not None and all_users and not yes:
+            _confirm_or_stop(
+                f"Run {run_dir.run_id} belongs to user {owner}. Stop its processes as root?",
+                err=as_json,
+            )
         result = kill_run(run_dir, grace, allow_other_users=all_users)
     except (RunDirError, KillRefused) as err:
         _fail(str(err))
     if as_json:
-        click.echo(json.dumps(_kill_json(result), indent=2))
+        click.echo(strict_json.dumps(_kill_json(result), indent=2))
     else:
         click.echo("\n".join(_kill_report(result, grace)))
     sys.exit(exit_codes.OK if result.ok else exit_codes.FAILED)
+
+
+def _confirm_or_stop(question: str, *, err: bool) -> None:
+    """Ask; anything but yes (Ctrl-D, no terminal) stops with nothing signalled, exit 1."""
+    try:
+        agreed = click.confirm(question, default=False, err=err)
+    except click.Abort:
+        agreed = False
+    if not agreed:
+        click.echo("Nothing stopped.", err=err)
+        sys.exit(exit_codes.FAILED)
 
 
 def _kill_json(result: KillResult) -> dict[str, Any]:
@@ -289,7 +317,7 @@ def clean_command(
     table = scan_processes(runs_dir, cpu_interval=0.0)
     plan = plan_clean(table, all_users=all_users)
     if as_json and (dry_run or not plan.jobs):
-        click.echo(json.dumps(_clean_json(plan, None), indent=2))
+        click.echo(strict_json.dumps(_clean_json(plan, None), indent=2))
         return
     if not as_json:
         if not plan.jobs:
@@ -312,7 +340,7 @@ def clean_command(
     cleaned = clean_orphans(plan, grace, all_users=all_users)
     ok = all(c.stop.ok for c in cleaned)
     if as_json:
-        click.echo(json.dumps(_clean_json(plan, cleaned), indent=2))
+        click.echo(strict_json.dumps(_clean_json(plan, cleaned), indent=2))
     else:
         for c in cleaned:
             state = (

@@ -16,8 +16,8 @@ from engine.core.speedup_table import FORMATS, comparison_markdown, markdown_tab
 DB_OPTION = click.option(
     "--db",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Results database (default: results.sqlite3 in $DDPTUI_DATA_DIR, $XDG_DATA_HOME/ddptui "
-    "or ~/.local/share/ddptui).",
+    help="Results database (default: $DDPTUI_RESULTS_DB, else results.sqlite3 in "
+    "$DDPTUI_DATA_DIR, $XDG_DATA_HOME/ddptui or ~/.local/share/ddptui).",
 )
 
 
@@ -64,13 +64,14 @@ def list_command(ctx: click.Context, db: Path | None) -> None:
     """List recorded benches, newest first."""
     db = db if db is not None else ctx.obj
     path = db if db is not None else default_db_path()
+    click.echo(f"results history: {path} (--db or $DDPTUI_RESULTS_DB to use another)")
     if not path.exists():
-        click.echo(f"no benches recorded yet ({path} does not exist); run `ddptui bench`")
+        click.echo("no benches recorded yet (the file does not exist); run `ddptui bench`")
         return
     with _open(db) as history:
         listings = history.list()
     if not listings:
-        click.echo(f"no benches recorded yet in {path}")
+        click.echo("no benches recorded yet")
         return
     rows = [
         (

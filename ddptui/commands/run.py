@@ -3,7 +3,6 @@ launch a run and follow it to its result line."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import click
 from ddptui import exit_codes
 from ddptui.run_options import collect_overrides, override_options
 from ddptui.terminal_progress import ProgressPrinter, follow_with_progress, result_line
+from engine.core import strict_json
 from engine.core.config import ConfigError, RunConfig, ScriptConfig, apply_overrides
 from engine.core.presets import load_preset
 from engine.core.run_start import start_run
@@ -166,7 +166,7 @@ def run_command(
     if ended.unsaved:  # a lost run's summary that the disk refused: shown, not saved
         click.echo(f"ddptui: {ended.unsaved}", err=True)
     if as_json:
-        click.echo(json.dumps(summary.to_json(), indent=2))
+        click.echo(strict_json.dumps(summary.to_json(), indent=2))
     else:
         click.echo(result_line(summary, started.run_dir))
     sys.exit(exit_codes.OK if summary.status == RunStatus.COMPLETED else exit_codes.FAILED)

@@ -6,7 +6,6 @@ while a run goes on, after it ended, and after the UI that started it is gone.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ import click
 from ddptui import exit_codes
 from ddptui.commands.processes import format_age, runs_dir_option
 from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
+from engine.core import strict_json
 from engine.core.config import ConfigError, load_config
 from engine.core.observer import RunState, observe_run
 from engine.core.rank_states import RankState
@@ -47,7 +47,7 @@ def runs_command(runs_dir: Path, as_json: bool) -> None:
     now = time.time()
     runs = [observe_run(r, now) for r in list_runs(runs_dir)]
     if as_json:
-        click.echo(json.dumps([r.to_json() for r in runs], indent=2))
+        click.echo(strict_json.dumps([r.to_json() for r in runs], indent=2))
         return
     if not runs:
         where = "" if runs_dir.is_dir() else " (it does not exist)"
@@ -136,6 +136,7 @@ def _summary_lines(summary: RunSummary) -> list[str]:
             f"loss {e.train_loss:.4f}"
             + (f", test accuracy {100 * acc:.1f}%" if acc is not None else "")
         )
+    lines.extend(f"warning    {w}" for w in summary.warnings)
     failure = summary.failure
     if failure:
         how = []
@@ -172,7 +173,7 @@ def show_command(run_id: str, runs_dir: Path, as_json: bool) -> None:
     now = time.time()
     progress = observe_run(run_dir, now)
     if as_json:
-        click.echo(json.dumps(progress.to_json(), indent=2))
+        click.echo(strict_json.dumps(progress.to_json(), indent=2))
     else:
         launcher = ""
         if progress.info is not None and progress.info.launcher is not None:

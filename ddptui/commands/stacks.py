@@ -3,7 +3,6 @@ for; ``ddptui stacks --pid PID``: the stack of any Python process of yours (py-s
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import click
 from ddptui import exit_codes
 from ddptui.commands.processes import runs_dir_option
 from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
+from engine.core import strict_json
 from engine.core.diagnosis import RankDiagnosis, StackSnapshot, read_activity
 from engine.core.observer import observe_run
 from engine.core.process_identity import identify
@@ -82,7 +82,7 @@ def stacks_command(run_id: str | None, pid: int | None, runs_dir: Path, as_json:
     if pid is not None:
         snapshot = _process_stack(pid)
         if as_json:
-            click.echo(json.dumps(_as_json(snapshot, None), indent=2))
+            click.echo(strict_json.dumps(_as_json(snapshot, None), indent=2))
         else:
             click.echo("\n".join(diagnosis_lines(snapshot, full=True)))
         return
@@ -101,7 +101,7 @@ def stacks_command(run_id: str | None, pid: int | None, runs_dir: Path, as_json:
         _fail(f"run {run_dir.run_id}: no stack snapshot was taken and {why}", exit_codes.FAILED)
     snapshot = stored
     if as_json:
-        click.echo(json.dumps(_as_json(snapshot, run_dir.run_id), indent=2))
+        click.echo(strict_json.dumps(_as_json(snapshot, run_dir.run_id), indent=2))
         return
     lines = diagnosis_lines(snapshot, full=True)
     if taken is None:

@@ -30,6 +30,7 @@ JOB_STYLES = {
     JobState.RUNNING: "green",
     JobState.ORPHANED: "bold red",
     JobState.STALLED: "bold yellow",
+    JobState.STOPPED: "bold magenta",
     JobState.ZOMBIE: "red",
 }
 

@@ -9,12 +9,13 @@ followed (what is printed meanwhile) is the caller's: ``follow`` gets each start
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
 from engine.core.config import ConfigError
 from engine.core.follower import FollowResult
+from engine.core.outside_load import OutsideLoad
 from engine.core.result_history import RecordedRun
 from engine.core.run_start import StartedRun, start_run
 from engine.core.rundir import RunDirError
@@ -45,6 +46,7 @@ def run_once(
     """Run one repeat of a row to its end: (its summary, its run directory or "")."""
     plan = resolved.plan
     assert plan is not None
+    load = OutsideLoad()
     try:
         started = start_run(resolved.config, runs_dir)
     except (ConfigError, RunDirError, OSError) as err:
@@ -55,7 +57,7 @@ def run_once(
     path = str(started.run_dir.path)
     ended = result.state
     if ended.summary is not None:
-        return ended.summary, path
+        return replace(ended.summary, outside_load_cores=round(load.cores(), 3)), path
     why = ended.problem or ended.reason or f"it ended {ended.status} without a summary"
     if ended.status == RunStatus.ORPHANED:
         why = f"{ended.reason}; see {started.run_dir.launcher_log_path}"

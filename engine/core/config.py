@@ -10,6 +10,7 @@ Every check happens where the value is made: a section dataclass refuses an impo
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import sys
 from collections.abc import Mapping
@@ -34,6 +35,7 @@ PIPELINES = ("tensor", "torchvision")
 LR_SCALINGS = ("none", "linear")
 OPTIMIZERS = ("sgd",)
 BACKENDS = ("auto", "nccl", "gloo")
+ON_DIVERGENCE = ("fail", "warn")
 
 
 def _one_of(section: str, key: str, value: object, allowed: tuple[str, ...]) -> None:
@@ -42,9 +44,17 @@ def _one_of(section: str, key: str, value: object, allowed: tuple[str, ...]) -> 
 
 
 def _positive(section: str, key: str, value: float, *, allow_zero: bool = False) -> None:
+    _finite(f"{section}.{key}", value)
     if value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ConfigError(f"{section}.{key} is {value!r}; it must be {bound}")
+
+
+def _finite(key: str, value: float) -> None:
+    """NaN and infinity are refused in every float key: a run with a NaN learning rate would
+    "complete" having learnt nothing."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{key} is {value!r}; it must be a finite number")
 
 
 @dataclass(frozen=True)
@@ -179,6 +189,9 @@ class TrainingConfig:
     warmup_steps: int = 5
     # Seconds between two step reports of one rank.
     report_interval: float = 0.25
+    # A loss that becomes NaN or infinite: "fail" ends the run (training diverged at epoch E step
+    # S on rank R); "warn" says so in the log and the summary and trains on.
+    on_divergence: str = "fail"
 
     def __post_init__(self) -> None:
         _positive("training", "epochs", self.epochs)
@@ -187,6 +200,7 @@ class TrainingConfig:
         _positive("training", "seed", self.seed, allow_zero=True)
         _positive("training", "warmup_steps", self.warmup_steps, allow_zero=True)
         _positive("training", "report_interval", self.report_interval, allow_zero=True)
+        _one_of("training", "on_divergence", self.on_divergence, ON_DIVERGENCE)
 
 
 @dataclass(frozen=True)
@@ -329,6 +343,10 @@ def _coerce(where: str, key: str, value: Any, expected: Any) -> Any:
             return value
     elif expected is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            try:
+                _finite(key, float(value))
+            except ConfigError as err:
+                raise ConfigError(f"{where}: {err}") from None
             return float(value)
     elif expected is str:
         if isinstance(value, str):
@@ -388,6 +406,11 @@ def read_toml_file(path: Path, what: str) -> dict[str, Any]:
         raise ConfigError(f"{path}: no such {what} file") from None
     except OSError as err:
         raise ConfigError(f"{path}: cannot be read ({err.strerror})") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start}); "
+            "TOML files are UTF-8"
+        ) from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:

@@ -21,8 +21,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from engine.core import strict_json
 from engine.core.process_identity import ProcessRef
 from engine.core.run_environment import STACKS_DIR, faulthandler_file_name
+from engine.core.run_files import read_run_text
 from engine.core.stacks import Frame, ProcessStack, capture_stack
 from engine.core.statuses import RankActivity
 
@@ -330,7 +332,7 @@ def save_snapshot(run_dir_path: Path, snapshot: StackSnapshot) -> StackSnapshot:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(saved.to_json(), f, indent=2)
+            f.write(strict_json.dumps(saved.to_json(), indent=2))
     except OSError:
         path.unlink(missing_ok=True)
         return snapshot
@@ -345,9 +347,10 @@ def snapshot_paths(run_dir_path: Path) -> list[Path]:
         return []
 
 
-def load_snapshot(path: Path) -> StackSnapshot | None:
+def load_snapshot(run_dir_path: Path, path: Path) -> StackSnapshot | None:
+    """A stored snapshot, read through no planted link; None when it cannot be read."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_run_text(run_dir_path, path))
         return StackSnapshot.from_json(data) if isinstance(data, dict) else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -356,7 +359,7 @@ def load_snapshot(path: Path) -> StackSnapshot | None:
 def latest_snapshot(run_dir_path: Path) -> StackSnapshot | None:
     """The newest stored snapshot that could be read, or None."""
     for path in reversed(snapshot_paths(run_dir_path)):
-        snapshot = load_snapshot(path)
+        snapshot = load_snapshot(run_dir_path, path)
         if snapshot is not None:
             return snapshot
     return None

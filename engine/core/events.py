@@ -9,11 +9,18 @@ Plain Python only: the UI imports this module.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import IO, Any, ClassVar
+from typing import Any, BinaryIO, ClassVar
+
+from engine.core import strict_json
+from engine.core.disk_space import WriteFailed
+from engine.core.run_files import FILE_MODE, UnsafeRunFile, make_dirs, open_in_run
+from engine.core.strict_json import float_or_nan
 
 SCHEMA_VERSION = 1
 
@@ -24,7 +31,7 @@ class Event:
     time: float = field(default_factory=time.time, kw_only=True)
 
     def to_json(self) -> str:
-        return json.dumps({"v": SCHEMA_VERSION, "type": self.type, **asdict(self)}, allow_nan=True)
+        return strict_json.dumps({"v": SCHEMA_VERSION, "type": self.type, **asdict(self)})
 
 
 # ---- rank events -----------------------------------------------------------------------------
@@ -242,27 +249,54 @@ def event_from_json(line: str) -> Event:
     cls = EVENT_TYPES.get(data.pop("type", None))
     if cls is None:
         raise UnknownEvent("unknown event type")
-    known = {f.name for f in fields(cls)}
+    kinds = {f.name: f.type for f in fields(cls)}
     try:
-        return cls(**{k: v for k, v in data.items() if k in known})
+        # a float written as null was a NaN or an infinity (engine.core.strict_json)
+        return cls(
+            **{
+                k: float_or_nan(v) if kinds[k] == "float" else v
+                for k, v in data.items()
+                if k in kinds
+            }
+        )
     except TypeError as err:
         raise UnknownEvent(str(err)) from None
 
 
 class EventWriter:
-    """Appends events to one JSONL file, one flushed line each; producers never wait on readers."""
+    """Appends events to one JSONL file, one ``write`` of one line each (no buffer that a full
+    disk could leave half-flushed); producers never wait on readers.
+
+    The file is made 0644 whatever the umask and never through a symbolic link. A line the disk
+    refuses raises WriteFailed, whose message names the file and the free space.
+    """
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(path.parent)
         self.path = path
-        self._file: IO[str] = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        try:
+            self._fd: int | None = os.open(
+                path,
+                os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
+                FILE_MODE,
+            )
+        except OSError as err:
+            raise WriteFailed(path, err) from None
 
     def write(self, event: Event) -> None:
-        self._file.write(event.to_json() + "\n")
-        self._file.flush()
+        if self._fd is None:
+            raise WriteFailed(self.path, OSError(errno.EBADF, "the event file is closed"))
+        data = (event.to_json() + "\n").encode("utf-8")
+        try:
+            while data:
+                data = data[os.write(self._fd, data) :]
+        except OSError as err:
+            raise WriteFailed(self.path, err) from None
 
     def close(self) -> None:
-        self._file.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def __enter__(self) -> EventWriter:
         return self
@@ -276,20 +310,28 @@ class EventTail:
     """Incremental reader of one JSONL file: each ``read_new`` returns the events appended since.
 
     A partial last line is left for the next call; unreadable lines are counted in ``skipped``.
+    Given the run directory (``run_path``), it opens the file as ``engine.core.run_files.open_in_run``
+    allows: never through a symbolic link, never another user's file; ``refused`` then says why.
     """
 
     path: Path
+    run_path: Path | None = None
     offset: int = 0
     skipped: int = 0
+    refused: str = ""
     _partial: bytes = b""
 
     def read_new(self) -> list[Event]:
         try:
-            with open(self.path, "rb") as f:
+            with self._open() as f:
                 f.seek(self.offset)
                 chunk = f.read()
         except FileNotFoundError:
             return []
+        except UnsafeRunFile as err:
+            self.refused = str(err)
+            return []
+        self.refused = ""
         self.offset += len(chunk)
         data = self._partial + chunk
         lines = data.split(b"\n")
@@ -304,7 +346,12 @@ class EventTail:
                 self.skipped += 1
         return events
 
+    def _open(self) -> BinaryIO:
+        if self.run_path is None:
+            return open(self.path, "rb")
+        return open_in_run(self.run_path, self.path)
 
-def read_events(path: Path) -> list[Event]:
-    """Every complete event in one file."""
-    return EventTail(path).read_new()
+
+def read_events(path: Path, run_path: Path | None = None) -> list[Event]:
+    """Every complete event in one file (opened safely when ``run_path`` is given)."""
+    return EventTail(path, run_path).read_new()

@@ -183,7 +183,7 @@ class RunObserver:
     def _read_events(self) -> None:
         paths = [self.run_dir.launcher_events_path, *self.run_dir.rank_event_paths().values()]
         for path in paths:
-            tail = self._tails.setdefault(path, EventTail(path))
+            tail = self._tails.setdefault(path, EventTail(path, self.run_dir.path))
             self.tracker.feed_all(tail.read_new())
 
     def _is_script(self) -> bool:
@@ -279,6 +279,7 @@ class RunObserver:
                 summary_problem = str(err)
                 problems.append(summary_problem)
         self._read_events()
+        problems += [t.refused for t in self._tails.values() if t.refused]
         if info is not None:
             self.tracker.world_size = max(self.tracker.world_size, info.world_size)
         if summary_problem:  # how it ended cannot be told

@@ -68,6 +68,24 @@ def find_process(ref: ProcessRef) -> psutil.Process | None:
         return None
 
 
+def marker_mismatch(proc: psutil.Process, run_id: str) -> str | None:
+    """Why ``proc`` is not provably a process of run ``run_id``, or None when it carries the run
+    marker (``DDPTUI_RUN_ID``, set by ``run_start`` for the launcher and inherited by every rank
+    and worker) with that id. A pid and start time alone prove nothing: run.json can be written by
+    anyone who can write the run directory."""
+    try:
+        marker = proc.environ().get(RUN_MARKER_ENV)
+    except psutil.NoSuchProcess:
+        return f"pid {proc.pid} is gone"
+    except (psutil.Error, OSError) as err:
+        return f"pid {proc.pid}'s environment cannot be read ({type(err).__name__}), so it is not provably this run's"
+    if marker is None:
+        return f"pid {proc.pid} does not carry the run marker {RUN_MARKER_ENV}={run_id}"
+    if marker != run_id:
+        return f"pid {proc.pid} carries the marker of another run ({RUN_MARKER_ENV}={marker})"
+    return None
+
+
 def ref_alive(ref: ProcessRef | None) -> bool:
     return ref is not None and find_process(ref) is not None
 

@@ -23,8 +23,8 @@ import psutil
 
 from engine.core.diagnosis import StackSnapshot
 from engine.core.gpus import sample_gpus
-from engine.core.process_identity import ProcessRef, process_ended, same_start
-from engine.core.process_table import ProcessTable, TrainingJob, launcher_kind
+from engine.core.process_identity import ProcessRef, marker_mismatch, process_ended, same_start
+from engine.core.process_table import ProcessTable, TrainingJob
 from engine.core.run_environment import RUN_MARKER_ENV
 from engine.core.run_snapshot import snapshot_run
 from engine.core.rundir import RunDir, RunDirError
@@ -96,6 +96,8 @@ class StopResult:
     already_gone: tuple[int, ...] = ()
     refused: tuple[tuple[int, str], ...] = ()  # (pid, why): never signalled
     seconds: float = 0.0
+    # (pid, why): descendants that are not provably the run's (no marker): never signalled
+    left_alone: tuple[tuple[int, str], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -113,6 +115,7 @@ class StopResult:
             already_gone=self.already_gone + other.already_gone,
             refused=self.refused + other.refused,
             seconds=self.seconds + other.seconds,
+            left_alone=self.left_alone + other.left_alone,
         )
 
 
@@ -155,26 +158,35 @@ def stop_processes(
     allow_other_users: bool = False,
     include_descendants: bool = True,
     kill_wait: float = KILL_WAIT_SECONDS,
+    run_marker: str | None = None,
 ) -> StopResult:
     """SIGTERM ``processes`` (and their descendants), wait up to ``grace`` seconds, SIGKILL the
     rest (and any child they started meanwhile), wait up to ``kill_wait``, report who is left.
 
     The ``psutil.Process`` objects carry their start time: a pid reused since they were made is
-    never signalled. Protected and other users' processes are refused, not signalled.
+    never signalled. Protected and other users' processes are refused, not signalled. With
+    ``run_marker``, a descendant is stopped only if it carries that run's marker too; one that
+    does not is left alone (``left_alone``).
     """
     started = time.monotonic()
     protected = protected_pids()
     targets: dict[int, psutil.Process] = {}
     refused: dict[int, str] = {}
+    left_alone: dict[int, str] = {}
     gone: list[int] = []
 
-    def admit(candidates: Iterable[psutil.Process]) -> None:
+    def admit(candidates: Iterable[psutil.Process], descendants: bool = False) -> None:
         for p in candidates:
-            if p.pid in targets or p.pid in refused:
+            if p.pid in targets or p.pid in refused or p.pid in left_alone:
                 continue
             if process_ended(p):
                 gone.append(p.pid)
                 continue
+            if descendants and run_marker is not None:
+                foreign = marker_mismatch(p, run_marker)
+                if foreign:
+                    left_alone[p.pid] = f"{foreign}: left alone"
+                    continue
             why = refusal(p, allow_other_users=allow_other_users, protected=protected)
             if why:
                 refused[p.pid] = why
@@ -183,7 +195,7 @@ def stop_processes(
 
     admit(processes)
     if include_descendants:
-        admit(_descendants(list(targets.values())))
+        admit(_descendants(list(targets.values())), descendants=True)
     for p in list(targets.values()):
         if not _signal(p, signal.SIGTERM):
             gone.append(p.pid)
@@ -193,7 +205,7 @@ def stop_processes(
     rest = {pid: p for pid, p in targets.items() if pid not in ended}
     if include_descendants and rest:  # children started during the grace period
         before = set(targets)
-        admit(_descendants(list(rest.values())))
+        admit(_descendants(list(rest.values())), descendants=True)
         rest.update({pid: targets[pid] for pid in set(targets) - before})
     for p in rest.values():
         _signal(p, signal.SIGKILL)
@@ -206,6 +218,7 @@ def stop_processes(
         already_gone=tuple(sorted(set(gone))),
         refused=tuple(sorted(refused.items())),
         seconds=time.monotonic() - started,
+        left_alone=tuple(sorted(left_alone.items())),
     )
 
 
@@ -279,26 +292,54 @@ def _marked(run_id: str, protected: set[int]) -> list[psutil.Process]:
     return found
 
 
-def _launchers_of(run_dir: RunDir, protected: set[int]) -> list[psutil.Process]:
-    """``python -m engine.train.launch RUN_DIR`` processes of this run (before run.json names one)."""
-    wanted = run_dir.path.resolve()
-    found = []
-    for proc in psutil.process_iter(["pid", "cmdline", "cwd"]):
-        cmd = proc.info.get("cmdline") or []
-        if proc.pid in protected or launcher_kind(cmd) != "ddptui":
+def run_dir_owner(run_dir: RunDir) -> str | None:
+    """The user who owns ``run_dir`` or its run.json when that is not this user, else None. A run
+    directory is the word of whoever wrote it: another user's run.json may name any process."""
+    me = os.getuid()
+    for path in (run_dir.path, run_dir.run_json_path):
+        try:
+            uid = path.lstat().st_uid if path != run_dir.path else path.stat().st_uid
+        except OSError:
             continue
-        arg = cmd[cmd.index("-m") + 2] if len(cmd) > cmd.index("-m") + 2 else ""
-        base = Path(proc.info.get("cwd") or "/")
-        if arg and (base / arg).resolve() == wanted:
-            found.append(proc)
-    return found
+        if uid != me:
+            return _user_of(uid)
+    return None
+
+
+def _user_of(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def check_run_owner(run_dir: RunDir, *, allow_other_users: bool) -> None:
+    """KillRefused unless ``run_dir`` is this user's, or root was allowed other users' runs."""
+    owner = run_dir_owner(run_dir)
+    if owner is None:
+        return
+    if not allow_other_users:
+        raise KillRefused(
+            f"run {run_dir.run_id}: its run directory belongs to user {owner}, not "
+            f"{getpass.getuser()}; ddptui stops only your own runs (as root, add --all-users); "
+            "nothing was stopped"
+        )
+    if os.getuid() != 0:
+        raise KillRefused(
+            f"run {run_dir.run_id}: its run directory belongs to user {owner}; only root can stop "
+            "another user's run; nothing was stopped"
+        )
 
 
 def run_targets(
     run_dir: RunDir, protected: set[int] | None = None
 ) -> tuple[list[tuple[psutil.Process, str]], list[str]]:
-    """The live processes of a run (launcher, ranks, marked processes; not yet descendants),
-    each with its role, and a sentence for each pid run.json names that is left alone."""
+    """The live processes that are provably the run's (not yet descendants), each with its role:
+    the launcher and ranks run.json names (pid and start time) that also carry the run's marker,
+    and every other process carrying the marker. A sentence for each pid run.json names that is
+    left alone (another process now has its pid, or it does not carry the marker)."""
     protected = protected_pids() if protected is None else protected
     info = run_dir.read_run_info()  # RunDirError: the caller says so and stops
     found: dict[int, tuple[psutil.Process, str]] = {}
@@ -323,12 +364,15 @@ def run_targets(
                 f"{time.strftime('%H:%M:%S', time.localtime(started))}: left alone"
             )
             continue
-        if not process_ended(proc):
-            found[proc.pid] = (proc, role)
+        if process_ended(proc):
+            continue
+        foreign = marker_mismatch(proc, run_dir.run_id)
+        if foreign:
+            skipped.append(f"{foreign} ({role} in run.json): left alone")
+            continue
+        found[proc.pid] = (proc, role)
     for proc in _marked(run_dir.run_id, protected):
         found.setdefault(proc.pid, (proc, "marked"))
-    for proc in _launchers_of(run_dir, protected):
-        found.setdefault(proc.pid, (proc, "launcher"))
     return list(found.values()), skipped
 
 
@@ -364,11 +408,16 @@ def kill_run(
     """Stop exactly the processes of one run: the launcher and ranks run.json names (pid and start
     time), every process carrying its run marker, and all their descendants.
 
-    Raises RunDirError (run.json missing or corrupt) or KillRefused (a target is another user's
-    or this process's own ancestor) before signalling anything. A finished run with nothing left
+    Only what is provably the run's is stopped: a process carrying the run's marker (and, for
+    the ones run.json names, its pid and start time), and descendants carrying it too.
+
+    Raises RunDirError (run.json missing or corrupt) or KillRefused (the run directory or a
+    target is another user's, or a target is this process's own ancestor) before signalling
+    anything. A finished run with nothing left
     is reported as such and left alone; a finished run's leftovers are stopped without touching its
     summary. Otherwise summary.json ends up with status ``killed``.
     """
+    check_run_owner(run_dir, allow_other_users=allow_other_users)
     status_before = _status_before(run_dir)
     protected = protected_pids()
     found, skipped = run_targets(run_dir, protected)
@@ -397,11 +446,16 @@ def kill_run(
     targets = tuple(Target(p.pid, p.create_time(), role, _user(p)) for p, role in found)
     # The evidence of why the run was stuck dies with it: take every rank's stack first.
     stacks = None if finished else snapshot_run(run_dir, reason="before kill")
-    result = stop_processes([p for p, _ in found], grace, allow_other_users=allow_other_users)
+    marker = run_dir.run_id
+    result = stop_processes(
+        [p for p, _ in found], grace, allow_other_users=allow_other_users, run_marker=marker
+    )
     # a last look for marked processes that slipped through (started while we were stopping)
     late = [p for p in _marked(run_dir.run_id, protected) if p.pid not in result.stopped]
     if late:
-        result = result.merged(stop_processes(late, 0.5, allow_other_users=allow_other_users))
+        result = result.merged(
+            stop_processes(late, 0.5, allow_other_users=allow_other_users, run_marker=marker)
+        )
     pids = [t.pid for t in targets] + list(result.stopped)
     gpu_check = gpu_memory_left(pids) if check_gpu else ""
     written = False
@@ -460,20 +514,31 @@ def plan_clean(table: ProcessTable, *, all_users: bool = False) -> CleanPlan:
             left.append((job, f"it belongs to {', '.join(job.users)}; as root, add --all-users"))
         elif not job.own and os.getuid() != 0:
             left.append((job, f"it belongs to {', '.join(job.users)}; only root can stop it"))
+        elif (owner := _job_run_owner(job)) and not (all_users and os.getuid() == 0):
+            left.append((job, f"its run directory belongs to {owner}; as root, add --all-users"))
         else:
             chosen.append(job)
     return CleanPlan(jobs=tuple(chosen), left_alone=tuple(left))
+
+
+def _job_run_owner(job: TrainingJob) -> str | None:
+    """Another user who owns the run directory of one of our jobs, if so."""
+    if job.kind != JobKind.DDPTUI or not job.run_dir:
+        return None
+    return run_dir_owner(RunDir(Path(job.run_dir)))
 
 
 def clean_orphans(
     plan: CleanPlan, grace: float = 5.0, *, all_users: bool = False
 ) -> tuple[CleanedJob, ...]:
     """Stop the planned jobs. Each process is looked up again by pid and start time, so one that
-    ended since the scan, and a pid reused since, are left alone."""
+    ended since the scan, and a pid reused since, are left alone; of a ddptui run, only processes
+    that carry its marker are stopped."""
     cleaned = []
     for job in plan.jobs:
         procs: list[psutil.Process] = []
         skipped: list[str] = []
+        marker = job.run_id if job.kind == JobKind.DDPTUI else None
         for tp in job.live_processes:
             try:
                 proc = psutil.Process(tp.pid)
@@ -482,8 +547,12 @@ def clean_orphans(
                     continue
             except psutil.Error:
                 continue
+            foreign = marker_mismatch(proc, marker) if marker is not None else None
+            if foreign:
+                skipped.append(f"{foreign}: left alone")
+                continue
             procs.append(proc)
-        result = stop_processes(procs, grace, allow_other_users=all_users)
+        result = stop_processes(procs, grace, allow_other_users=all_users, run_marker=marker)
         written = False
         if job.kind == JobKind.DDPTUI and job.run_dir and result.stopped:
             run_dir = RunDir(Path(job.run_dir))

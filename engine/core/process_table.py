@@ -5,13 +5,14 @@ Plain Python (psutil; NVML through ``engine.core.gpus``), never torch.
 
 Recognised processes:
 
-- ours: the run marker ``DDPTUI_RUN_ID`` in the environment, plus the launcher that run.json names
-  (pid *and* start time);
+- ours: the run marker ``DDPTUI_RUN_ID`` in the environment (the launcher carries it from its
+  start); run.json's pids and start times give them their roles, never membership;
 - foreign: torchrun / torch.distributed.run / torch.distributed.launch agents and workers, found by
-  their environment (``TORCHELASTIC_RUN_ID``; ``RANK`` or ``LOCAL_RANK`` with ``WORLD_SIZE``;
-  ``MASTER_ADDR`` with ``MASTER_PORT``) or their command line (the launchers, and the
-  ``multiprocessing.spawn`` children that ``torch.multiprocessing.spawn`` starts); ``RANK`` alone
-  is not enough;
+  what they are, never by name: their environment (``TORCHELASTIC_RUN_ID``; ``RANK`` or
+  ``LOCAL_RANK`` with ``WORLD_SIZE``; ``MASTER_ADDR`` with ``MASTER_PORT``), or a Python
+  interpreter (by ``/proc/PID/exe``) with torch loaded whose command line is a launcher's or a
+  ``multiprocessing.spawn`` child's (what ``torch.multiprocessing.spawn`` starts); ``RANK`` alone
+  is not enough, and ``exec -a torchrun sleep 600`` is no agent;
 - any descendant of one of those (DataLoader workers, helpers).
 
 Jobs: ours by run id; torchelastic workers by ``TORCHELASTIC_RUN_ID`` and master address; other
@@ -76,6 +77,12 @@ class ProcessInfo:
     environ: dict[str, str] | None
     environ_error: str = ""
     proc: psutil.Process | None = field(default=None, repr=False)
+    exe: str | None = None  # the executable's path; None when it cannot be read
+
+    @property
+    def stopped(self) -> bool:
+        """In the stopped state (SIGSTOP, Ctrl-Z, a debugger): it runs again on SIGCONT."""
+        return self.status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
 
     @property
     def zombie(self) -> bool:
@@ -93,7 +100,7 @@ class ProcessInfo:
 def snapshot_processes() -> dict[int, ProcessInfo]:
     """Every visible process with its environment where readable (one pass over /proc)."""
     found: dict[int, ProcessInfo] = {}
-    attrs = ["pid", "ppid", "name", "cmdline", "username", "uids", "create_time", "status"]
+    attrs = ["pid", "ppid", "name", "cmdline", "username", "uids", "create_time", "status", "exe"]
     for proc in psutil.process_iter(attrs):
         info = proc.info
         if info.get("create_time") is None:
@@ -125,6 +132,7 @@ def snapshot_processes() -> dict[int, ProcessInfo]:
             environ=environ,
             environ_error=error,
             proc=proc,
+            exe=info.get("exe") or None,
         )
     return found
 
@@ -168,8 +176,23 @@ def loads_torch(pid: int) -> bool | None:
 
 
 def is_python(p: ProcessInfo) -> bool:
+    """A Python interpreter, by what it executes (``/proc/PID/exe``), not by what it calls itself:
+    ``exec -a torchrun sleep 600`` names itself torchrun. Only where the executable cannot be read
+    (another user's process) does its name stand in."""
+    if p.exe is not None:
+        return bool(_PYTHON.match(os.path.basename(p.exe)))
     names = [os.path.basename(p.cmdline[0])] if p.cmdline else []
     return any(_PYTHON.match(n) for n in [*names, p.name])
+
+
+def launcher_of(p: ProcessInfo) -> str | None:
+    """The kind of launcher ``p`` is, by evidence: a Python interpreter whose command line is a
+    launcher's (``launcher_kind``) and that has not been seen without torch loaded. A program that
+    only calls itself torchrun is none."""
+    kind = launcher_kind(p.cmdline)
+    if kind is None or not is_python(p) or loads_torch(p.pid) is False:
+        return None
+    return kind
 
 
 def _distributed_env(env: dict[str, str]) -> bool:
@@ -365,20 +388,12 @@ class ProcessScanner:
                 named = procs.get(ref.pid)
                 if named is None or not same_start(named.create_time, ref.start_time):
                     continue
+                if not named.zombie and (named.environ or {}).get(RUN_MARKER_ENV) != job.run_id:
+                    continue  # run.json can name any process; only the marker proves it ours
                 job.members[named.pid] = role
                 job_of[named.pid] = job.key
                 if rank is not None:
                     job.ranks[named.pid] = rank
-        # our launchers that run.json does not name (yet), by command line
-        for p in procs.values():
-            if p.pid in job_of or launcher_kind(p.cmdline) != "ddptui" or p.pid == me:
-                continue
-            run_path = next((a for a in p.cmdline[p.cmdline.index("-m") + 2 :]), None)
-            run_id = Path(run_path).name if run_path else f"pid-{p.pid}"
-            key = f"ddptui:{run_id}"
-            job = add(key, JobKind.DDPTUI, f"ddptui run {run_id}", p.pid, ProcessRole.LAUNCHER)
-            job.run_id = job.run_id or run_id
-
         # 2. foreign, by environment
         for p in procs.values():
             if p.pid in job_of or p.pid == me or not p.environ:
@@ -412,7 +427,7 @@ class ProcessScanner:
         for p in procs.values():
             if p.pid in job_of or p.pid == me or not is_spawn_child(p.cmdline):
                 continue
-            if loads_torch(p.pid) is False:
+            if not is_python(p) or loads_torch(p.pid) is False:
                 continue
             parent = procs.get(p.ppid)
             top = p
@@ -420,7 +435,7 @@ class ProcessScanner:
                 top, parent = parent, procs.get(parent.ppid)
             if parent is not None and parent.pid in job_of:
                 continue  # a descendant of a known job: step 5 adds it
-            if parent is not None and (is_python(parent) or launcher_kind(parent.cmdline)):
+            if parent is not None and is_python(parent):
                 key = f"spawn:{parent.pid}:{parent.create_time:.2f}"
                 label = f"multiprocessing children of pid {parent.pid}"
             else:
@@ -432,7 +447,7 @@ class ProcessScanner:
         for p in procs.values():
             if p.pid in job_of or p.pid == me:
                 continue
-            kind = launcher_kind(p.cmdline)
+            kind = launcher_of(p)
             if kind is None:
                 continue
             child_jobs = {
@@ -548,7 +563,7 @@ class ProcessScanner:
         if p is None or p.zombie:
             return False
         earliest = min(procs[m].create_time for m in job.members)
-        return launcher_kind(p.cmdline) == "ddptui" and p.create_time <= earliest + 0.5
+        return launcher_of(p) == "ddptui" and p.create_time <= earliest + 0.5
 
     def _parent_verdict(
         self, job: _Job, p: ProcessInfo, procs: dict[int, ProcessInfo]
@@ -556,7 +571,7 @@ class ProcessScanner:
         parent = procs.get(p.ppid)
         if parent is None:
             return None, False, f"pid {p.pid} has no visible parent: its launcher is gone"
-        kind = launcher_kind(parent.cmdline)
+        kind = launcher_of(parent)
         if kind is not None:
             return parent.pid, True, f"its launcher ({kind}, pid {parent.pid}) is running"
         desc = f"{parent.name or '?'} (pid {parent.pid})"
@@ -627,6 +642,12 @@ class ProcessScanner:
                 note = note or f"ended; its parent pid {p.ppid} has not collected it"
             elif orphaned and role not in (ProcessRole.LAUNCHER, ProcessRole.AGENT):
                 state = JobState.ORPHANED
+            elif p.stopped:
+                state = JobState.STOPPED
+                note = (
+                    note
+                    or f"stopped by a signal (SIGSTOP or Ctrl-Z): `kill -CONT {pid}` resumes it"
+                )
             elif rank is not None and rank in stalled and role == ProcessRole.RANK:
                 state = JobState.STALLED
                 note = note or stalled[rank]
@@ -665,6 +686,13 @@ class ProcessScanner:
             reason = "every process has ended; only zombie entries are left"
         elif orphaned:
             state = JobState.ORPHANED
+        elif stopped := [p.pid for p in live if p.state == JobState.STOPPED]:
+            state = JobState.STOPPED
+            pids = " ".join(map(str, stopped))
+            reason = (
+                f"pid {pids} {'is' if len(stopped) == 1 else 'are'} stopped (SIGSTOP or Ctrl-Z), "
+                f"so the job waits; `kill -CONT {pids}` resumes it"
+            )
         elif any(p.state == JobState.STALLED for p in live):
             state = JobState.STALLED
             reason = "; ".join(f"rank {r}: {why}" for r, why in sorted(stalled.items()))

@@ -1,7 +1,8 @@
 """Result history: every bench, with the machine it ran on, in one SQLite file.
 
-Plain Python. The default file is ``results.sqlite3`` in the user's data directory
-(``$DDPTUI_DATA_DIR``, else ``$XDG_DATA_HOME/ddptui``, else ``~/.local/share/ddptui``).
+Plain Python. The default file is ``$DDPTUI_RESULTS_DB``, else ``results.sqlite3`` in the user's
+data directory (``$DDPTUI_DATA_DIR``, else ``$XDG_DATA_HOME/ddptui``, else
+``~/.local/share/ddptui``); ``ddptui results`` shows which, and ``--db`` picks another.
 
 The schema version lives in ``PRAGMA user_version`` and the file is marked as ddptui's with
 ``PRAGMA application_id``. A database from a newer ddptui, or a file that is not a ddptui results
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.core import strict_json
 from engine.core.machine_info import MachineInfo
 from engine.core.speedup_table import SpeedupTable, TableError
 from engine.core.summary import RunSummary
@@ -62,6 +64,9 @@ def default_data_dir() -> Path:
 
 
 def default_db_path() -> Path:
+    env = os.environ.get("DDPTUI_RESULTS_DB")
+    if env:
+        return Path(env).expanduser()
     return default_data_dir() / DB_FILENAME
 
 
@@ -207,8 +212,8 @@ class ResultHistory:
                     created if created is not None else time.time(),
                     title,
                     command,
-                    json.dumps(machine.to_json()),
-                    json.dumps(table.to_json()),
+                    strict_json.dumps(machine.to_json()),
+                    strict_json.dumps(table.to_json()),
                 ),
             )
             bench_id = cursor.lastrowid
@@ -223,7 +228,7 @@ class ResultHistory:
                         run.repeat,
                         run.summary.run_id,
                         run.run_dir,
-                        json.dumps(run.summary.to_json()),
+                        strict_json.dumps(run.summary.to_json()),
                     )
                     for run in runs
                 ],

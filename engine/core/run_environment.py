@@ -24,3 +24,8 @@ STACKS_DIR = "stacks"  # in the run directory: faulthandler files and snapshots
 def faulthandler_file_name(pid: int) -> str:
     """The file (in the run directory's stacks folder) a rank's stack dumps are appended to."""
     return f"pid-{pid}.txt"
+
+
+# Where the ranks meet (the c10d store): file:///RUN_DIR/.rendezvous for a single-node run, so
+# nothing listens on a TCP port; tcp://MASTER_ADDR:PORT across nodes, served on that address only.
+RENDEZVOUS_ENV = "DDPTUI_RENDEZVOUS"

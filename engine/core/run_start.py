@@ -12,6 +12,7 @@ dropped SSH link or a crashed UI does not kill training.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -20,9 +21,21 @@ from pathlib import Path
 
 from engine.core import gpus
 from engine.core.config import RunConfig, to_toml
+from engine.core.disk_space import SpaceReserve, WriteFailed, write_failure
 from engine.core.plan import RunPlan, plan_run
 from engine.core.resource_guard import ResourceCheck, check_resources
-from engine.core.rundir import RunDir, RunInfo, new_run_id, this_host
+from engine.core.run_environment import RUN_MARKER_ENV
+from engine.core.run_files import PRIVATE_FILE_MODE
+from engine.core.rundir import (
+    RunDir,
+    RunDirError,
+    RunInfo,
+    check_run_id,
+    check_runs_dir,
+    new_run_id,
+    this_host,
+    write_text_atomic,
+)
 from engine.core.statuses import RunStatus
 
 
@@ -69,9 +82,29 @@ def prepare_run(
 
 
 def _create_run_dir(config: RunConfig, plan: RunPlan, runs_dir: Path, run_id: str | None) -> RunDir:
+    """The run directory with config.toml, run.json and the space reserve the launcher gives
+    back for its summary. RunDirError (one sentence: the path, and the free space on a full disk)
+    when it cannot be made; then nothing of it is left."""
+    check_runs_dir(Path(runs_dir), write=True)
+    if run_id is not None:
+        check_run_id(run_id)
     run_dir = RunDir(Path(runs_dir) / (run_id or new_run_id(config.name)))
-    run_dir.create()
-    run_dir.config_path.write_text(to_toml(config), encoding="utf-8")
+    try:
+        run_dir.create()
+    except OSError as err:
+        raise RunDirError(write_failure(run_dir.path, err)) from None
+    try:
+        _fill_run_dir(run_dir, config, plan)
+    except OSError as err:
+        shutil.rmtree(run_dir.path, ignore_errors=True)
+        sentence = str(err) if isinstance(err, WriteFailed) else write_failure(run_dir.path, err)
+        raise RunDirError(f"the run could not start: {sentence}") from None
+    return run_dir
+
+
+def _fill_run_dir(run_dir: RunDir, config: RunConfig, plan: RunPlan) -> None:
+    SpaceReserve(run_dir.path).make()
+    write_text_atomic(run_dir.config_path, to_toml(config))
     run_dir.write_run_info(
         RunInfo(
             run_id=run_dir.run_id,
@@ -83,7 +116,6 @@ def _create_run_dir(config: RunConfig, plan: RunPlan, runs_dir: Path, run_id: st
             devices=plan.devices.describe(),
         )
     )
-    return run_dir
 
 
 def launcher_command(run_dir: RunDir, *extra: str) -> list[str]:
@@ -107,13 +139,21 @@ def start_run(
     plan, resources = check_run(config, gpu_count=gpu_count)
     run_dir = _create_run_dir(config, plan, runs_dir, run_id)
     # The launcher's own output (before it redirects the ranks) goes to logs/launcher.log.
-    with open(run_dir.launcher_log_path, "ab") as log:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+    try:
+        log_fd = os.open(run_dir.launcher_log_path, flags, PRIVATE_FILE_MODE)
+    except OSError as err:
+        shutil.rmtree(run_dir.path, ignore_errors=True)
+        raise RunDirError(write_failure(run_dir.launcher_log_path, err)) from None
+    with os.fdopen(log_fd, "ab") as log:
         process = subprocess.Popen(
             launcher_command(run_dir, *launcher_args),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            # The launcher carries the run marker from its first instruction: `ddptui kill` and
+            # `clean` stop only processes that carry it.
+            env={**os.environ, "PYTHONUNBUFFERED": "1", RUN_MARKER_ENV: run_dir.run_id},
         )
     return StartedRun(run_dir=run_dir, plan=plan, process=process, resources=resources)

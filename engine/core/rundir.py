@@ -29,13 +29,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.core import strict_json
+from engine.core.disk_space import WriteFailed
+from engine.core.oom_evidence import OomBaseline
 from engine.core.process_identity import ProcessRef
 from engine.core.run_environment import RUN_MARKER_ENV, STACKS_DIR
+from engine.core.run_files import DIR_MODE, FILE_MODE, PRIVATE_DIR_MODE, make_dirs
 from engine.core.statuses import RunStatus
 from engine.core.summary import RunSummary
 
 RUN_SCHEMA_VERSION = 1
 DEFAULT_RUNS_DIR = Path("runs")
+NAME_MAX = 255  # bytes in one path component (Linux, macOS)
+# Kernel file systems: nothing can be made there, whatever the permissions say.
+VIRTUAL_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
 
 
 class RunDirError(ValueError):
@@ -48,17 +55,27 @@ def new_run_id(preset: str) -> str:
     return f"{stamp}-{preset}-{secrets.token_hex(2)}"
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` to a temporary file beside ``path``, then rename it over ``path``: a reader
-    sees the old file or the new one, never half of one. A failed write (a full disk) leaves
-    neither a half file nor the temporary one."""
+def write_text_atomic(path: Path, text: str, mode: int = FILE_MODE) -> None:
+    """Write ``text`` to a temporary file beside ``path`` (made with ``mode``, whatever the
+    umask), then rename it over ``path``: a reader sees the old file or the new one, never half of
+    one. A failed write (a full disk) leaves neither a half file nor the temporary one, and raises
+    WriteFailed, whose message names the path and the free space."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError) and not isinstance(err, WriteFailed):
+            raise WriteFailed(path, err) from None
         raise
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """``data`` as strict JSON (``engine.core.strict_json``), written as ``write_text_atomic``."""
+    write_text_atomic(path, strict_json.dumps(data, indent=2) + "\n")
 
 
 def _read_versioned_json(path: Path, what: str) -> dict[str, Any]:
@@ -97,7 +114,9 @@ class RunInfo:
     ranks: tuple[ProcessRef, ...] = ()
     node_rank: int = 0
     nnodes: int = 1
-    oom_kills_at_start: int | None = None  # /proc/vmstat oom_kill when the launcher started
+    # The launcher's boot, uptime and memory cgroup's OOM count at its start: what ties a later
+    # OOM kill to this run (engine.core.oom_evidence).
+    oom_baseline: OomBaseline | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", RunStatus(self.state))  # the word, typed where made
@@ -117,7 +136,7 @@ class RunInfo:
             "ranks": [r.to_json() for r in self.ranks],
             "node_rank": self.node_rank,
             "nnodes": self.nnodes,
-            "oom_kills_at_start": self.oom_kills_at_start,
+            "oom_baseline": self.oom_baseline.to_json() if self.oom_baseline else None,
             "marker_env": RUN_MARKER_ENV,
         }
 
@@ -137,12 +156,8 @@ class RunInfo:
             ranks=tuple(ProcessRef.from_json(r) for r in data.get("ranks", [])),
             node_rank=int(data.get("node_rank", 0)),
             nnodes=int(data.get("nnodes", 1)),
-            oom_kills_at_start=_optional_int(data.get("oom_kills_at_start")),
+            oom_baseline=OomBaseline.from_json(data.get("oom_baseline")),
         )
-
-
-def _optional_int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 class RunDir:
@@ -171,6 +186,11 @@ class RunDir:
     @property
     def checkpoint_path(self) -> Path:
         return self.path / "checkpoint.pt"
+
+    @property
+    def rendezvous_path(self) -> Path:
+        """The file store where the ranks of a single-node run meet (exists while it runs)."""
+        return self.path / ".rendezvous"
 
     @property
     def events_dir(self) -> Path:
@@ -220,10 +240,19 @@ class RunDir:
         return dict(sorted(found.items()))
 
     def create(self) -> None:
+        """Make the run directory (and the runs directory above it) with private modes
+        (``engine.core.run_files``); raises RunDirError or OSError."""
         if self.path.exists():
             raise RunDirError(f"{self.path}: a run directory of that name exists already")
-        self.events_dir.mkdir(parents=True)
-        self.logs_dir.mkdir()
+        make_dirs(self.path.parent)
+        self.path.mkdir(mode=DIR_MODE)
+        self.events_dir.mkdir(mode=DIR_MODE)
+        self.logs_dir.mkdir(mode=PRIVATE_DIR_MODE)
+
+    def make_missing_dirs(self) -> None:
+        """The events and logs directories, where a launcher or a torchrun rank finds none."""
+        make_dirs(self.events_dir, DIR_MODE)
+        make_dirs(self.logs_dir, PRIVATE_DIR_MODE)
 
     # run.json
     def write_run_info(self, info: RunInfo) -> None:
@@ -256,13 +285,81 @@ def this_host() -> str:
     return socket.gethostname()
 
 
+def check_run_id(run_id: str) -> None:
+    """A run id names one directory inside the runs directory, never a path: RunDirError for an
+    empty id, one with a slash or a NUL, and ``.`` / ``..``."""
+    if not run_id:
+        raise RunDirError("a run id cannot be empty; `ddptui runs` lists them")
+    if "/" in run_id or "\0" in run_id or run_id in (".", ".."):
+        raise RunDirError(
+            f"{run_id!r} is not a run id: a run id names a directory inside --runs-dir, without "
+            "'/' (use --runs-dir for another runs directory)"
+        )
+
+
+def check_runs_dir(runs_dir: Path, *, write: bool = False) -> None:
+    """RunDirError, one sentence, when ``runs_dir`` cannot be a runs directory: a name longer than
+    a file system allows, a place inside /proc, /sys or /dev, something that is not a directory,
+    or (``write``) a directory this user cannot make runs in. A missing one is fine: it is made."""
+    where = f"--runs-dir {runs_dir}"
+    for part in runs_dir.parts:
+        if len(os.fsencode(part)) > NAME_MAX:
+            raise RunDirError(
+                f"{where[:80]}...: one of its names is {len(part)} characters long, and a file "
+                f"system allows at most {NAME_MAX}"
+            )
+    resolved = Path(os.path.abspath(runs_dir))
+    for root in VIRTUAL_ROOTS:
+        if resolved == root or root in resolved.parents:
+            raise RunDirError(
+                f"{where} is inside {root}, a kernel file system that cannot hold run directories"
+            )
+    try:
+        exists = runs_dir.exists()
+        if exists and not runs_dir.is_dir():
+            raise RunDirError(f"{where} is not a directory")
+    except OSError as err:
+        raise RunDirError(f"{where} cannot be reached by {_user_name()} ({err.strerror})") from None
+    if not write:
+        return
+    existing = runs_dir
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not os.access(existing, os.W_OK | os.X_OK):
+        user = _user_name()
+        how = "a read-only file system" if _read_only(existing) else f"not writable by {user}"
+        raise RunDirError(
+            f"{where} cannot hold new runs: {existing} is {how}; choose another with --runs-dir "
+            "or $DDPTUI_RUNS_DIR"
+        )
+
+
+def _user_name() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return f"uid {os.getuid()}"
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def find_run(runs_dir: Path, run_id: str) -> RunDir:
-    """A run by id (or a unique prefix of one) under ``runs_dir``; RunDirError names what is missing."""
+    """A run by id (or a unique prefix of one) under ``runs_dir``; RunDirError names what is
+    missing, or why ``run_id`` is no run id at all."""
+    check_run_id(run_id)
+    check_runs_dir(runs_dir)
     exact = runs_dir / run_id
     if (exact / "run.json").exists() or (exact / "config.toml").exists():
         return RunDir(exact)
     if runs_dir.is_dir():
-        matches = sorted(p for p in runs_dir.iterdir() if p.is_dir() and p.name.startswith(run_id))
+        matches = sorted(p for p in _entries(runs_dir) if p.is_dir() and p.name.startswith(run_id))
         if len(matches) == 1:
             return RunDir(matches[0])
         if len(matches) > 1:
@@ -273,7 +370,15 @@ def find_run(runs_dir: Path, run_id: str) -> RunDir:
 
 
 def list_runs(runs_dir: Path) -> list[RunDir]:
-    """Run directories under ``runs_dir``, oldest first."""
+    """Run directories under ``runs_dir``, oldest first; RunDirError when it cannot be read."""
+    check_runs_dir(runs_dir)
     if not runs_dir.is_dir():
         return []
-    return [RunDir(p) for p in sorted(runs_dir.iterdir()) if (p / "config.toml").exists()]
+    return [RunDir(p) for p in sorted(_entries(runs_dir)) if (p / "config.toml").exists()]
+
+
+def _entries(runs_dir: Path) -> list[Path]:
+    try:
+        return list(runs_dir.iterdir())
+    except OSError as err:
+        raise RunDirError(f"--runs-dir {runs_dir} cannot be listed ({err.strerror})") from None

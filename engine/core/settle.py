@@ -18,10 +18,13 @@ they built.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from engine.core.config import ConfigError
+from engine.core.disk_space import SpaceReserve, WriteFailed, write_failure
 from engine.core.oom_evidence import sigkill_cause
 from engine.core.rundir import RunDir, RunDirError, RunInfo
 from engine.core.statuses import RunStatus
@@ -47,7 +50,7 @@ def launcher_end(info: RunInfo, launcher_exit: int | None) -> Failure:
         how = "ended without writing a summary"
     cause = ""
     if pid is not None and signal_name in (None, "SIGKILL"):
-        cause = sigkill_cause(pid, info.oom_kills_at_start)
+        cause = sigkill_cause(pid, info.oom_baseline)
     error = f"{who} {how}" + (f"; {cause}" if cause else "")
     return Failure(rank=None, exitcode=exitcode, signal=signal_name, error=error)
 
@@ -115,10 +118,13 @@ def settle_run(run_dir: RunDir, summary: RunSummary) -> str:
     """
     if run_dir.summary_path.exists():
         return ""
+    SpaceReserve(run_dir.path).release()  # set aside at the start for exactly this write
+    with contextlib.suppress(OSError):  # the file store of ranks that are gone
+        run_dir.rendezvous_path.unlink(missing_ok=True)
     try:
         run_dir.write_summary(summary)
     except OSError as err:
-        return f"{run_dir.summary_path} could not be written ({err.strerror or err})"
+        return _unwritten(run_dir.summary_path, err)
     try:
         info = run_dir.read_run_info()
     except RunDirError:
@@ -127,5 +133,11 @@ def settle_run(run_dir: RunDir, summary: RunSummary) -> str:
         try:
             run_dir.write_run_info(replace(info, state=summary.status))
         except OSError as err:
-            return f"{run_dir.run_json_path} could not be updated ({err.strerror or err})"
+            return _unwritten(run_dir.run_json_path, err)
     return ""
+
+
+def _unwritten(path: Path, err: OSError) -> str:
+    """The summary shown here could not be saved: the path, why, and the free space."""
+    sentence = str(err) if isinstance(err, WriteFailed) else write_failure(path, err)
+    return f"{sentence}; shown here, not saved"

@@ -17,18 +17,22 @@ What a caller may rely on:
 - With repeats, each figure is the median over the repeats, with the min and max kept as the spread.
 - A row whose global batch differs from the baseline's is flagged (``batch_differs``), and a row
   slower than another row of the same precision with fewer devices names it (``slower_than``).
+- Figures that cannot be trusted are flagged, each with a footnote: efficiency above 100 % beyond
+  the spread of the repeats (``superlinear``), fewer than ``MIN_STEADY_STEPS`` steady steps
+  (``few_steps``), and other processes keeping more than ``OUTSIDE_LOAD_CORES`` cores busy while
+  the row ran (``outside_load``, measured by the bench: ``engine.core.outside_load``).
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import json
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from engine.core import strict_json
 from engine.core.statuses import RowStatus, RunStatus
 from engine.core.summary import RunSummary
 
@@ -38,7 +42,15 @@ FORMATS = ("markdown", "csv", "json")
 
 WARN_MARK = "⚠"
 BATCH_MARK = "†"
+SUPERLINEAR_MARK = "‡"
+FEW_STEPS_MARK = "§"
+LOAD_MARK = "◊"
 NONE_CELL = "—"
+
+# Fewer steady (post-warm-up) steps than this in a row's last epoch: its rate is mostly noise.
+MIN_STEADY_STEPS = 20
+# Other processes keeping this many cores busy on average while a row ran: it had company.
+OUTSIDE_LOAD_CORES = 0.25
 
 
 class TableError(ValueError):
@@ -96,6 +108,17 @@ class SpeedupRow:
     # label of a faster row of the same precision with fewer devices (the fewest such)
     slower_than: str | None = None
     run_ids: tuple[str, ...] = ()
+    steady_steps: int | None = None  # the fewest steps after the warm-up in a repeat's last epoch
+    outside_load: float | None = None  # the most cores other processes kept busy in a repeat
+    superlinear: bool = False  # efficiency above 100 % beyond the spread of the repeats
+
+    @property
+    def few_steps(self) -> bool:
+        return self.steady_steps is not None and self.steady_steps < MIN_STEADY_STEPS
+
+    @property
+    def loaded(self) -> bool:
+        return self.outside_load is not None and self.outside_load > OUTSIDE_LOAD_CORES
 
     @property
     def ok(self) -> bool:
@@ -109,17 +132,20 @@ class SpeedupRow:
             note = "baseline" if self.baseline else ""
         else:
             note = f"{self.status}: {self.reason}" if self.reason else self.status
+        seconds = _seconds_cell(self.epoch_seconds, self.epoch_seconds_min, self.epoch_seconds_max)
+        rate = _rate_cell(self.images_per_s, self.images_per_s_min, self.images_per_s_max)
+        efficiency = _percent_cell(self.efficiency, digits=0)
         return (
             self.label,
             self.strategy,
             self.devices if self.devices else NONE_CELL,
             self.precision,
             batch,
-            _seconds_cell(self.epoch_seconds, self.epoch_seconds_min, self.epoch_seconds_max),
+            seconds + (f" {LOAD_MARK}" if self.loaded else ""),
             _percent_cell(self.data_wait_share, digits=0),
-            _rate_cell(self.images_per_s, self.images_per_s_min, self.images_per_s_max),
+            rate + (f" {FEW_STEPS_MARK}" if self.few_steps else ""),
             speedup,
-            _percent_cell(self.efficiency, digits=0),
+            efficiency + (f" {SUPERLINEAR_MARK}" if self.superlinear else ""),
             _percent_cell(self.test_accuracy, digits=1),
             note,
         )
@@ -177,7 +203,7 @@ class SpeedupTable:
         if fmt == "csv":
             return self.to_csv()
         if fmt == "json":
-            return json.dumps(self.to_json(), indent=2) + "\n"
+            return strict_json.dumps(self.to_json(), indent=2) + "\n"
         raise TableError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
 
     def to_markdown(self) -> str:
@@ -346,6 +372,7 @@ def _measure(result: RowResult) -> SpeedupRow:
     rates = [e.steady_images_per_s for e in last]
     waits = [e.data_wait_seconds / e.seconds if e.seconds > 0 else 0.0 for e in last]
     accuracies = [e.test_accuracy for e in last if e.test_accuracy is not None]
+    loads = [s.outside_load_cores for s in result.summaries if s.outside_load_cores is not None]
     return SpeedupRow(
         **shape,
         status=RowStatus.OK,
@@ -361,6 +388,8 @@ def _measure(result: RowResult) -> SpeedupRow:
         epoch_images=int(_median(e.images for e in last)),
         warmup_steps=last[0].warmup_steps,
         test_accuracy=_median(accuracies) if accuracies else None,
+        steady_steps=min(e.steps - e.warmup_steps for e in last),
+        outside_load=max(loads) if loads else None,
     )
 
 
@@ -391,8 +420,17 @@ def _relate(row: SpeedupRow, base: SpeedupRow | None, batch_reference: int) -> S
     speedup = row.images_per_s / base.images_per_s
     device_ratio = row.device_count / base.device_count if base.device_count > 0 else 0.0
     efficiency = speedup / device_ratio if device_ratio > 0 else None
+    # Beyond the spread: even the row's slowest repeat over the baseline's fastest is above 100 %.
+    low = row.images_per_s_min or row.images_per_s
+    high = base.images_per_s_max or base.images_per_s
+    superlinear = not is_base and device_ratio > 0 and low / high / device_ratio > 1.0
     return _replace(
-        row, speedup=speedup, efficiency=efficiency, baseline=is_base, batch_differs=differs
+        row,
+        speedup=speedup,
+        efficiency=efficiency,
+        baseline=is_base,
+        batch_differs=differs,
+        superlinear=superlinear,
     )
 
 
@@ -476,6 +514,29 @@ def _explain(
         notes.append(
             f"{WARN_MARK} More devices, yet slower than a row with fewer in the same precision"
             f"{beyond}: {pairs}."
+        )
+    superlinear = [r.label for r in rows if r.superlinear]
+    if superlinear:
+        notes.append(
+            f"{SUPERLINEAR_MARK} Efficiency above 100 % beyond the spread of the repeats in "
+            f"{_names(superlinear)}: more than linear scaling usually means the baseline was "
+            "slowed (outside load, a cold start, a throttled device), not that the row scales "
+            "better than perfectly; rerun with --repeat 3 on a quiet machine."
+        )
+    few = [r for r in rows if r.few_steps]
+    if few:
+        counts = ", ".join(f"{r.label!r} {r.steady_steps}" for r in few)
+        notes.append(
+            f"{FEW_STEPS_MARK} Too few steady steps to trust (after the warm-up; at least "
+            f"{MIN_STEADY_STEPS} are needed): {counts}; raise training.max_steps or the data set."
+        )
+    loaded = [r for r in rows if r.loaded]
+    if loaded:
+        loads = ", ".join(f"{r.label!r} {r.outside_load:.2f}" for r in loaded)
+        notes.append(
+            f"{LOAD_MARK} Outside load while the row ran: other processes kept this many cores "
+            f"busy on average (their CPU time, from psutil; flagged above {OUTSIDE_LOAD_CORES:g}): "
+            f"{loads}; its figures are likely low, and a speedup over it likely high."
         )
     repeats = sorted({r.repeats for r in done})
     if repeats and repeats != [1]:

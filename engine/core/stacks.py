@@ -25,6 +25,7 @@ import psutil
 
 from engine.core.process_identity import ProcessRef, same_start
 from engine.core.run_environment import STACK_DUMP_SIGNAL
+from engine.core.run_files import open_in_run
 
 PY_SPY_TIMEOUT_SECONDS = 5.0  # per attempt: with native frames, then without
 DUMP_WAIT_SECONDS = 5.0  # for faulthandler to write the dump after the signal
@@ -252,12 +253,12 @@ def faulthandler_dump(
             break
     if size <= start:
         return "", f"it wrote no stack within {wait:g} s"
-    try:
-        with open(dump_file, "rb") as f:
+    try:  # RUN_DIR/stacks/pid-N.txt: read as every run file is, through no planted link
+        with open_in_run(dump_file.parent.parent, dump_file) as f:
             f.seek(start)
             return f.read(size - start).decode("utf-8", errors="replace"), ""
     except OSError as err:
-        return "", f"its stack file could not be read ({err.strerror})"
+        return "", f"its stack file could not be read ({err})"
 
 
 def capture_stack(

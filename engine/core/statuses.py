@@ -92,6 +92,7 @@ class JobState(Vocabulary):
     RUNNING = "running"
     ORPHANED = "orphaned"  # its launcher is gone
     STALLED = "stalled"  # a rank of it is stalled
+    STOPPED = "stopped"  # a process of it is in the stopped state (SIGSTOP): SIGCONT resumes it
     ZOMBIE = "zombie"  # only unreaped entries are left
 
 

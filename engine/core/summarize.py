@@ -6,6 +6,7 @@ launcher could not. Reading only: whoever calls it decides whether and where to 
 
 from __future__ import annotations
 
+import math
 import time
 
 from engine.core.config import load_config
@@ -52,12 +53,25 @@ def epoch_figures(rank0_events: list[Event]) -> list[EpochFigures]:
     return figures
 
 
+def figure_warnings(epochs: list[EpochFigures]) -> tuple[str, ...]:
+    """Sentences for figures that are not numbers: a loss that became NaN or infinite in a run
+    that went on (``training.on_divergence = "warn"``)."""
+    bad = [e.epoch + 1 for e in epochs if not math.isfinite(e.train_loss)]
+    if not bad:
+        return ()
+    which = ", ".join(map(str, bad))
+    return (
+        f"the training loss was not finite in epoch {which} (training.on_divergence = warn): "
+        "the model diverged and its figures mean little",
+    )
+
+
 def first_rank_failure(run_dir: RunDir) -> Failure | None:
     """The earliest RankFailed event of any rank (the root cause), if a rank reported one."""
     failures = [
         e
         for path in run_dir.rank_event_paths().values()
-        for e in read_events(path)
+        for e in read_events(path, run_dir.path)
         if isinstance(e, RankFailed)
     ]
     if not failures:
@@ -67,7 +81,7 @@ def first_rank_failure(run_dir: RunDir) -> Failure | None:
 
 
 def started_time(run_dir: RunDir, info: RunInfo) -> float:
-    for e in read_events(run_dir.launcher_events_path):
+    for e in read_events(run_dir.launcher_events_path, run_dir.path):
         if isinstance(e, RunStarted):
             return e.time
     return info.created
@@ -86,7 +100,7 @@ def build_summary(
         info: RunInfo | None = run_dir.read_run_info()
     except RunDirError:  # a summary must be written even next to a broken run.json
         info = None
-    rank0 = read_events(run_dir.rank_events_path(0))
+    rank0 = read_events(run_dir.rank_events_path(0), run_dir.path)
     started = started_time(run_dir, info) if info else _first_time(rank0)
     world_size = info.world_size if info else _reported_world_size(rank0)
     devices = info.devices if info else config.devices.spec
@@ -95,6 +109,7 @@ def build_summary(
     if failure is None and status == RunStatus.FAILED:
         failure = first_rank_failure(run_dir)
     finished = time.time()
+    epochs = epoch_figures(rank0)
     return RunSummary(
         run_id=run_dir.run_id,
         preset=config.name,
@@ -110,11 +125,12 @@ def build_summary(
         started=started,
         finished=finished,
         elapsed_seconds=max(0.0, finished - started),
-        epochs=tuple(epoch_figures(rank0)),
+        epochs=tuple(epochs),
         failure=failure,
         reason=reason,
         diagnosis=latest_snapshot(run_dir.path),
         global_steps=_last_global_step(rank0),
+        warnings=figure_warnings(epochs),
     )
 
 

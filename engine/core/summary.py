@@ -15,6 +15,7 @@ from typing import Any
 
 from engine.core.diagnosis import StackSnapshot
 from engine.core.statuses import RankStatus, RunStatus
+from engine.core.strict_json import float_or_nan
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,10 @@ class RunSummary:
     ranks: tuple[RankReached, ...] = ()  # lost runs: how far each rank got
     diagnosis: StackSnapshot | None = None  # the last stack snapshot of the ranks, if one was taken
     global_steps: int | None = None  # optimizer steps rank 0 reported (a script's only figure)
+    warnings: tuple[str, ...] = ()  # one sentence each: what a reader must know of the figures
+    # Cores other processes kept busy while it ran, when a bench measured it (never in the run's
+    # own summary.json: a bench adds it to the copy it records).
+    outside_load_cores: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", RunStatus(self.status))  # the word, typed where made
@@ -123,6 +128,7 @@ class RunSummary:
             RankReached(**{**_known(RankReached, r), "state": RankStatus(r["state"])})
             for r in data.get("ranks") or []
         )
+        values["warnings"] = tuple(str(w) for w in data.get("warnings") or ())
         failure = data.get("failure")
         values["failure"] = Failure(**_known(Failure, failure)) if failure else None
         diagnosis = data.get("diagnosis")
@@ -131,10 +137,16 @@ class RunSummary:
 
 
 def _known(cls: type, data: Any) -> dict[str, Any]:
+    """The keys of ``data`` that ``cls`` has; a float written as null (a NaN or an infinity, see
+    ``engine.core.strict_json``) reads back as NaN."""
     if not isinstance(data, dict):
         raise TypeError(f"{cls.__name__}: expected a JSON object, found {type(data).__name__}")
     fields = cls.__dataclass_fields__  # type: ignore[attr-defined]
-    return {k: v for k, v in data.items() if k in fields}
+    return {
+        k: float_or_nan(v) if fields[k].type == "float" else v
+        for k, v in data.items()
+        if k in fields
+    }
 
 
 def exit_status(code: int | None) -> tuple[int | None, str | None]:

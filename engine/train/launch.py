@@ -29,6 +29,7 @@ if __name__ == "__mp_main__":
 import argparse
 import contextlib
 import os
+import pickle
 import signal
 import socket
 import subprocess
@@ -36,6 +37,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -44,7 +46,9 @@ import psutil
 from engine.core import gpus
 from engine.core.config import ConfigError, RunConfig, load_config
 from engine.core.diagnosis import RankTarget, StackSnapshot, latest_snapshot, take_snapshot
+from engine.core.disk_space import SpaceReserve, WriteFailed
 from engine.core.events import (
+    Event,
     EventTail,
     EventWriter,
     RankExited,
@@ -56,7 +60,7 @@ from engine.core.events import (
     RunStarted,
     StacksTaken,
 )
-from engine.core.oom_evidence import oom_kill_count, sigkill_cause
+from engine.core.oom_evidence import OomBaseline, oom_baseline, sigkill_cause
 from engine.core.plan import RunPlan, plan_run
 from engine.core.process_identity import ProcessRef
 from engine.core.process_kill import stop_processes
@@ -64,10 +68,12 @@ from engine.core.rank_states import RankStateTracker, Thresholds
 from engine.core.resource_guard import available_memory_bytes, check_resources
 from engine.core.run_environment import (
     LAUNCHER_PID_ENV,
+    RENDEZVOUS_ENV,
     RUN_DIR_ENV,
     RUN_MARKER_ENV,
     THREADS_ENV,
 )
+from engine.core.run_files import PRIVATE_FILE_MODE
 from engine.core.rundir import (
     RunDir,
     RunDirError,
@@ -76,7 +82,7 @@ from engine.core.rundir import (
 )
 from engine.core.statuses import RankStatus, RunStatus
 from engine.core.summarize import build_summary
-from engine.core.summary import Failure, exit_status
+from engine.core.summary import Failure, RunSummary, exit_status
 from engine.train.memory_fault import own_memory_cgroup, remove_fault_cgroup
 
 POLL_SECONDS = 0.1
@@ -134,6 +140,71 @@ def rank_environment(
     return env
 
 
+def loopback_interface() -> str:
+    """The name of the interface holding 127.0.0.1 ("lo" on Linux, "lo0" on macOS)."""
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addresses):
+            return name
+    return "lo"
+
+
+def rendezvous_environment(
+    run_dir: RunDir, nnodes: int, master_addr: str, master_port: int
+) -> dict[str, str]:
+    """Where the ranks meet and which interface they talk over.
+
+    One node: through a file store in the run directory, and gloo and NCCL pinned to loopback, so
+    no process of the run holds a listening socket beyond 127.0.0.1 (torch's TCPStore would
+    listen on every interface). Several nodes: through a TCP store that rank 0 serves on
+    ``master_addr`` only; gloo and NCCL use the interface their own settings pick.
+    """
+    if nnodes > 1:
+        return {RENDEZVOUS_ENV: f"tcp://{master_addr}:{master_port}"}
+    loopback = loopback_interface()
+    return {
+        RENDEZVOUS_ENV: f"file://{run_dir.rendezvous_path.resolve()}",
+        "GLOO_SOCKET_IFNAME": loopback,
+        "NCCL_SOCKET_IFNAME": loopback,
+    }
+
+
+def prepare_rendezvous_file(run_dir: RunDir) -> None:
+    """An empty file store, private whatever the umask (c10d would make it 0644 minus it)."""
+    run_dir.rendezvous_path.unlink(missing_ok=True)
+    os.close(
+        os.open(run_dir.rendezvous_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
+    )
+
+
+class LauncherEvents(EventWriter):
+    """The launcher's events, best effort: a full disk must not end the supervision of ranks
+    that still run (summary.json, written from the space reserve, says how the run ended)."""
+
+    refused = ""  # the first write the disk refused, as one sentence
+
+    def write(self, event: Event) -> None:
+        try:
+            super().write(event)
+        except WriteFailed as err:
+            self.refused = self.refused or str(err)
+
+
+def spawn_error(error_file: str | None) -> str:
+    """The error a spawned rank raised, from the file torch.multiprocessing's wrapper pickles
+    its traceback into: the way a rank reports when the disk refused its RankFailed event."""
+    if not error_file:
+        return ""
+    try:
+        with open(error_file, "rb") as f:
+            text = pickle.load(f)
+    except (OSError, EOFError, pickle.UnpicklingError):
+        return ""
+    last = next((line for line in reversed(str(text).splitlines()) if line.strip()), "")
+    kind, _, message = last.partition(": ")
+    # WriteFailed's message is a whole sentence (the path, the free space); others keep their type
+    return message.strip() if kind.endswith("WriteFailed") else last.strip()
+
+
 @dataclass
 class RankWatch:
     """What the launcher knows of one local rank's process; its state is the tracker's."""
@@ -167,14 +238,17 @@ class Supervisor:
         config: RunConfig,
         ranks: list[int],
         events: EventWriter,
-        oom_kills_at_start: int | None = None,
+        oom_baseline: OomBaseline | None = None,
+        error_of: Callable[[int], str] = lambda rank: "",
     ):
         self.run_dir = run_dir
-        self.oom_kills_at_start = oom_kills_at_start
+        self.error_of = error_of  # what a rank that could not report raised, by rank
+        self.oom_baseline = oom_baseline
         self.config = config
         self.events = events
         self.watches = {
-            r: RankWatch(rank=r, tail=EventTail(run_dir.rank_events_path(r))) for r in ranks
+            r: RankWatch(rank=r, tail=EventTail(run_dir.rank_events_path(r), run_dir.path))
+            for r in ranks
         }
         self.tracker = RankStateTracker(
             world_size=len(ranks), thresholds=Thresholds.of(config), run_started=time.time()
@@ -370,9 +444,11 @@ class Supervisor:
             w = min(silent, key=lambda w: self.first_exit_order.index(w.rank))
             exitcode, signal_name = exit_status(w.exitcode)
             how = f"code {exitcode}" if exitcode is not None else signal_name or "an unknown status"
-            error = f"rank {w.rank} exited with {how} without reporting an error"
+            error = self.error_of(w.rank) or (
+                f"rank {w.rank} exited with {how} without reporting an error"
+            )
             if signal_name == "SIGKILL" and w.pid is not None:
-                cause = sigkill_cause(w.pid, self.oom_kills_at_start)
+                cause = sigkill_cause(w.pid, self.oom_baseline)
                 error += f"; {cause}" if cause else ""
             return Failure(
                 rank=w.rank,
@@ -413,10 +489,11 @@ def supervise(
     config: RunConfig,
     processes: dict[int, psutil.Process],
     events: EventWriter,
-    oom_kills_at_start: int | None = None,
+    oom_baseline: OomBaseline | None = None,
+    error_of: Callable[[int], str] = lambda rank: "",
 ) -> tuple[RunStatus, Failure | None, str]:
     """Watch the ranks until all have exited; returns (status, root cause, reason)."""
-    sup = Supervisor(run_dir, config, sorted(processes), events, oom_kills_at_start)
+    sup = Supervisor(run_dir, config, sorted(processes), events, oom_baseline, error_of)
     sup.processes = processes
     requested: list[str] = []
 
@@ -501,6 +578,7 @@ def launch(
     elif node_rank == 0:
         check_port_free(master_addr, master_port)
     os.environ.update(rank_environment(run_dir, plan, master_addr, master_port, nproc))
+    os.environ.update(rendezvous_environment(run_dir, nnodes, master_addr, master_port))
 
     info = run_dir.read_run_info() if run_dir.run_json_path.exists() else None
     me = psutil.Process()
@@ -516,12 +594,15 @@ def launch(
         pgid=os.getpgid(0),
         node_rank=node_rank,
         nnodes=nnodes,
-        oom_kills_at_start=oom_kill_count(),
+        oom_baseline=oom_baseline(),
     )
-    run_dir.events_dir.mkdir(parents=True, exist_ok=True)
-    run_dir.logs_dir.mkdir(parents=True, exist_ok=True)
+    run_dir.make_missing_dirs()
+    reserve = SpaceReserve(run_dir.path)
+    if not reserve.path.exists():  # started by hand (another node): set it aside now
+        with contextlib.suppress(WriteFailed):
+            reserve.make()
     run_dir.write_run_info(base)
-    events = EventWriter(run_dir.launcher_events_path)
+    events = LauncherEvents(run_dir.launcher_events_path)
     events.write(
         RunStarted(
             run_id=run_dir.run_id,
@@ -532,18 +613,30 @@ def launch(
     )
     status, failure, reason = RunStatus.FAILED, None, ""
     processes: dict[int, psutil.Process] = {}
+    error_files: list[str | None] = []
     try:
+        if nnodes == 1:
+            prepare_rendezvous_file(run_dir)
         if config.script.given:
             processes.update(start_script_ranks(run_dir, node_rank, nproc, world_size))
         else:
-            processes.update(spawn_engine_ranks(run_dir, node_rank, nproc, world_size))
+            spawned, error_files = spawn_engine_ranks(run_dir, node_rank, nproc, world_size)
+            processes.update(spawned)
         run_dir.write_run_info(
             replace(
                 base, ranks=tuple(ProcessRef(p.pid, p.create_time()) for p in processes.values())
             )
         )
         status, failure, reason = supervise(
-            run_dir, config, processes, events, base.oom_kills_at_start
+            run_dir,
+            config,
+            processes,
+            events,
+            base.oom_baseline,
+            # a script rank has no spawn error file: its log's tail is its evidence
+            error_of=lambda rank: spawn_error(
+                dict(enumerate(error_files)).get(rank - node_rank * nproc)
+            ),
         )
     except BaseException as err:  # the summary is written whatever happened
         reason = f"the launcher failed: {type(err).__name__}: {err}"
@@ -552,26 +645,27 @@ def launch(
         live = [p for p in processes.values() if p.is_running()]
         stop_processes(live, grace=3.0)
     finally:
+        run_dir.rendezvous_path.unlink(missing_ok=True)
+        for name in error_files:
+            if name:
+                Path(name).unlink(missing_ok=True)
         cgroup = own_memory_cgroup()
         for p in processes.values():  # the cgroup an `oom` fault made, once its rank is gone
             remove_fault_cgroup(p.pid, cgroup)
-        events.write(RunFinished(status=status, reason=reason))
-        events.close()
-        run_dir.write_run_info(
-            replace(
-                base,
-                state=status,
-                ranks=tuple(ProcessRef(p.pid, _create_time(p)) for p in processes.values()),
-            )
+        final = replace(
+            base,
+            state=status,
+            ranks=tuple(ProcessRef(p.pid, _create_time(p)) for p in processes.values()),
         )
-        run_dir.write_summary(build_summary(run_dir, status, failure, reason))
+        write_final_state(run_dir, final, build_summary(run_dir, status, failure, reason), events)
     return status
 
 
 def spawn_engine_ranks(
     run_dir: RunDir, node_rank: int, nproc: int, world_size: int
-) -> dict[int, psutil.Process]:
-    """The engine's workload: ``torch.multiprocessing.spawn`` of ``spawn_entry``, one per device."""
+) -> tuple[dict[int, psutil.Process], list[str | None]]:
+    """The engine's workload: ``torch.multiprocessing.spawn`` of ``spawn_entry``, one per device.
+    Returns the ranks and the files each pickles its error into."""
     import torch.multiprocessing as mp  # only now: the environment above is in place
 
     from engine.train.worker import spawn_entry
@@ -587,14 +681,15 @@ def spawn_engine_ranks(
     for local_rank, proc in enumerate(context.processes):
         assert proc.pid is not None
         processes[node_rank * nproc + local_rank] = psutil.Process(proc.pid)
-    return processes
+    return processes, list(context.error_files)
 
 
 def start_script_ranks(
     run_dir: RunDir, node_rank: int, nproc: int, world_size: int
 ) -> dict[int, psutil.Process]:
     """The user's script: one ``engine.train.script_rank`` process per device, with the torchrun
-    contract in its environment and its log as its output."""
+    contract in its environment and its log as its output. (The script makes its own process
+    group, so its store listens where torch's TCPStore does, not through our file store.)"""
     processes = {}
     for local_rank in range(nproc):
         rank = node_rank * nproc + local_rank
@@ -607,7 +702,12 @@ def start_script_ranks(
             "GROUP_RANK": str(node_rank),
             "PYTHONUNBUFFERED": "1",
         }
-        with open(run_dir.rank_log_path(rank), "ab") as log:
+        fd = os.open(
+            run_dir.rank_log_path(rank),
+            os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW,
+            PRIVATE_FILE_MODE,
+        )
+        with os.fdopen(fd, "ab") as log:
             child = subprocess.Popen(
                 [sys.executable, "-m", "engine.train.script_rank", str(run_dir.path), str(rank)],
                 stdin=subprocess.DEVNULL,
@@ -619,11 +719,41 @@ def start_script_ranks(
     return processes
 
 
+def write_final_state(
+    run_dir: RunDir, info: RunInfo, summary: RunSummary, events: LauncherEvents
+) -> None:
+    """summary.json first (what every reader goes by), then run.json's final state, then the
+    RunFinished event, from the room the space reserve gives back. Raises WriteFailed when even
+    then the summary does not fit; the follower (or the next reader) then says so."""
+    SpaceReserve(run_dir.path).release()
+    if events.refused:
+        note = f"the launcher could not record all its events: {events.refused}"
+        summary = replace(summary, warnings=(*summary.warnings, note))
+    run_dir.write_summary(summary)
+    with contextlib.suppress(WriteFailed):
+        run_dir.write_run_info(info)
+    events.write(RunFinished(status=summary.status, reason=summary.reason))
+    events.close()
+
+
 def _create_time(p: psutil.Process) -> float:
     try:
         return p.create_time()
     except psutil.Error:
         return 0.0
+
+
+def carry_run_marker(run_dir: RunDir, argv: list[str]) -> None:
+    """Re-execute this launcher (same pid, same start time) with the run marker in its
+    environment when it was started without it (by hand, on another node): `ddptui kill` and
+    `clean` stop only processes that carry the marker from their start, which is what
+    /proc/PID/environ shows; setting os.environ later would not."""
+    if os.environ.get(RUN_MARKER_ENV) == run_dir.run_id:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    env = {**os.environ, RUN_MARKER_ENV: run_dir.run_id}
+    os.execve(sys.executable, [sys.executable, "-m", "engine.train.launch", *argv], env)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -640,6 +770,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master-port", type=int, default=None, help="free port on node 0")
     args = parser.parse_args(argv)
     run_dir = RunDir(args.run_dir)
+    if argv is None:
+        carry_run_marker(run_dir, sys.argv[1:])
     if not (0 <= args.node_rank < args.nnodes):
         print(f"--node-rank {args.node_rank} is outside 0..{args.nnodes - 1}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -651,6 +783,9 @@ def main(argv: list[str] | None = None) -> int:
             master_addr=args.master_addr,
             master_port=args.master_port,
         )
+    except WriteFailed as err:  # even the space reserve could not hold the summary
+        print(f"ddptui: {err}", file=sys.stderr)
+        return 1
     except (ConfigError, LaunchError, RunDirError) as err:
         print(f"ddptui: {err}", file=sys.stderr)
         if run_dir.config_path.exists() and not run_dir.summary_path.exists():

@@ -20,32 +20,13 @@ import os
 import time
 from pathlib import Path
 
+from engine.core.oom_evidence import own_memory_cgroup as own_memory_cgroup
+
 CHUNK_BYTES = 32 * 1024 * 1024
 CONFINED_LIMIT_BYTES = 256 * 1024 * 1024
 GIVE_UP_SECONDS = 120.0
 PAGE_BYTES = 4096
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 FAULT_CGROUP_PREFIX = "ddptui-oom-"
-
-
-def own_memory_cgroup(pid: int | str = "self", root: Path = CGROUP_ROOT) -> Path | None:
-    """The directory of ``pid``'s memory cgroup: v1's memory hierarchy, else the v2 one."""
-    try:
-        lines = Path(f"/proc/{pid}/cgroup").read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            return root / "memory" / path.lstrip("/")
-    for line in lines:
-        hierarchy, controllers, path = line.split(":", 2)
-        if hierarchy == "0" and not controllers:
-            for mount in (root, root / "unified"):
-                candidate = mount / path.lstrip("/")
-                if (candidate / "memory.max").exists() or (mount / "cgroup.controllers").exists():
-                    return candidate
-    return None
 
 
 def confine(limit_bytes: int = CONFINED_LIMIT_BYTES) -> Path | None:

@@ -18,6 +18,7 @@ are reported, so every rank's ``EpochEnded`` carries the same ``global_*`` value
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -31,6 +32,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from engine.core.config import ConfigError, ModelConfig
+from engine.core.disk_space import WriteFailed
 from engine.core.events import (
     CheckpointSaved,
     EpochEnded,
@@ -41,6 +43,7 @@ from engine.core.events import (
     StepProgress,
 )
 from engine.core.plan import RunPlan, lr_at_step
+from engine.core.run_files import PRIVATE_FILE_MODE
 from engine.core.rundir import RunDir
 from engine.train.data import Batch, TestBatches, TrainBatches, make_train_batches
 from engine.train.faults import FaultInjector
@@ -114,6 +117,50 @@ def set_collective_timeout(seconds: float) -> None:
     setter = getattr(c10d, "set_timeout", None) or getattr(c10d, "_set_pg_timeout", None)
     if setter is not None:  # torch < 2.7 has neither: the setup timeout stays
         setter(timedelta(seconds=seconds))
+
+
+# ---- divergence ------------------------------------------------------------------------------
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite (``training.on_divergence = "fail"``)."""
+
+
+class DivergenceWatch:
+    """Finds the first step whose loss is NaN or infinite. The step is kept on the device, so a
+    GPU is not synchronised every step; ``check`` reads it when the loop reports anyway.
+
+    ``training.on_divergence``: "fail" raises ``TrainingDiverged``; "warn" prints one warning
+    (the summary then names the epochs whose loss was not finite) and lets training go on.
+    """
+
+    def __init__(self, device: torch.device, rank: int, mode: str) -> None:
+        self.rank = rank
+        self.mode = mode
+        self.first_step = torch.full((), -1, dtype=torch.long, device=device)
+        self.first_loss = torch.zeros((), dtype=torch.float32, device=device)
+        self.reported = False
+
+    def observe(self, loss: torch.Tensor, global_step: int) -> None:
+        new = ~torch.isfinite(loss.detach()) & (self.first_step < 0)
+        self.first_loss = torch.where(new, loss.detach().float(), self.first_loss)
+        self.first_step.masked_fill_(new, global_step)
+
+    def check(self, steps_per_epoch: int) -> None:
+        if self.reported:
+            return
+        first = int(self.first_step.item())
+        if first < 0:
+            return
+        epoch, step = divmod(first, max(1, steps_per_epoch))
+        message = (
+            f"training diverged at epoch {epoch + 1} step {step + 1} on rank {self.rank}: "
+            f"the loss became {self.first_loss.item()}"
+        )
+        if self.mode == "fail":
+            raise TrainingDiverged(message)
+        self.reported = True
+        print(f"warning: {message}; training.on_divergence = warn, so training goes on", flush=True)
 
 
 # ---- epoch figures ---------------------------------------------------------------------------
@@ -238,10 +285,24 @@ def broadcast_buffers(model: nn.Module) -> None:
 
 
 def save_checkpoint(model: nn.Module, path: Path) -> int:
-    """``state_dict`` of the unwrapped model, written atomically; returns its size in bytes."""
+    """``state_dict`` of the unwrapped model, written atomically and readable by its owner only;
+    returns its size in bytes. A failed write (a full disk) leaves no temporary file and raises
+    WriteFailed naming the path and the free space."""
+    # Serialised in memory first: torch's writer turns a full disk into a RuntimeError that no
+    # longer says which errno it was.
+    data = io.BytesIO()
+    torch.save(model.state_dict(), data)
     tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(model.state_dict(), tmp)
-    os.replace(tmp, path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.getbuffer())
+        os.replace(tmp, path)
+    except BaseException as err:
+        tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise WriteFailed(path, err) from None
+        raise
     return path.stat().st_size
 
 
@@ -290,6 +351,7 @@ def train_rank(
     is_main = rank == 0
     device = pick_device(plan, local_rank)
     faults = FaultInjector(config.faults, rank)
+    divergence = DivergenceWatch(device, rank, training.on_divergence)
     autocast(precision, device)  # refuses fp16 without CUDA before any work
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest kernels once
@@ -388,6 +450,7 @@ def train_rank(
             scaler.update()
 
             loss_sum += loss.detach().float()
+            divergence.observe(loss, global_step)
             batch_images = labels.shape[0]
             images_seen += batch_images
             if step >= warmup:
@@ -398,6 +461,7 @@ def train_rank(
 
             now = time.perf_counter()
             if now - last_report >= training.report_interval or step + 1 == steps:
+                divergence.check(steps)
                 elapsed = max(now - last_report, 1e-9)
                 events.write(
                     StepProgress(

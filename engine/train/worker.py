@@ -29,6 +29,7 @@ import argparse
 import contextlib
 import ctypes
 import os
+import socket
 import sys
 import threading
 import time
@@ -45,12 +46,14 @@ import torch.distributed as dist
 
 from engine.core import gpus
 from engine.core.config import ConfigError, apply_overrides, load_config, to_toml
+from engine.core.disk_space import WriteFailed, disk_full
 from engine.core.events import EventWriter, RankFailed, RankFinished, RankStarted
 from engine.core.plan import RunPlan, plan_run
 from engine.core.presets import load_preset
 from engine.core.process_identity import ProcessRef, identify, ref_alive
-from engine.core.run_environment import LAUNCHER_PID_ENV, THREADS_ENV
-from engine.core.rundir import RunDir, this_host
+from engine.core.run_environment import LAUNCHER_PID_ENV, RENDEZVOUS_ENV, THREADS_ENV
+from engine.core.run_files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, make_dirs
+from engine.core.rundir import RunDir, this_host, write_text_atomic
 from engine.core.settle import settle_run
 from engine.core.statuses import RunStatus
 from engine.core.summarize import build_summary
@@ -71,11 +74,13 @@ FLIGHT_RECORDER_ENTRIES = 2000
 def redirect_output(log_path: Path) -> None:
     """Point file descriptors 1 and 2 at ``log_path`` (appending) and make Python's stdout and
     stderr line-buffered writers on them, so every line reaches the log as it is written."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(log_path.parent, PRIVATE_DIR_MODE)
     for stream in (sys.stdout, sys.stderr):
         if stream is not None:
             stream.flush()
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    # Readable by its owner only, whatever the umask; never written through a planted link.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+    fd = os.open(log_path, flags, PRIVATE_FILE_MODE)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
@@ -241,6 +246,59 @@ def one_line_error(err: BaseException) -> str:
     return f"{type(err).__name__}: {message[0]}" if message else type(err).__name__
 
 
+def rendezvous_store(rank: int, world_size: int, timeout: timedelta) -> dist.Store | None:
+    """The c10d store the launcher chose (``DDPTUI_RENDEZVOUS``), or None for env:// (torchrun).
+
+    ``file://PATH``: a file store, so nothing listens on a socket. ``tcp://HOST:PORT``: rank 0
+    serves a TCP store bound to HOST only (torch's own binds every interface), the others connect.
+    """
+    url = os.environ.get(RENDEZVOUS_ENV, "")
+    if url.startswith("file://"):
+        return dist.FileStore(url.removeprefix("file://"), world_size)
+    if not url.startswith("tcp://"):
+        return None
+    host, _, port_text = url.removeprefix("tcp://").rpartition(":")
+    port = int(port_text)
+    if rank != 0:
+        return dist.TCPStore(host, port, world_size, is_master=False, timeout=timeout)
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    listener = socket.socket(family, kind, proto)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(address)
+    listener.listen(max(128, world_size))
+    return dist.TCPStore(
+        host,
+        port,
+        world_size,
+        is_master=True,
+        timeout=timeout,
+        wait_for_workers=False,
+        master_listen_fd=listener.detach(),  # the store owns and closes it
+    )
+
+
+def disk_full_failure(err: BaseException, log_path: Path) -> WriteFailed | None:
+    """``err`` as a WriteFailed (one sentence: the path and the free space) when it is a full
+    disk: an event or checkpoint write says which file; a print says none, and goes to the log."""
+    if isinstance(err, WriteFailed):
+        return err
+    if not disk_full(err):
+        return None
+    assert isinstance(err, OSError)
+    return WriteFailed(Path(err.filename) if err.filename else log_path, err)
+
+
+def report_failure(events: EventWriter, rank: int, err: BaseException) -> None:
+    """A RankFailed event and the traceback in the log, each as far as the disk allows: a rank
+    whose disk is full still fails with its sentence, through torch.multiprocessing's error file
+    that the launcher reads."""
+    error = str(err) if isinstance(err, WriteFailed) else one_line_error(err)
+    with contextlib.suppress(OSError):
+        events.write(RankFailed(rank=rank, error=error, traceback=traceback.format_exc()))
+    with contextlib.suppress(OSError):
+        traceback.print_exc()
+
+
 def run_rank(run_dir: RunDir, *, rank: int, local_rank: int, world_size: int) -> None:
     """Everything one rank does after its output is redirected: plan, join the process group,
     train, report. Raises what training raised, after reporting it as a RankFailed event."""
@@ -266,12 +324,17 @@ def run_rank(run_dir: RunDir, *, rank: int, local_rank: int, world_size: int) ->
             if device.type == "cuda":
                 torch.cuda.set_device(device)
             enable_flight_recorder(run_dir)
+            setup_timeout = timedelta(
+                seconds=max(SETUP_TIMEOUT_SECONDS, config.ddp.timeout_seconds)
+            )
+            store = rendezvous_store(rank, world_size, setup_timeout)
             dist.init_process_group(
                 plan.backend,
-                init_method="env://",
+                init_method=None if store is not None else "env://",
+                store=store,
                 rank=rank,
                 world_size=world_size,
-                timeout=timedelta(seconds=max(SETUP_TIMEOUT_SECONDS, config.ddp.timeout_seconds)),
+                timeout=setup_timeout,
             )
             joined = True
         train_rank(
@@ -281,17 +344,18 @@ def run_rank(run_dir: RunDir, *, rank: int, local_rank: int, world_size: int) ->
     except BaseException as err:
         if joined:  # which collectives this rank saw, for the analysis of a hang or timeout
             dump_flight_recorder(run_dir, rank)
-        events.write(
-            RankFailed(rank=rank, error=one_line_error(err), traceback=traceback.format_exc())
-        )
-        traceback.print_exc()
+        full = disk_full_failure(err, run_dir.rank_log_path(rank))
+        report_failure(events, rank, full or err)
+        if full is not None and full is not err:
+            raise full from err
         raise
     finally:
         if joined:
             dist.destroy_process_group()
         events.close()
-        sys.stdout.flush()
-        sys.stderr.flush()
+        with contextlib.suppress(OSError):  # the log may be on a full disk
+            sys.stdout.flush()
+            sys.stderr.flush()
 
 
 def spawn_entry(
@@ -312,8 +376,7 @@ def spawn_entry(
 def write_config_if_missing(run_dir: RunDir, preset: str | None, overrides: Sequence[str]) -> None:
     """Resolve ``preset`` + ``overrides`` into RUN_DIR/config.toml unless it is there. Every rank
     may get here at once: each writes the same text to its own temp file and renames it."""
-    run_dir.events_dir.mkdir(parents=True, exist_ok=True)
-    run_dir.logs_dir.mkdir(parents=True, exist_ok=True)
+    run_dir.make_missing_dirs()
     if run_dir.config_path.exists():
         return
     if preset is None:
@@ -325,9 +388,7 @@ def write_config_if_missing(run_dir: RunDir, preset: str | None, overrides: Sequ
             raise ConfigError(f"--set {item!r} is not section.key=value")
         pairs[key.strip()] = value.strip()
     config = apply_overrides(load_preset(preset), pairs)
-    tmp = run_dir.config_path.with_name(f".config.toml.{os.getpid()}.tmp")
-    tmp.write_text(to_toml(config), encoding="utf-8")
-    os.replace(tmp, run_dir.config_path)
+    write_text_atomic(run_dir.config_path, to_toml(config))
 
 
 def _environment_int(name: str) -> int:
