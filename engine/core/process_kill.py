@@ -23,9 +23,14 @@ import psutil
 
 from engine.core.diagnosis import StackSnapshot
 from engine.core.gpus import sample_gpus
-from engine.core.process_identity import ProcessRef, marker_mismatch, process_ended, same_start
+from engine.core.process_identity import (
+    ProcessRef,
+    marked_processes,
+    marker_mismatch,
+    process_ended,
+    same_start,
+)
 from engine.core.process_table import ProcessTable, TrainingJob
-from engine.core.run_environment import RUN_MARKER_ENV
 from engine.core.run_snapshot import snapshot_run
 from engine.core.rundir import RunDir, RunDirError
 from engine.core.settle import killed_summary, settle_run
@@ -279,19 +284,6 @@ class KillResult:
         return self.stop is None or (self.stop.ok and not self.stop.refused)
 
 
-def _marked(run_id: str, protected: set[int]) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["pid"]):
-        if proc.pid in protected:
-            continue
-        try:
-            if proc.environ().get(RUN_MARKER_ENV) == run_id:
-                found.append(proc)
-        except (psutil.Error, OSError):
-            continue
-    return found
-
-
 def run_dir_owner(run_dir: RunDir) -> str | None:
     """The user who owns ``run_dir`` or its run.json when that is not this user, else None. A run
     directory is the word of whoever wrote it: another user's run.json may name any process."""
@@ -371,7 +363,7 @@ def run_targets(
             skipped.append(f"{foreign} ({role} in run.json): left alone")
             continue
         found[proc.pid] = (proc, role)
-    for proc in _marked(run_dir.run_id, protected):
+    for proc in marked_processes(run_dir.run_id, exclude=frozenset(protected)):
         found.setdefault(proc.pid, (proc, "marked"))
     return list(found.values()), skipped
 
@@ -451,7 +443,11 @@ def kill_run(
         [p for p, _ in found], grace, allow_other_users=allow_other_users, run_marker=marker
     )
     # a last look for marked processes that slipped through (started while we were stopping)
-    late = [p for p in _marked(run_dir.run_id, protected) if p.pid not in result.stopped]
+    late = [
+        p
+        for p in marked_processes(run_dir.run_id, exclude=frozenset(protected))
+        if p.pid not in result.stopped
+    ]
     if late:
         result = result.merged(
             stop_processes(late, 0.5, allow_other_users=allow_other_users, run_marker=marker)
