@@ -59,8 +59,15 @@ class LazyGroup(click.Group):
     default=None,
     help="Runs the UI shows and starts (default: runs, or $DDPTUI_RUNS_DIR).",
 )
+@click.option(
+    "--screen",
+    type=click.Choice(["launch", "runs", "processes", "gpus", "results"]),
+    default="launch",
+    show_default=True,
+    help="The screen the UI opens on (gpus: every GPU and who holds it).",
+)
 @click.pass_context
-def main(ctx: click.Context, runs_dir: Path | None) -> None:
+def main(ctx: click.Context, runs_dir: Path | None, screen: str) -> None:
     """Launch, watch, compare and clean up PyTorch data-parallel training runs.
 
     \b
@@ -68,8 +75,9 @@ def main(ctx: click.Context, runs_dir: Path | None) -> None:
       ddptui run cpu-demo          train the embedded default on 2 CPU ranks
       ddptui presets               what can run on this machine
       ddptui                       open the terminal UI
+      ddptui --screen gpus         open it on the GPUs: every GPU and who holds it
     """
     if ctx.invoked_subcommand is None:
         from ddptui.app import run_app
 
-        run_app(runs_dir)
+        run_app(runs_dir, screen)

@@ -277,3 +277,12 @@ def test_another_users_device_holder_is_seen_as_root(
             break
         time.sleep(0.05)
     assert found[proc.pid].user == "nobody" and found[proc.pid].minors == (7,)
+
+
+def test_the_screen_flag_is_in_the_help() -> None:
+    from ddptui.cli import main
+
+    result = CliRunner().invoke(main, ["--help"])
+    assert "--screen [launch|runs|processes|gpus|results]" in result.stdout
+    result = CliRunner().invoke(main, ["--screen", "nope"])
+    assert result.exit_code == 2

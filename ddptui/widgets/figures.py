@@ -41,6 +41,15 @@ def mib(value: int | None) -> str:
     return f"{value / 2**20:.0f}M"
 
 
+def size(value: int | None) -> str:
+    """Bytes in four or five columns: ``612M``, ``30.2G``; ``-`` when unknown."""
+    if value is None:
+        return "-"
+    if value >= 2**30:
+        return f"{value / 2**30:.1f}G"
+    return f"{value / 2**20:.0f}M"
+
+
 def rate(value: float | None) -> str:
     if value is None:
         return "-"

@@ -57,6 +57,49 @@ def gpu_line(gpu: GpuSample, history: GpuHistory, width: int) -> Text:
     return line
 
 
+def gpu_bar_line(gpu: GpuSample, history: GpuHistory, width: int, held: int | None = None) -> Text:
+    """One GPU for the GPUs screen: utilisation and memory as bars, each with its recent history,
+    temperature, power, and how many processes hold it."""
+    line = Text(no_wrap=True, overflow="ellipsis")
+    line.append(f"GPU{gpu.index} ", style="bold")
+    if gpu.error is not None:
+        name = f"{gpu.name} " if gpu.name else ""
+        line.append(f"{name}not available: {gpu.error}", style="red")
+        line.truncate(width, overflow="ellipsis")
+        return line
+    wide = width >= 120
+    name_width = 14 if wide else 9
+    bar_width = 10 if wide else 6
+    # GPU0 + name + util bar pct + spark + mem bar + figures + temp + power + processes
+    fixed = 5 + name_width + 1 + 5 + bar_width + 5 + 5 + bar_width + 11 + 5 + 5 + 8
+    spark = max(0, min(40, (width - fixed) // 2))
+    name = gpu.name.removeprefix("NVIDIA ")
+    line.append(f"{name[:name_width]:<{name_width}} ", style="dim")
+    util = gpu.utilization_percent
+    line.append("util ")
+    line.append(figures.bar(util or 0, 100, bar_width), style=_percent_style(util))
+    line.append(f"{util:>4}%" if util is not None else "   ?%", style=_percent_style(util))
+    if spark:
+        line.append(" ")
+        line.append(figures.sparkline(history.utilization.get(gpu.index, []), spark), "cyan")
+    used, total = gpu.memory_used_bytes, gpu.memory_total_bytes
+    line.append("  mem ")
+    line.append(figures.bar(used or 0, total or 0, bar_width), style="magenta")
+    line.append(f" {figures.gib(used)}/{figures.gib(total)}G")
+    if spark:
+        line.append(" ")
+        memory = history.memory.get(gpu.index, [])
+        line.append(figures.sparkline(memory, spark, maximum=1.0), style="magenta")
+    if gpu.temperature_c is not None:
+        line.append(f" {gpu.temperature_c}°C")
+    if gpu.power_watts is not None:
+        line.append(f" {gpu.power_watts:.0f}W")
+    if held is not None:
+        line.append(f" {held}p" if held else " free", style="yellow" if held else "green")
+    line.truncate(width, overflow="ellipsis")
+    return line
+
+
 class GpuPanel(Widget):
     """Set ``inventory`` (with ``history``), ``indices`` (the run's GPUs) and ``ranks``."""
 

@@ -234,6 +234,31 @@ def gpu_memory_left(pids: Iterable[int], wait: float = GPU_RELEASE_WAIT_SECONDS)
         time.sleep(0.25)
 
 
+def stop_refs(
+    refs: Iterable[ProcessRef], grace: float, *, all_users: bool = False
+) -> tuple[StopResult, tuple[str, ...]]:
+    """Stop the processes ``refs`` name (and their descendants), each looked up again by pid and
+    start time first: one that ended since it was listed is left out, a reused pid is left alone
+    (one sentence each in the second item). The GPUs and Processes screens stop through this."""
+    procs: list[psutil.Process] = []
+    skipped: list[str] = []
+    for ref in refs:
+        try:
+            proc = psutil.Process(ref.pid)
+            if not same_start(proc.create_time(), ref.start_time):
+                skipped.append(f"pid {ref.pid} now belongs to another process: left alone")
+                continue
+        except psutil.Error:
+            continue
+        procs.append(proc)
+    return stop_processes(procs, grace, allow_other_users=all_users), tuple(skipped)
+
+
+def may_stop_other_users() -> bool:
+    """Only root may stop other users' processes (and only when asked to)."""
+    return os.geteuid() == 0
+
+
 # ---- ddptui kill RUN_ID ----------------------------------------------------------------------
 
 
@@ -465,18 +490,7 @@ def clean_orphans(
     ended since the scan, and a pid reused since, are left alone."""
     cleaned = []
     for job in plan.jobs:
-        procs: list[psutil.Process] = []
-        skipped: list[str] = []
-        for tp in job.live_processes:
-            try:
-                proc = psutil.Process(tp.pid)
-                if not same_start(proc.create_time(), tp.start_time):
-                    skipped.append(f"pid {tp.pid} now belongs to another process: left alone")
-                    continue
-            except psutil.Error:
-                continue
-            procs.append(proc)
-        result = stop_processes(procs, grace, allow_other_users=all_users)
+        result, skipped = stop_refs([p.ref for p in job.live_processes], grace, all_users=all_users)
         written = False
         if job.kind == JobKind.DDPTUI and job.run_dir and result.stopped:
             run_dir = RunDir(Path(job.run_dir))

@@ -5,7 +5,6 @@ fatal, coalesced updates are counted, and the results table exports."""
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 from collections.abc import Callable
@@ -13,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
 from textual.widgets import Input, Select, Static
 
 from ddptui.app import DdptuiApp
@@ -27,7 +25,15 @@ from ddptui.widgets.confirm import ConfirmDialog
 from ddptui.widgets.gpu_panel import GpuPanel
 from engine.core.rundir import RunDir
 from tests.conftest import REPO_ROOT
-from tests.ui.standins import FAILED_RUN, GPU_RUN, LIVE_RUN, RECORDED, StandInActions, settle
+from tests.ui.standins import (
+    FAILED_RUN,
+    GPU_RUN,
+    LIVE_RUN,
+    RECORDED,
+    StandInActions,
+    settle,
+    text_of,
+)
 
 SMALL = (80, 24)
 pytestmark = pytest.mark.asyncio
@@ -36,13 +42,6 @@ pytestmark = pytest.mark.asyncio
 def actions(app: DdptuiApp) -> StandInActions:
     assert isinstance(app.actions, StandInActions)
     return app.actions
-
-
-def text_of(widget: Any) -> str:
-    """The plain text a widget shows (its Rich renderable printed wide)."""
-    console = Console(width=300, file=io.StringIO(), record=True, color_system=None)
-    console.print(widget.content if isinstance(widget, Static) else widget.render())
-    return console.export_text()
 
 
 async def test_every_screen_is_reachable_from_the_keyboard(

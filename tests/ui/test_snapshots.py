@@ -15,9 +15,18 @@ import pytest
 from textual.pilot import Pilot
 
 from ddptui.app import DdptuiApp
+from ddptui.screens import gpus as gpus_screen
 from engine.core.rundir import RunDir
 from tests.ui.conftest import SIZES
-from tests.ui.standins import FAILED_RUN, GPU_RUN, LIVE_RUN, RECORDED, settle, standin_nvml
+from tests.ui.standins import (
+    EIGHT_GPUS,
+    FAILED_RUN,
+    GPU_RUN,
+    LIVE_RUN,
+    RECORDED,
+    settle,
+    standin_nvml,
+)
 
 
 def on_screen(
@@ -72,3 +81,36 @@ def test_launch_without_nvml(snap_compare: Any, make_app: Callable[..., DdptuiAp
     """No driver: the device picker says why and offers CPU ranks; GPU presets say they cannot run."""
     with standin_nvml(fail_init="Driver Not Loaded"):
         assert snap_compare(make_app(), terminal_size=SIZES["small"], run_before=on_screen())
+
+
+# The GPUs screen on the eight-GPU stand-in machine: a ddptui run on GPUs 0-1, a foreign job of
+# another user on 2-4, an orphaned job on 5 (its worker unlisted), GPU 6 held only by a process
+# NVML does not list, GPU 7 free.
+GPU_SIZES = {"small": (80, 24), "large": (200, 50)}
+GPU_SCREENS = {
+    "gpus": on_screen("g"),
+    "gpus-stop-job": on_screen("g", "down", "down", "down", "down", "down", "down", "T"),
+    "gpus-by-memory": on_screen("g", "full_stop", "full_stop", "full_stop"),
+}
+
+
+@pytest.mark.parametrize("size", GPU_SIZES)
+@pytest.mark.parametrize("screen", GPU_SCREENS)
+def test_gpus_screen(
+    snap_compare: Any,
+    make_app: Callable[..., DdptuiApp],
+    monkeypatch: pytest.MonkeyPatch,
+    screen: str,
+    size: str,
+) -> None:
+    monkeypatch.setattr(gpus_screen, "may_stop_other_users", lambda: True)  # as root
+    with standin_nvml(machine=EIGHT_GPUS):
+        assert snap_compare(
+            make_app(), terminal_size=GPU_SIZES[size], run_before=GPU_SCREENS[screen]
+        )
+
+
+def test_gpus_screen_without_nvml(snap_compare: Any, make_app: Callable[..., DdptuiApp]) -> None:
+    """No driver: one line says why; the ranks of ddptui runs on the CPU are listed."""
+    with standin_nvml(fail_init="Driver Not Loaded"):
+        assert snap_compare(make_app(), terminal_size=SIZES["small"], run_before=on_screen("g"))
