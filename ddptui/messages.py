@@ -76,11 +76,18 @@ class RunsListed(Snapshot):
 class ProcessesListed(Snapshot):
     """The ``ddptui ps`` view: jobs found by process discovery."""
 
-    def __init__(self, jobs: list[Any], notes: tuple[str, ...] = (), gpu_error: str = "") -> None:
+    def __init__(
+        self,
+        jobs: list[Any],
+        notes: tuple[str, ...] = (),
+        gpu_error: str = "",
+        hidden: tuple[Any, ...] = (),
+    ) -> None:
         super().__init__()
         self.jobs = jobs
         self.notes = notes
         self.gpu_error = gpu_error
+        self.hidden = hidden  # processes with a GPU device open that NVML does not list
 
 
 class GpusScanned(Snapshot):

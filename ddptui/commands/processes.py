@@ -20,6 +20,7 @@ import click
 
 from ddptui import exit_codes
 from ddptui.run_options import default_runs_dir
+from ddptui.widgets.figures import short_command
 from engine.core.leftovers import (
     DEFAULT_SHM_DIR,
     LeftoverPlan,
@@ -124,8 +125,7 @@ def render_table(table: ProcessTable, width: int = 120) -> str:
         for row, shown in zip(rows, [None, *job.processes], strict=True):
             cells = "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
             tail = "COMMAND" if shown is None else shown.command
-            room = max(20, width - len(cells) - 4)
-            tail = tail if len(tail) <= room else tail[: room - 3] + "..."
+            tail = short_command(tail, max(20, width - len(cells) - 4))
             lines.append(f"  {cells}  {tail}")
             if shown is not None and shown.note:
                 lines.append(f"  {'':<{len(cells)}}  ({shown.note})")

@@ -276,10 +276,40 @@ def orphan_table() -> ProcessTable:
                 users=("ana",),
                 processes=orphans,
             ),
+            TrainingJob(
+                key="env:10.0.0.9:29600",
+                kind=JobKind.ENV,
+                label="job at 10.0.0.9:29600",
+                state=JobState.ORPHANED,
+                reason="pid 5300 has no visible parent: its launcher is gone",
+                users=("bo",),
+                processes=(
+                    replace(
+                        orphans[0],
+                        pid=5300,
+                        user="bo",
+                        own=False,
+                        world_size=1,
+                        command="/opt/conda/bin/python -u /home/bo/experiments/finetune_llm.py --lr 3e-5",
+                    ),
+                ),
+            ),
         ),
         notes=("1 process of another user could not be inspected.",),
         gpu_error=None,
         scanned_at=NOW,
+        hidden_holders=(
+            DeviceHolder(
+                pid=8800,
+                start_time=NOW - 3600,
+                user="ana",
+                uid=ANA,
+                name="python",
+                zombie=False,
+                minors=(1,),
+                paths=("/dev/nvidia1",),
+            ),
+        ),
     )
 
 
@@ -417,6 +447,7 @@ class StandInActions(EngineActions):
         self.started: list[RunConfig] = []
         self.killed: list[str] = []
         self.cleaned = 0
+        self.cleaned_all_users: list[bool] = []
         self.start_as: RunDir | None = None
         self.stopped: list[tuple[tuple[int, ...], bool]] = []
 
@@ -443,6 +474,7 @@ class StandInActions(EngineActions):
 
     def clean(self, grace: float = 5.0, all_users: bool = False) -> Outcome:
         self.cleaned += 1
+        self.cleaned_all_users.append(all_users)
         return Outcome(True, "cleaned 1 orphaned job; 2 processes stopped")
 
     def scan_gpus(self, inventory: GpuInventory) -> GpuView:
@@ -498,4 +530,22 @@ def text_of(widget: Any) -> str:
 
     console = Console(width=300, file=io.StringIO(), record=True, color_system=None)
     console.print(widget.content if isinstance(widget, Static) else widget.render())
+    return console.export_text()
+
+
+def screen_text(app: Any) -> str:
+    """The whole screen as a user sees it, as plain text lines (what a snapshot draws)."""
+    import io
+
+    from rich.console import Console
+
+    console = Console(
+        width=app.size.width,
+        height=app.size.height,
+        file=io.StringIO(),
+        record=True,
+        color_system=None,
+        legacy_windows=False,
+    )
+    console.print(app.screen._compositor.render_update(full=True))
     return console.export_text()

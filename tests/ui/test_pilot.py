@@ -31,6 +31,7 @@ from tests.ui.standins import (
     LIVE_RUN,
     RECORDED,
     StandInActions,
+    screen_text,
     settle,
     text_of,
 )
@@ -368,3 +369,70 @@ async def test_a_failing_nvml_sampler_is_shown_not_fatal(
         await pilot.press("r")
         await settle(pilot)
         assert isinstance(app.screen, RunsScreen)
+
+
+async def test_processes_show_users_scripts_and_unlisted_gpu_holders(
+    make_app: Callable[..., DdptuiApp],
+) -> None:
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        await pilot.press("p")
+        await settle(pilot, lambda: bool(getattr(app.screen, "jobs", None)))
+        table = text_of(app.screen.query_one("#ps-table", Static))
+        assert "GPU devices held open that NVML does not list" in table
+        assert "8800" in table
+        app.screen.query_one("#ps-body").scroll_end(animate=False)
+        await settle(pilot)
+        shown = screen_text(app).splitlines()
+        bo = next(line for line in shown if line.lstrip().startswith("5300"))
+        assert " bo " in bo and "finetune_llm.py" in bo  # the script name survives 80 columns
+
+
+async def test_cleaning_other_users_jobs_needs_the_confirmed_all_users_toggle(
+    make_app: Callable[..., DdptuiApp], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ddptui.screens import processes
+
+    monkeypatch.setattr(processes, "may_stop_other_users", lambda: True)  # as root
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        await pilot.press("p")
+        await settle(pilot, lambda: bool(getattr(app.screen, "jobs", None)))
+        screen = app.screen
+        assert isinstance(screen, ProcessesScreen)
+        await pilot.press("x")
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmDialog)
+        assert "job at 10.0.0.9:29600" not in app.screen.body_text.split("Left alone")[0]
+        assert "Left alone: 1 job of bo" in app.screen.body_text
+        await pilot.press("escape", "a")
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmDialog)  # turning all users on is confirmed
+        await pilot.press("y")
+        await settle(pilot)
+        assert screen.all_users
+        await pilot.press("x")
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmDialog)
+        assert "job at 10.0.0.9:29600 (bo)" in app.screen.body_text
+        await pilot.press("y")
+        await settle(pilot, lambda: actions(app).cleaned == 1)
+        assert actions(app).cleaned_all_users == [True]
+
+
+async def test_not_root_cannot_turn_on_all_users(
+    make_app: Callable[..., DdptuiApp], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ddptui.screens import processes
+
+    monkeypatch.setattr(processes, "may_stop_other_users", lambda: False)
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        await pilot.press("p")
+        await settle(pilot, lambda: bool(getattr(app.screen, "jobs", None)))
+        await pilot.press("a")
+        await settle(pilot)
+        assert isinstance(app.screen, ProcessesScreen) and not app.screen.all_users
