@@ -57,6 +57,22 @@ def gpu_line(gpu: GpuSample, history: GpuHistory, width: int) -> Text:
     return line
 
 
+def gpu_cell(gpu: GpuSample, history: GpuHistory, width: int) -> Text:
+    """One GPU in half a line (a short terminal): utilisation history and figure, memory."""
+    cell = Text(f"GPU{gpu.index} ", style="bold")
+    if gpu.error is not None:
+        cell.append(f"not available: {gpu.error}", style="red")
+        return cell
+    util = gpu.utilization_percent
+    spark = max(3, min(12, width - 30))
+    cell.append(figures.sparkline(history.utilization.get(gpu.index, []), spark), style="cyan")
+    cell.append(f" {util:>3}%" if util is not None else "   ?%", style=_percent_style(util))
+    cell.append(f" {figures.gib(gpu.memory_used_bytes)}/{figures.gib(gpu.memory_total_bytes)}G")
+    if gpu.temperature_c is not None:
+        cell.append(f" {gpu.temperature_c}°C")
+    return cell
+
+
 def gpu_bar_line(gpu: GpuSample, history: GpuHistory, width: int, held: int | None = None) -> Text:
     """One GPU for the GPUs screen: utilisation and memory as bars, each with its recent history,
     temperature, power, and how many processes hold it."""
@@ -111,6 +127,7 @@ class GpuPanel(Widget):
     inventory: reactive[GpuInventory | None] = reactive(None)
     indices: reactive[tuple[int, ...]] = reactive(())
     ranks: reactive[tuple[RankState, ...]] = reactive(())
+    compact: reactive[bool] = reactive(False)  # a short terminal: two GPUs to a line
 
     def __init__(self, history: GpuHistory, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
@@ -128,9 +145,12 @@ class GpuPanel(Widget):
     def render(self) -> Group:
         return Group(*self._lines(self.size.width or 80))
 
+    def line_count(self) -> int:
+        return len(self._lines(self.size.width or 80))
+
     def fit(self) -> None:
         """Set the height to the line count; the screen calls this after changing the data."""
-        count = len(self._lines(self.size.width or 80))
+        count = self.line_count()
         if self.styles.height is None or self.styles.height.value != count:
             self.styles.height = count
 
@@ -144,14 +164,28 @@ class GpuPanel(Widget):
                 lines.append(Text(f"GPUs not available: {inventory.error}", style="red"))
             else:
                 by_index = {g.index: g for g in inventory.gpus}
+                cells = []
                 for index in self.indices:
                     gpu = by_index.get(index)
                     if gpu is None:
-                        lines.append(
+                        cells.append(
                             Text(f"GPU{index} not available: NVML does not list it", style="red")
                         )
+                    elif self.compact:
+                        cells.append(gpu_cell(gpu, self.history, (width - 2) // 2))
                     else:
-                        lines.append(gpu_line(gpu, self.history, width))
+                        cells.append(gpu_line(gpu, self.history, width))
+                if not self.compact:
+                    return cells
+                for start in range(0, len(cells), 2):
+                    pair = cells[start : start + 2]
+                    line = Text(no_wrap=True, overflow="ellipsis")
+                    for i, cell in enumerate(pair):
+                        if i:
+                            line.append("  ")
+                        cell.truncate((width - 2) // 2, overflow="ellipsis", pad=True)
+                        line.append_text(cell)
+                    lines.append(line)
                 return lines
         lines.extend(self._process_lines(width))
         return lines

@@ -549,3 +549,78 @@ def screen_text(app: Any) -> str:
     )
     console.print(app.screen._compositor.render_update(full=True))
     return console.export_text()
+
+
+EIGHT_RANK_RUN = "20261202-103200-fast-ddp-8r8g"
+EIGHT_RANK_LAUNCHER = ProcessRef(pid=525200, start_time=NOW - 300)
+EIGHT_RANK_PIDS = tuple(525210 + r for r in range(8))
+
+
+def make_eight_rank_run(runs_dir: Path) -> RunDir:
+    """A run of 8 ranks on GPUs 0-7, going at NOW: rank 3 stalled, rank 6 a straggler."""
+    from engine.core.config import apply_overrides, to_toml
+    from engine.core.events import (
+        EpochStarted,
+        EventWriter,
+        RankStalled,
+        RankStarted,
+        RankStraggling,
+        RunStarted,
+        StepProgress,
+    )
+    from engine.core.presets import load_preset
+    from engine.core.rundir import RunInfo
+    from engine.core.statuses import RunStatus
+
+    run = RunDir(runs_dir / EIGHT_RANK_RUN)
+    run.create()
+    config = apply_overrides(
+        load_preset("fast-ddp"), {"devices.spec": "all", "data.dataset": "synthetic"}
+    )
+    run.config_path.write_text(to_toml(config), encoding="utf-8")
+    devices = "gpu:" + ",".join(str(i) for i in range(8))
+    run.write_run_info(
+        RunInfo(
+            run_id=EIGHT_RANK_RUN,
+            preset="fast-ddp",
+            host="trainbox",
+            created=NOW - 300,
+            state=RunStatus.RUNNING,
+            world_size=8,
+            devices=devices,
+            launcher=EIGHT_RANK_LAUNCHER,
+            ranks=tuple(ProcessRef(pid, NOW - 299) for pid in EIGHT_RANK_PIDS),
+        )
+    )
+    start = NOW - 290
+    with EventWriter(run.launcher_events_path) as launcher:
+        launcher.write(
+            RunStarted(
+                run_id=EIGHT_RANK_RUN,
+                world_size=8,
+                launcher_pid=EIGHT_RANK_LAUNCHER.pid,
+                devices=devices,
+                time=start,
+            )
+        )
+        launcher.write(RankStalled(rank=3, silent_seconds=75.0, time=NOW - 1))
+        launcher.write(
+            RankStraggling(rank=6, step_seconds=0.9, others_median_step_seconds=0.3, time=NOW - 2)
+        )
+    for rank, pid in enumerate(EIGHT_RANK_PIDS):
+        with EventWriter(run.rank_events_path(rank)) as w:
+            w.write(RankStarted(rank=rank, world_size=8, pid=pid, host="trainbox",
+                                device=f"cuda:{rank}", gpu_index=rank, time=start))  # fmt: skip
+            w.write(EpochStarted(rank=rank, epoch=0, steps=195, time=start + 5))
+            upto = 60 if rank == 3 else 140
+            for step in range(10, upto + 1, 10):
+                w.write(StepProgress(rank=rank, epoch=0, step=step, steps=195,
+                                     global_step=step, loss=round(2.3 * 0.99**step, 4),
+                                     images_per_s=850.0 if rank != 6 else 280.0,
+                                     step_seconds=0.3 if rank != 6 else 0.9, lr=0.1,
+                                     time=start + 5 + step * 0.3 * (0.5 if rank != 3 else 1.0)))  # fmt: skip
+        run.rank_log_path(rank).write_text(
+            "".join(f"[rank {rank}] epoch 1 step {s}/195\n" for s in range(10, 141, 10)),
+            encoding="utf-8",
+        )
+    return run

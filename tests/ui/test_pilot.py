@@ -289,7 +289,11 @@ async def test_stale_updates_coalesce_and_are_counted(make_app: Callable[..., Dd
             screen.post_message(RunProgressed(view))
         await settle(pilot)
         assert screen.coalesced - before == 4
-        assert "stale updates skipped: 4" in text_of(screen.query_one("#run-foot", Static))
+        assert "stale updates" not in text_of(screen.query_one("#run-foot", Static))
+        await pilot.press("d")  # the reader's figures are in the details view
+        await settle(pilot)
+        details = text_of(screen.query_one("#run-details", Static))
+        assert "stale updates skipped: 4" in details and "events read" in details
 
 
 async def test_one_failing_gpu_is_not_available_alone(make_app: Callable[..., DdptuiApp]) -> None:

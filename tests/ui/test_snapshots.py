@@ -9,6 +9,7 @@ is intended, run ``pytest tests/ui/test_snapshots.py --snapshot-update``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,10 +21,14 @@ from engine.core.rundir import RunDir
 from tests.ui.conftest import SIZES
 from tests.ui.standins import (
     EIGHT_GPUS,
+    EIGHT_RANK_LAUNCHER,
+    EIGHT_RANK_PIDS,
     FAILED_RUN,
     GPU_RUN,
     LIVE_RUN,
     RECORDED,
+    StandInProbe,
+    make_eight_rank_run,
     settle,
     standin_nvml,
 )
@@ -114,3 +119,21 @@ def test_gpus_screen_without_nvml(snap_compare: Any, make_app: Callable[..., Ddp
     """No driver: one line says why; the ranks of ddptui runs on the CPU are listed."""
     with standin_nvml(fail_init="Driver Not Loaded"):
         assert snap_compare(make_app(), terminal_size=SIZES["small"], run_before=on_screen("g"))
+
+
+def test_eight_ranks_on_eight_gpus_at_80x24(
+    snap_compare: Any, make_app: Callable[..., DdptuiApp], tmp_path: Path
+) -> None:
+    """The rank table folds to a line per state and the GPUs pair up, so the log keeps lines."""
+    with standin_nvml(machine=EIGHT_GPUS):
+        run = make_eight_rank_run(tmp_path / "runs")
+        probe = StandInProbe(alive=[EIGHT_RANK_LAUNCHER.pid, *EIGHT_RANK_PIDS])
+        app = make_app(run.path.parent, probe=probe)
+
+        async def open_it(pilot: Pilot[Any]) -> None:
+            await settle(pilot, lambda: app.gpu_inventory is not None)
+            app.open_run(run)
+            await settle(pilot, lambda: getattr(app.screen, "view", None) is not None)
+            await settle(pilot)
+
+        assert snap_compare(app, terminal_size=SIZES["small"], run_before=open_it)
