@@ -440,3 +440,41 @@ async def test_not_root_cannot_turn_on_all_users(
         await pilot.press("a")
         await settle(pilot)
         assert isinstance(app.screen, ProcessesScreen) and not app.screen.all_users
+
+
+async def test_results_at_80_columns_put_the_essential_columns_first(
+    make_app: Callable[..., DdptuiApp], tmp_path: Path
+) -> None:
+    runs = tmp_path / "runs"
+    shutil.copytree(REPO_ROOT / RECORDED, runs)
+    twin = "20261202-110000-fast-ddp-ffff"
+    shutil.copytree(runs / GPU_RUN, runs / twin)
+    summary = json.loads((runs / twin / "summary.json").read_text())
+    summary["run_id"], summary["devices"], summary["device_count"] = twin, "gpu:0", 1
+    for epoch in summary["epochs"]:
+        epoch["steady_images_per_s"] /= 2
+    (runs / twin / "summary.json").write_text(json.dumps(summary))
+    app = make_app(runs)
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        app.session_runs.extend(RunDir(runs / r) for r in (twin, GPU_RUN, FAILED_RUN))
+        await pilot.press("c")
+        screen = app.screen
+        assert isinstance(screen, ResultsScreen)
+        await settle(pilot, lambda: screen.table is not None)
+        from textual.widgets import DataTable
+
+        labels = [str(c.label) for c in screen.query_one(DataTable).columns.values()]
+        assert labels[:8] == ["row", "devices", "prec", "img/s", "speedup", "eff", "acc", "flag"]
+        assert {"data wait", "strategy", "epoch s", "note"} <= set(labels[8:])
+        assert "→ scrolls right for" in text_of(screen.query_one("#results-scroll", Static))
+        shown = screen_text(app)
+        header = next(line for line in shown.splitlines() if line.lstrip().startswith("row"))
+        assert "flag" in header  # the eight essential columns fit 80 columns
+        chart = text_of(screen.query_one("#results-chart", Static))
+        assert "speedup against devices" in chart and "bf16" in chart
+        lines = chart.splitlines()
+        assert lines.index(next(x for x in lines if "gpu:0 " in x)) < lines.index(
+            next(x for x in lines if "gpu:0,1" in x)
+        )  # ordered by devices
+        assert "2.00x" in chart
