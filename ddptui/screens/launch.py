@@ -247,7 +247,10 @@ class LaunchScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.sub_title = "Launch"
-        self.watch(self.ddptui, "gpu_inventory", self._gpus_changed)
+        # Not at once: the form's nested fields are mounted by the next refresh, and an NVML
+        # sample can already be there (a fast sampler) before they are.
+        self.watch(self.ddptui, "gpu_inventory", self._gpus_changed, init=False)
+        self.call_after_refresh(lambda: self._gpus_changed(self.ddptui.gpu_inventory))
 
     def on_screen_resume(self) -> None:
         self.query_one("#presets", OptionList).focus()
