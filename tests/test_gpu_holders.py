@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -38,13 +37,6 @@ def holding(path: Path, then: str = "") -> str:
         f"import time\nf = open({str(path)!r}, 'rb')\n{then}\nopen({str(path)!r} + '.ready', 'w')\n"
         "while True: time.sleep(0.1)"
     )
-
-
-@pytest.fixture
-def pen() -> Iterator[ProcessPen]:
-    p = ProcessPen()
-    yield p
-    p.close()
 
 
 @pytest.fixture

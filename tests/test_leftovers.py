@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,13 +18,6 @@ from fixtures.made_runs import ProcessPen
 from ddptui.cli import main
 from engine.core.leftovers import plan_leftovers, remove_leftovers
 from engine.core.statuses import LeftoverKind
-
-
-@pytest.fixture
-def pen() -> Iterator[ProcessPen]:
-    p = ProcessPen()
-    yield p
-    p.close()
 
 
 def dead_pid() -> int:

@@ -26,13 +26,12 @@ from textual.widgets import Footer, Header, Static
 
 from ddptui.actions import KILL_GRACE_SECONDS
 from ddptui.messages import GpusScanned, StopFinished, WorkerProblem
-from ddptui.widgets.confirm import ConfirmDialog
+from ddptui.widgets.confirm import AllUsersToggle, ConfirmDialog
 from ddptui.widgets.gpu_panel import gpu_bar_line
 from ddptui.widgets.gpu_process_list import GpuProcessList
 from engine.core.gpu_view import GpuProcessRow, GpuView
 from engine.core.gpus import GpuInventory
 from engine.core.process_identity import ProcessRef
-from engine.core.process_kill import may_stop_other_users
 
 if TYPE_CHECKING:
     from ddptui.app import DdptuiApp
@@ -81,7 +80,13 @@ class GpuBars(Widget):
         return Group(*self._lines(self.size.width or 80))
 
 
-class GpusScreen(Screen[None]):
+class GpusScreen(AllUsersToggle, Screen[None]):
+    ALL_USERS_QUESTION = (
+        "Stop other users' processes too?",
+        "As root, t and T will also stop processes that belong to other users (their training "
+        "is lost).",
+    )
+
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("t", "stop(False)", "Stop"),
         Binding("T", "stop(True)", "Job"),
@@ -95,7 +100,6 @@ class GpusScreen(Screen[None]):
     def __init__(self) -> None:
         super().__init__()
         self.view: GpuView | None = None
-        self.all_users = False
         self.stopping = False
         self.report = ""
         self._timer: Timer | None = None
@@ -127,11 +131,6 @@ class GpusScreen(Screen[None]):
     def on_screen_suspend(self) -> None:
         if self._timer is not None:
             self._timer.pause()
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "all_users":  # offered to root only: nobody else may stop others' processes
-            return may_stop_other_users()
-        return True
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -186,7 +185,7 @@ class GpusScreen(Screen[None]):
             parts.append((f"{len(view.rows)} processes", ""))
             if hidden:
                 parts.append((f"{hidden} unlisted by NVML", "yellow"))
-        if may_stop_other_users():
+        if self.root():
             parts.append(
                 ("stops: ALL USERS", "bold red")
                 if self.all_users
@@ -233,28 +232,6 @@ class GpusScreen(Screen[None]):
 
     # -- stopping ------------------------------------------------------------------------------
 
-    def action_all_users(self) -> None:
-        if not may_stop_other_users():
-            self.notify("Only root may stop other users' processes.", severity="warning")
-            return
-        if self.all_users:
-            self.all_users = False
-            self._show_head()
-            return
-        dialog = ConfirmDialog(
-            "Stop other users' processes too?",
-            "As root, t and T will also stop processes that belong to other users (their "
-            "training is lost). Until you turn it off again (a), or leave the app.",
-            [("y", "Allow all users", "all")],
-        )
-
-        def chosen(answer: str | None) -> None:
-            if answer == "all":
-                self.all_users = True
-                self._show_head()
-
-        self.app.push_screen(dialog, chosen)
-
     def action_stop(self, whole_job: bool) -> None:
         row = self.query_one(GpuProcessList).selected
         if self.stopping:
@@ -285,7 +262,7 @@ class GpusScreen(Screen[None]):
         if others and not self.all_users:
             self.notify(
                 f"{what.split(':')[0]} belongs to {', '.join(sorted(others))}; ddptui stops only "
-                "your own processes" + (" (a: allow all users)" if may_stop_other_users() else ""),
+                "your own processes" + (" (a: allow all users)" if self.root() else ""),
                 severity="warning",
             )
             return

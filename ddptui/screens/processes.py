@@ -21,8 +21,7 @@ from textual.widgets import Footer, Header, Static
 from ddptui.actions import KILL_GRACE_SECONDS
 from ddptui.messages import CleanFinished, ProcessesListed, WorkerProblem
 from ddptui.widgets import figures
-from ddptui.widgets.confirm import ConfirmDialog
-from engine.core.process_kill import may_stop_other_users
+from ddptui.widgets.confirm import AllUsersToggle, ConfirmDialog
 from engine.core.statuses import JobState
 
 if TYPE_CHECKING:
@@ -107,7 +106,12 @@ def jobs_renderable(jobs: list[Any], width: int, hidden: tuple[Any, ...] = ()) -
     return Group(*parts)
 
 
-class ProcessesScreen(Screen[None]):
+class ProcessesScreen(AllUsersToggle, Screen[None]):
+    ALL_USERS_QUESTION = (
+        "Clean other users' orphaned jobs too?",
+        "As root, x will also stop orphaned jobs that belong to other users.",
+    )
+
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("x", "clean", "Clean orphans"),
         Binding("a", "all_users", "All"),
@@ -121,7 +125,6 @@ class ProcessesScreen(Screen[None]):
         self.notes: tuple[str, ...] = ()
         self.report = ""
         self.cleaning = False
-        self.all_users = False
         self.hidden: tuple[Any, ...] = ()
         self._timer: Timer | None = None
 
@@ -153,33 +156,6 @@ class ProcessesScreen(Screen[None]):
 
     def action_refresh(self) -> None:
         self.scan()
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "all_users":  # offered to root only: nobody else may stop others' processes
-            return may_stop_other_users()
-        return True
-
-    def action_all_users(self) -> None:
-        if not may_stop_other_users():
-            self.notify("Only root may stop other users' processes.", severity="warning")
-            return
-        if self.all_users:
-            self.all_users = False
-            self._show_head()
-            return
-        dialog = ConfirmDialog(
-            "Clean other users' orphaned jobs too?",
-            "As root, x will also stop orphaned jobs that belong to other users. Until you turn "
-            "it off again (a), or leave the app.",
-            [("y", "Allow all users", "all")],
-        )
-
-        def chosen(answer: str | None) -> None:
-            if answer == "all":
-                self.all_users = True
-                self._show_head()
-
-        self.app.push_screen(dialog, chosen)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="scan")
     def scan(self) -> None:
@@ -221,7 +197,7 @@ class ProcessesScreen(Screen[None]):
         if self.hidden:
             n = len(self.hidden)
             head.append(f" · {n} GPU holder{'s' if n != 1 else ''} NVML does not list", "yellow")
-        if may_stop_other_users():
+        if self.root():
             head.append(
                 " · cleans: ALL USERS" if self.all_users else " · cleans: yours (a: all)",
                 style="bold red" if self.all_users else "dim",
@@ -253,7 +229,7 @@ class ProcessesScreen(Screen[None]):
             self.notify(
                 f"The orphaned job{'s belong' if len(others) > 1 else ' belongs'} to "
                 f"{', '.join(sorted({u for j in others for u in j.users}))}; ddptui cleans only "
-                "your own" + (" (a: allow all users)" if may_stop_other_users() else ""),
+                "your own" + (" (a: allow all users)" if self.root() else ""),
                 severity="warning",
             )
             return
@@ -265,7 +241,7 @@ class ProcessesScreen(Screen[None]):
             listing += (
                 f"\n\nLeft alone: {len(others)} job{'s' if len(others) > 1 else ''} of "
                 f"{', '.join(sorted({u for j in others for u in j.users}))}"
-                + (" (a: allow all users)" if may_stop_other_users() else "")
+                + (" (a: allow all users)" if self.root() else "")
             )
         whose = (
             "Processes of every user are touched."

@@ -19,8 +19,8 @@ from fixtures.made_runs import ProcessPen
 
 from ddptui.actions import EngineActions
 from ddptui.app import DdptuiApp
-from ddptui.screens import gpus as gpus_screen
 from ddptui.screens.gpus import GpuBars, GpusScreen
+from ddptui.widgets import confirm
 from ddptui.widgets.confirm import ConfirmDialog
 from ddptui.widgets.gpu_process_list import GpuProcessList
 from engine.core.statuses import HolderKind
@@ -41,12 +41,12 @@ SMALL = (80, 24)
 @pytest.fixture
 def root(monkeypatch: pytest.MonkeyPatch) -> None:
     """As root: the all-users toggle is offered."""
-    monkeypatch.setattr(gpus_screen, "may_stop_other_users", lambda: True)
+    monkeypatch.setattr(confirm, "may_stop_other_users", lambda: True)
 
 
 @pytest.fixture
 def not_root(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gpus_screen, "may_stop_other_users", lambda: False)
+    monkeypatch.setattr(confirm, "may_stop_other_users", lambda: False)
 
 
 @pytest.fixture
@@ -212,13 +212,6 @@ async def test_without_nvml_one_line_says_why(make_app: Callable[..., DdptuiApp]
 
 
 # ---- real processes --------------------------------------------------------------------------
-
-
-@pytest.fixture
-def pen() -> Iterator[ProcessPen]:
-    p = ProcessPen()
-    yield p
-    p.close()
 
 
 def holding(path: Path) -> str:

@@ -21,6 +21,7 @@ from ddptui.screens.processes import ProcessesScreen
 from ddptui.screens.results import ChoiceDialog, ResultsScreen
 from ddptui.screens.run import RunScreen
 from ddptui.screens.runs import RunsScreen
+from ddptui.widgets import confirm
 from ddptui.widgets.confirm import ConfirmDialog
 from ddptui.widgets.gpu_panel import GpuPanel
 from engine.core.rundir import RunDir
@@ -396,9 +397,7 @@ async def test_processes_show_users_scripts_and_unlisted_gpu_holders(
 async def test_cleaning_other_users_jobs_needs_the_confirmed_all_users_toggle(
     make_app: Callable[..., DdptuiApp], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ddptui.screens import processes
-
-    monkeypatch.setattr(processes, "may_stop_other_users", lambda: True)  # as root
+    monkeypatch.setattr(confirm, "may_stop_other_users", lambda: True)  # as root
     app = make_app()
     async with app.run_test(size=SMALL) as pilot:
         await settle(pilot)
@@ -429,9 +428,7 @@ async def test_cleaning_other_users_jobs_needs_the_confirmed_all_users_toggle(
 async def test_not_root_cannot_turn_on_all_users(
     make_app: Callable[..., DdptuiApp], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ddptui.screens import processes
-
-    monkeypatch.setattr(processes, "may_stop_other_users", lambda: False)
+    monkeypatch.setattr(confirm, "may_stop_other_users", lambda: False)
     app = make_app()
     async with app.run_test(size=SMALL) as pilot:
         await settle(pilot)

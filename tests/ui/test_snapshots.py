@@ -16,7 +16,7 @@ import pytest
 from textual.pilot import Pilot
 
 from ddptui.app import DdptuiApp
-from ddptui.screens import gpus as gpus_screen
+from ddptui.widgets import confirm
 from engine.core.rundir import RunDir
 from tests.ui.conftest import SIZES
 from tests.ui.standins import (
@@ -108,7 +108,7 @@ def test_gpus_screen(
     screen: str,
     size: str,
 ) -> None:
-    monkeypatch.setattr(gpus_screen, "may_stop_other_users", lambda: True)  # as root
+    monkeypatch.setattr(confirm, "may_stop_other_users", lambda: True)  # as root
     with standin_nvml(machine=EIGHT_GPUS):
         assert snap_compare(
             make_app(), terminal_size=GPU_SIZES[size], run_before=GPU_SCREENS[screen]
