@@ -278,3 +278,14 @@ def test_the_screen_flag_is_in_the_help() -> None:
     assert "--screen [launch|runs|processes|gpus|results]" in result.stdout
     result = CliRunner().invoke(main, ["--screen", "nope"])
     assert result.exit_code == 2
+
+
+def test_gpus_watch_redraws(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ddptui.cli import main
+    from engine.core import gpu_view
+
+    monkeypatch.setattr(gpu_view, "sample_gpus", lambda: inventory((0, []), (1, [])))
+    result = CliRunner().invoke(main, ["gpus", "--watch", "--interval", "0.2", "--count", "2"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("ddptui gpus · ") == 2
+    assert result.stdout.count("GPU 1  stand-in") == 2
