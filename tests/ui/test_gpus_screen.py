@@ -23,6 +23,7 @@ from ddptui.screens.gpus import GpuBars, GpusScreen
 from ddptui.widgets import confirm
 from ddptui.widgets.confirm import ConfirmDialog
 from ddptui.widgets.gpu_process_list import GpuProcessList
+from engine.core.process_identity import ProcessRef, find_process
 from engine.core.statuses import HolderKind
 from tests.ui.standins import (
     EIGHT_GPUS,
@@ -228,11 +229,8 @@ def ready(path: Path, pen: ProcessPen) -> None:
 
 
 def gone(pid: int, start: float) -> bool:
-    try:
-        p = psutil.Process(pid)
-        return p.create_time() != start or p.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
+    """That very process has ended (the identity rule of the engine: pid and start time)."""
+    return find_process(ProcessRef(pid, start)) is None
 
 
 ORPHAN_ENV = {
