@@ -5,6 +5,8 @@
 #   PYTHON=python3 bash bench/gpu_check.sh # another interpreter with ddptui's dependencies
 #   GPU_CHECK_QUICK=1 bash bench/gpu_check.sh   # leave out the two ResNet-50 tutorial runs
 #
+# Besides training on the GPU, it checks `ddptui gpus --json` while a run holds GPU 0.
+#
 # Prints one line per check, "ok" or "FAIL" with its figure or reason, then a count:
 #
 #   nvml                ok    1 GPU: NVIDIA H100 80GB HBM3, driver 550.54, 1.2/80.0 GiB used, 0% busy
@@ -240,7 +242,61 @@ line "nccl loopback only" "${listen%%$'\t'*}" "${listen#*$'\t'}"
 # 7. DataParallel on one GPU.
 check_run "dataparallel x1" cpu-demo --set strategy.name=dataparallel --devices 1 "${QUICK[@]}"
 
-# 8-9. The tutorial's workload on one GPU (ResNet-50, 1,000-class head, batch 256, one epoch of
+# 8. ddptui gpus --json while a run holds GPU 0: the run's rank is on GPU 0, named as ddptui's,
+# with GPU memory from NVML; after ddptui kill, nothing of it is left on the GPU.
+gpus_check() {
+    local log run_pid out verdict
+    log=$(mktemp)
+    "$PYTHON" -m ddptui run cpu-demo --set strategy.name=single --devices 0 "${QUICK[@]}" \
+        --epochs 20 >"$log" 2>&1 &
+    run_pid=$!
+    verdict=$'FAIL\tno ddptui rank appeared on GPU 0 within 120 s'
+    for _ in $(seq 120); do
+        out=$(timeout 60 "$PYTHON" -m ddptui gpus --json 2>&1)
+        verdict=$(printf '%s' "$out" | "$PYTHON" -c '
+import json, sys
+try:
+    d = json.load(sys.stdin)
+except Exception:
+    print("wait\tddptui gpus --json printed no JSON"); sys.exit()
+if d.get("error"):
+    print("FAIL\t" + d["error"]); sys.exit()
+rows = [p for p in d["processes"] if p["gpu"] == 0 and p["kind"] == "ddptui"]
+if not rows:
+    print("wait\tno ddptui rank on GPU 0 yet"); sys.exit()
+r = rows[0]
+mem = r["gpu_memory_bytes"]
+if not mem:
+    print("FAIL\t%s on GPU 0 but NVML gave no memory for it" % r["what"]); sys.exit()
+print("ok\t%s (pid %d) on GPU 0 with %.2f GiB, %d process(es) listed on %d GPU(s)" % (
+    r["what"], r["pid"], mem / 2**30, len(d["processes"]), len(d["gpus"])))
+')
+        [ "${verdict%%$'\t'*}" = wait ] || break
+        kill -0 "$run_pid" 2>/dev/null || { verdict=$'FAIL\tthe run ended first: '"$(tail -n 1 "$log")"; break; }
+        sleep 1
+    done
+    local run_id
+    run_id=$("$PYTHON" -m ddptui runs --json 2>/dev/null | "$PYTHON" -c '
+import json, sys
+runs = [r for r in json.load(sys.stdin) if r["state"] in ("running", "starting")]
+print(runs[0]["run_id"] if runs else "")')
+    [ -n "$run_id" ] && timeout 60 "$PYTHON" -m ddptui kill "$run_id" --grace 5 >/dev/null 2>&1
+    wait "$run_pid" 2>/dev/null
+    if [ "${verdict%%$'\t'*}" = ok ]; then
+        left=$(timeout 60 "$PYTHON" -m ddptui gpus --json | "$PYTHON" -c '
+import json, sys
+d = json.load(sys.stdin)
+print(len([p for p in d["processes"] if p["kind"] == "ddptui"]))')
+        [ "$left" = 0 ] && verdict="$verdict; none left after ddptui kill" \
+            || verdict=$'FAIL\t'"$left ddptui process(es) still on a GPU after ddptui kill"
+    fi
+    [ "${verdict%%$'\t'*}" = wait ] && verdict=$'FAIL\t'"${verdict#*$'\t'}"
+    rm -f "$log"
+    line "gpus --json" "${verdict%%$'\t'*}" "${verdict#*$'\t'}"
+}
+gpus_check
+
+# 9-10. The tutorial's workload on one GPU (ResNet-50, 1,000-class head, batch 256, one epoch of
 # 50,000 images; synthetic data stands in for CIFAR-10 when it is not on disk): its 13.2 s A100
 # figure next to ours, with the tutorial's PIL pipeline and with the tensor pipeline.
 if [ -z "${GPU_CHECK_QUICK:-}" ]; then

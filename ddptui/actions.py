@@ -19,8 +19,12 @@ from engine.core.rundir import RunDir
 from engine.core.statuses import KillOutcome
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from engine.core.diagnosis import StackSnapshot
-    from engine.core.process_identity import ProcessProbe
+    from engine.core.gpu_view import GpuView
+    from engine.core.gpus import GpuInventory
+    from engine.core.process_identity import ProcessProbe, ProcessRef
     from engine.core.process_table import ProcessTable
     from engine.core.run_start import StartedRun
     from engine.core.speedup_table import SpeedupTable
@@ -37,9 +41,11 @@ class Outcome:
 
 
 class EngineActions:
-    def __init__(self, runs_dir: Path) -> None:
+    def __init__(self, runs_dir: Path, device_glob: str | None = None) -> None:
         self.runs_dir = runs_dir
+        self.device_glob = device_glob  # None: /dev/nvidia*; tests hold files of their own open
         self._scanner: Any = None
+        self._gpu_scanner: Any = None
 
     def start_run(self, config: RunConfig, gpu_count: int) -> StartedRun:
         """Start the launcher in its own session; raises ConfigError with the reason."""
@@ -64,17 +70,36 @@ class EngineActions:
         from engine.core.process_table import ProcessScanner
 
         if self._scanner is None:
-            self._scanner = ProcessScanner(self.runs_dir)
+            self._scanner = ProcessScanner(self.runs_dir, self.device_glob)
         table: ProcessTable = self._scanner.scan(cpu_interval=0.0)
         return table
 
-    def clean(self, grace: float = KILL_GRACE_SECONDS) -> Outcome:
-        """Stop this user's orphaned jobs, from a fresh scan (what ``ddptui clean`` does)."""
+    def scan_gpus(self, inventory: GpuInventory) -> GpuView:
+        """Every GPU's processes, named (``engine.core.gpu_view``), against the given NVML sample."""
+        from engine.core.gpu_view import GpuScanner
+
+        if self._gpu_scanner is None:
+            self._gpu_scanner = GpuScanner(self.runs_dir, self.device_glob)
+        view: GpuView = self._gpu_scanner.scan(inventory)
+        return view
+
+    def stop_processes(
+        self, refs: Sequence[ProcessRef], grace: float = KILL_GRACE_SECONDS, all_users: bool = False
+    ) -> Outcome:
+        """Stop these processes (pid and start time) and their children: SIGTERM, SIGKILL."""
+        from engine.core.process_kill import stop_refs
+
+        result, skipped = stop_refs(refs, grace, all_users=all_users)
+        return Outcome(ok=result.ok and not result.refused, report=describe_stop(result, skipped))
+
+    def clean(self, grace: float = KILL_GRACE_SECONDS, all_users: bool = False) -> Outcome:
+        """Stop this user's orphaned jobs (every user's with ``all_users``, as root), from a fresh
+        scan (what ``ddptui clean`` does)."""
         from engine.core.process_kill import clean_orphans, plan_clean
         from engine.core.process_table import scan_processes
 
-        plan = plan_clean(scan_processes(self.runs_dir, cpu_interval=0.0))
-        cleaned = clean_orphans(plan, grace)
+        plan = plan_clean(scan_processes(self.runs_dir, cpu_interval=0.0), all_users=all_users)
+        cleaned = clean_orphans(plan, grace, all_users=all_users)
         stopped = sum(len(c.stop.stopped) for c in cleaned)
         left = [pid for c in cleaned for pid in c.stop.survivors]
         parts = [f"cleaned {len(cleaned)} orphaned job{'s' if len(cleaned) != 1 else ''}"]
@@ -137,3 +162,21 @@ def describe_kill(result: Any) -> str:
     if result.gpu_check:
         text += f"; {result.gpu_check}"
     return text
+
+
+def describe_stop(result: Any, skipped: tuple[str, ...] = ()) -> str:
+    """A ``StopResult`` in one sentence: what was stopped, how, and what is left or refused."""
+    stopped = len(result.stopped)
+    parts = [
+        f"stopped {stopped} process{'es' if stopped != 1 else ''} "
+        f"({len(result.terminated)} on SIGTERM, {len(result.killed)} needed SIGKILL)"
+    ]
+    if result.already_gone:
+        parts.append(f"{len(result.already_gone)} had already ended")
+    if result.survivors:
+        parts.append(f"STILL RUNNING: pids {', '.join(map(str, result.survivors))}")
+    elif stopped:
+        parts.append("none left")
+    parts.extend(why for _, why in result.refused)
+    parts.extend(skipped)
+    return "; ".join(parts)

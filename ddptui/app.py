@@ -6,7 +6,8 @@ the app, a dropped SSH link or a crash leaves them running, and opening a runnin
 its run directory.
 
 Screens (installed once, switched with the keys in the footer): Launch (l), Runs (r),
-Processes (p), Results (c), and one Run screen per opened run.
+Processes (p), GPUs (g), Results (c), and one Run screen per opened run; ``w`` goes back to the
+run last watched, or re-attaches to the newest run still going on disk.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from textual.reactive import reactive
 from textual.worker import Worker, WorkerState
 
 from ddptui.gpu_history import GpuHistory
-from ddptui.messages import GpusSampled
+from ddptui.messages import GpusSampled, LatestRunFound
 from engine.core.gpus import GpuInventory, sample_gpus
 from engine.core.rundir import DEFAULT_RUNS_DIR, RunDir
 
@@ -39,6 +40,7 @@ if TYPE_CHECKING:  # imported where first used: the first frame needs none of th
     ResourceChecker = Callable[[RunPlan, GpuInventory | None], ResourceCheck]
 
 RUNS_DIR_ENV = "DDPTUI_RUNS_DIR"
+MAIN_SCREENS = ("launch", "runs", "processes", "gpus", "results")
 REAP_SECONDS = 5.0
 
 
@@ -68,6 +70,7 @@ class DdptuiApp(App[None]):
         Binding("l", "show('launch')", "Launch"),
         Binding("r", "show('runs')", "Runs"),
         Binding("p", "show('processes')", "Procs"),
+        Binding("g", "show('gpus')", "GPUs"),
         Binding("c", "show('results')", "Results"),
         Binding("w", "watch_last", "Watch"),
         Binding("q", "quit", "Quit"),
@@ -91,8 +94,12 @@ class DdptuiApp(App[None]):
         run_poll_seconds: float = 0.5,
         gpu_poll_seconds: float = 1.0,
         list_poll_seconds: float = 2.0,
+        screen: str = "launch",
     ) -> None:
         super().__init__()
+        if screen not in MAIN_SCREENS:
+            raise ValueError(f"screen {screen!r} is not one of {', '.join(MAIN_SCREENS)}")
+        self.first_screen = screen
         self.runs_dir = Path(runs_dir) if runs_dir is not None else default_runs_dir()
         self.clock = clock
         self._probe = probe
@@ -139,8 +146,8 @@ class DdptuiApp(App[None]):
     # -- start-up ----------------------------------------------------------------------------
 
     def on_mount(self) -> None:
-        self.install_named_screen("launch")
-        self.push_screen("launch")
+        self.install_named_screen(self.first_screen)
+        self.push_screen(self.first_screen)
         self.sample_gpus()
         self.set_interval(self.gpu_poll_seconds, self.sample_gpus)
         self.set_interval(REAP_SECONDS, self.reap_launchers)
@@ -203,6 +210,10 @@ class DdptuiApp(App[None]):
             from ddptui.screens.processes import ProcessesScreen
 
             screen = ProcessesScreen()
+        elif name == "gpus":
+            from ddptui.screens.gpus import GpusScreen
+
+            screen = GpusScreen()
         elif name == "results":
             from ddptui.screens.results import ResultsScreen
 
@@ -220,13 +231,31 @@ class DdptuiApp(App[None]):
         # The footer has no room to offer the screen you are on.
         if action == "show" and parameters and self.is_screen_installed(str(parameters[0])):
             return self.get_screen(str(parameters[0])) is not self.screen
-        if action == "watch_last":  # only offered where there is a run screen to go back to
-            return bool(self.run_screen_names) and getattr(self.screen, "run_dir", None) is None
+        if action == "watch_last":  # not on a run screen: [ and ] move between runs there
+            return getattr(self.screen, "run_dir", None) is None
         return True
 
     def action_watch_last(self) -> None:
+        """Back to the run last watched; in a session that watched none, re-attach to the newest
+        run still going on disk (found in a thread: it reads every run directory)."""
         if self.run_screen_names:
             self.switch_screen(self.run_screen_names[-1])
+            return
+        self.find_latest_run()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="latest-run")
+    def find_latest_run(self) -> None:
+        from ddptui.watch import latest_active_run
+
+        self.post_message(
+            LatestRunFound(latest_active_run(self.runs_dir, self.probe, self.clock()))
+        )
+
+    def on_latest_run_found(self, message: LatestRunFound) -> None:
+        if message.run_dir is None:
+            self.notify(f"No run is going in {self.runs_dir}; r lists them all.")
+            return
+        self.open_run(message.run_dir)
 
     def open_run(self, run_dir: RunDir, started: object = None) -> None:
         """Show the run screen of ``run_dir``, attaching to it (or re-attaching) as needed."""
@@ -305,6 +334,6 @@ class DdptuiApp(App[None]):
         self.call_from_thread(self.exit, None, 0, "\n".join(reports))
 
 
-def run_app(runs_dir: Path | None = None) -> None:
-    """Open the UI on ``runs_dir`` (default: $DDPTUI_RUNS_DIR, else ./runs)."""
-    DdptuiApp(runs_dir).run()
+def run_app(runs_dir: Path | None = None, screen: str = "launch") -> None:
+    """Open the UI on ``runs_dir`` (default: $DDPTUI_RUNS_DIR, else ./runs), showing ``screen``."""
+    DdptuiApp(runs_dir, screen=screen).run()

@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "presets": ("presets", "presets_command", "List presets and whether each can run here."),
     "runs": ("runs", "runs_command", "List runs: state, age, devices, stalled ranks."),
     "show": ("runs", "show_command", "One run: config, per-rank states, summary, failure."),
+    "gpus": ("gpus", "gpus_command", "Every GPU and every process on it, named for what it is."),
     "ps": ("processes", "ps_command", "Distributed-training processes here, grouped into jobs."),
     "kill": ("processes", "kill_command", "Stop exactly the processes of one run."),
     "stacks": (
@@ -66,8 +67,15 @@ class LazyGroup(click.Group):
     callback=checked_runs_dir(write=False),
     help="Runs the UI shows and starts (default: runs, or $DDPTUI_RUNS_DIR).",
 )
+@click.option(
+    "--screen",
+    type=click.Choice(["launch", "runs", "processes", "gpus", "results"]),
+    default="launch",
+    show_default=True,
+    help="The screen the UI opens on (gpus: every GPU and who holds it).",
+)
 @click.pass_context
-def main(ctx: click.Context, runs_dir: Path | None) -> None:
+def main(ctx: click.Context, runs_dir: Path | None, screen: str) -> None:
     """Launch, watch, compare and clean up PyTorch data-parallel training runs.
 
     \b
@@ -75,8 +83,9 @@ def main(ctx: click.Context, runs_dir: Path | None) -> None:
       ddptui run cpu-demo          train the embedded default on 2 CPU ranks
       ddptui presets               what can run on this machine
       ddptui                       open the terminal UI
+      ddptui --screen gpus         open it on the GPUs: every GPU and who holds it
     """
     if ctx.invoked_subcommand is None:
         from ddptui.app import run_app
 
-        run_app(runs_dir)
+        run_app(runs_dir, screen)

@@ -18,6 +18,8 @@ from engine.core.gpus import GpuInventory
 if TYPE_CHECKING:  # only annotations: the app starts without ddptui.watch
     from ddptui.watch import RunListing, RunView
     from engine.core.diagnosis import StackSnapshot
+    from engine.core.gpu_view import GpuView
+    from engine.core.rundir import RunDir
 
 
 class Snapshot(Message, bubble=False):
@@ -75,11 +77,26 @@ class RunsListed(Snapshot):
 class ProcessesListed(Snapshot):
     """The ``ddptui ps`` view: jobs found by process discovery."""
 
-    def __init__(self, jobs: list[Any], notes: tuple[str, ...] = (), gpu_error: str = "") -> None:
+    def __init__(
+        self,
+        jobs: list[Any],
+        notes: tuple[str, ...] = (),
+        gpu_error: str = "",
+        hidden: tuple[Any, ...] = (),
+    ) -> None:
         super().__init__()
         self.jobs = jobs
         self.notes = notes
         self.gpu_error = gpu_error
+        self.hidden = hidden  # processes with a GPU device open that NVML does not list
+
+
+class GpusScanned(Snapshot):
+    """Every GPU's processes, named (``engine.core.gpu_view``), for the GPUs screen."""
+
+    def __init__(self, view: GpuView) -> None:
+        super().__init__()
+        self.view = view
 
 
 class PresetsChecked(Message, bubble=False):
@@ -108,6 +125,24 @@ class KillFinished(Message):
         self.run_id = run_id
         self.ok = ok
         self.report = report
+
+
+class StopFinished(Message):
+    """Stopping processes chosen on a screen ended; ``report`` says what was stopped and what is
+    left."""
+
+    def __init__(self, ok: bool, report: str) -> None:
+        super().__init__()
+        self.ok = ok
+        self.report = report
+
+
+class LatestRunFound(Message):
+    """The newest run that is still going, found on disk (None: none is)."""
+
+    def __init__(self, run_dir: RunDir | None) -> None:
+        super().__init__()
+        self.run_dir = run_dir
 
 
 class CleanFinished(Message):

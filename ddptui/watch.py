@@ -177,6 +177,15 @@ def list_run_listings(
     return RunLister(runs_dir, clock=clock, probe=probe).list()
 
 
+def latest_active_run(runs_dir: Path, probe: ProcessProbe, now: float) -> RunDir | None:
+    """The newest run under ``runs_dir`` that is still going (the run observer decides), or
+    None. Reads and never writes."""
+    for run_dir in reversed(list_runs(runs_dir)):
+        if run_is_active(run_dir, probe, now):
+            return run_dir
+    return None
+
+
 def run_is_active(run_dir: RunDir, probe: ProcessProbe, now: float) -> bool:
     """Whether a run is still going. Safe on the UI thread: it reads and never writes."""
     observer = RunObserver(run_dir, clock=lambda: now, probe=probe, settle=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -182,8 +183,16 @@ def test_clean_is_refused_for_a_job_whose_pid_was_reused(pen: ProcessPen) -> Non
 # ---- the command -----------------------------------------------------------------------------
 
 
-def cli(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
-    result = CliRunner().invoke(main, list(args), input=stdin)
+def cli(
+    *args: str, stdin: str | None = None, leftovers: Path | None = None
+) -> tuple[int, str, str]:
+    """``ddptui ARGS``; ``clean`` looks for left-over files in ``leftovers`` (an empty folder
+    unless given), never in this machine's /dev/shm and /tmp."""
+    extra: list[str] = []
+    if args[0] == "clean":
+        folder = leftovers or Path(tempfile.mkdtemp(prefix="ddptui-no-leftovers-"))
+        extra = ["--shm-dir", str(folder), "--tmp-dir", str(folder)]
+    result = CliRunner().invoke(main, [*args, *extra], input=stdin)
     return result.exit_code, result.stdout, result.stderr
 
 

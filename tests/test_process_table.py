@@ -294,11 +294,17 @@ def test_a_child_of_a_training_process_joins_its_job(runs_dir: Path, pen: Proces
 
 
 def test_gpu_memory_per_process_and_holders_that_are_not_visible(
-    pen: ProcessPen, monkeypatch: pytest.MonkeyPatch
+    pen: ProcessPen, tmp_path: Path
 ) -> None:
-    worker = pen.python(env=ELASTIC)
+    device = tmp_path / "nvidia0"  # stands in for /dev/nvidia0: the worker holds it open
+    device.write_bytes(b"")
+    worker = pen.python(
+        f"import time\nf = open({str(device)!r})\nwhile True: time.sleep(0.1)", env=ELASTIC
+    )
     wait_for_env(worker.pid, "TORCHELASTIC_RUN_ID")
-    monkeypatch.setattr(process_table, "_has_nvidia_fd", lambda pid: None)
+    assert pen.wait_until(
+        lambda: any(str(device) in f.path for f in psutil.Process(worker.pid).open_files())
+    )
     gpus = GpuInventory(
         gpus=(
             GpuSample(
@@ -314,7 +320,7 @@ def test_gpu_memory_per_process_and_holders_that_are_not_visible(
             GpuSample(index=1, error="NVML: GPU is lost"),
         )
     )
-    table = scan(gpus=gpus)
+    table = process_table.ProcessScanner(device_glob=str(tmp_path / "nvidia*")).scan(gpus=gpus)
     job = job_with(table, worker.pid)
     assert job is not None
     (p,) = job.processes

@@ -19,8 +19,17 @@ import click
 
 from ddptui import exit_codes
 from ddptui.run_options import checked_runs_dir, default_runs_dir
+from ddptui.widgets.figures import short_command
 from engine.core import strict_json
+from engine.core.leftovers import (
+    DEFAULT_SHM_DIR,
+    LeftoverPlan,
+    LeftoverRemoval,
+    plan_leftovers,
+    remove_leftovers,
+)
 from engine.core.process_kill import (
+    CleanedJob,
     CleanPlan,
     KillRefused,
     KillResult,
@@ -74,11 +83,11 @@ def format_bytes(value: int | None) -> str:
 
 
 def _gpu_cell(p: TrainingProcess, gpu_error: str | None) -> str:
-    if gpu_error:
-        return "n/a"
     if not p.gpu:
-        return "-"
-    return " ".join(f"{g.gpu_index}:{format_bytes(g.used_bytes)}" for g in p.gpu)
+        return "n/a" if gpu_error else "-"
+    return " ".join(
+        f"{g.gpu_index}:{format_bytes(g.used_bytes) if g.listed else 'unlisted'}" for g in p.gpu
+    )
 
 
 def _rank_cell(p: TrainingProcess) -> str:
@@ -118,16 +127,41 @@ def render_table(table: ProcessTable, width: int = 120) -> str:
         for row, shown in zip(rows, [None, *job.processes], strict=True):
             cells = "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
             tail = "COMMAND" if shown is None else shown.command
-            room = max(20, width - len(cells) - 4)
-            tail = tail if len(tail) <= room else tail[: room - 3] + "..."
+            tail = short_command(tail, max(20, width - len(cells) - 4))
             lines.append(f"  {cells}  {tail}")
             if shown is not None and shown.note:
                 lines.append(f"  {'':<{len(cells)}}  ({shown.note})")
+        lines.append("")
+    if table.hidden_holders:
+        lines.extend(_hidden_lines(table, width))
         lines.append("")
     if table.notes:
         lines.append("Not visible from here:")
         lines.extend(f"  - {note}" for note in table.notes)
     return "\n".join(lines).rstrip()
+
+
+def _hidden_lines(table: ProcessTable, width: int) -> list[str]:
+    """Processes with a GPU device open that NVML does not list, with what each is."""
+    title = (
+        "GPU devices held open that NVML does not list"
+        if table.gpu_error is None
+        else "GPU devices held open (NVML not available to compare)"
+    )
+    lines = [f"{title} (found by their open /dev/nvidia* files):"]
+    for h in table.hidden_holders:
+        found = table.job_of(h.pid)
+        what = (
+            f"{found[1].role} of {found[0].label} [{found[0].state}]"
+            if found
+            else "not part of any training job found"
+        )
+        if h.zombie:
+            what += "; a zombie whose threads still hold it"
+        cards = ", ".join(f"GPU {m}" for m in h.minors)
+        text = f"  {h.pid:>7}  {h.user:<10} {cards}  {what}"
+        lines.append(text if len(text) <= width else text[: width - 1] + "…")
+    return lines
 
 
 # ---- ddptui ps -------------------------------------------------------------------------------
@@ -288,9 +322,27 @@ def _plan_lines(plan: CleanPlan) -> list[str]:
     return lines
 
 
+def _leftover_lines(plan: LeftoverPlan) -> list[str]:
+    lines = []
+    if plan.remove:
+        lines.append(
+            f"files left by dead jobs ({format_bytes(plan.size_bytes)}, yours; each is checked "
+            "again just before it is removed):"
+        )
+        for item in plan.remove:
+            lines.append(f"  remove {item.path}  {format_bytes(item.size_bytes)}: {item.why}")
+    else:
+        lines.append(
+            "No files left by dead jobs (torch segments in /dev/shm, torchelastic_* dirs)."
+        )
+    for item in plan.left_alone:
+        lines.append(f"  leave {item.path} alone: {item.why}")
+    return lines
+
+
 @click.command("clean")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask; for scripts.")
-@click.option("--dry-run", is_flag=True, help="Only show what would be stopped.")
+@click.option("--dry-run", is_flag=True, help="Only show what would be stopped and removed.")
 @click.option("--all-users", is_flag=True, help="As root: also stop orphaned jobs of other users.")
 @click.option(
     "--grace",
@@ -301,65 +353,108 @@ def _plan_lines(plan: CleanPlan) -> list[str]:
 )
 @runs_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable plan and result.")
+@click.option("--shm-dir", type=click.Path(path_type=Path), default=DEFAULT_SHM_DIR, hidden=True)
+@click.option("--tmp-dir", type=click.Path(path_type=Path), default=None, hidden=True)
 def clean_command(
-    yes: bool, dry_run: bool, all_users: bool, grace: float, runs_dir: Path, as_json: bool
+    yes: bool,
+    dry_run: bool,
+    all_users: bool,
+    grace: float,
+    runs_dir: Path,
+    as_json: bool,
+    shm_dir: Path,
+    tmp_dir: Path | None,
 ) -> None:
-    """Stop orphaned training jobs (those whose launcher or agent is gone), after showing what it
-    will do and asking.
+    """Stop orphaned training jobs (those whose launcher or agent is gone), then remove the files
+    dead jobs left behind, after showing each and asking.
 
     \b
     Running jobs, live ddptui runs, this process and its parent shell are never touched, nor
     other users' processes unless run as root with --all-users.
+    Left-over files: torch's shared-memory segments in /dev/shm (torch_<pid>_...: host memory
+    until removed) whose maker is gone and that no process has open or mapped, and the
+    /tmp/torchelastic_* directories of torchrun agents that no live process refers to. Only
+    your own are removed; the rest are listed with the reason they stay.
     Exit codes: 0 done or nothing to do, 1 declined or a process survived, 2 bad input.
     """
     if all_users and os.getuid() != 0:
         _fail("--all-users needs root: only root may stop other users' processes")
-    table = scan_processes(runs_dir, cpu_interval=0.0)
-    plan = plan_clean(table, all_users=all_users)
-    if as_json and (dry_run or not plan.jobs):
-        click.echo(strict_json.dumps(_clean_json(plan, None), indent=2))
-        return
-    if not as_json:
-        if not plan.jobs:
-            click.echo("No orphaned jobs to stop.")
-            for line in _plan_lines(plan):
-                click.echo(line)
-            return
-        for line in _plan_lines(plan):
+
+    def say(line: str) -> None:
+        if not as_json:
             click.echo(line)
-    if dry_run:
-        return
-    if not yes and not click.confirm(
-        f"Stop {plan.process_count} processes of {len(plan.jobs)} orphaned job(s)?",
-        default=False,
-        err=as_json,
-    ):
-        click.echo("Nothing stopped.", err=as_json)
-        sys.exit(exit_codes.FAILED)
+
     started = time.monotonic()
-    cleaned = clean_orphans(plan, grace, all_users=all_users)
-    ok = all(c.stop.ok for c in cleaned)
+    plan = plan_clean(scan_processes(runs_dir, cpu_interval=0.0), all_users=all_users)
+    cleaned: tuple[CleanedJob, ...] | None = None
+    declined = False
+    if not plan.jobs:
+        say("No orphaned jobs to stop.")
+    for line in _plan_lines(plan):
+        say(line)
+    if plan.jobs and not dry_run:
+        if yes or click.confirm(
+            f"Stop {plan.process_count} processes of {len(plan.jobs)} orphaned job(s)?",
+            default=False,
+            err=as_json,
+        ):
+            cleaned = clean_orphans(plan, grace, all_users=all_users)
+            for c in cleaned:
+                state = (
+                    "none left"
+                    if c.stop.ok
+                    else f"still alive: {', '.join(map(str, c.stop.survivors))}"
+                )
+                say(
+                    f"{c.job.label}: {len(c.stop.terminated)} ended on SIGTERM, "
+                    f"{len(c.stop.killed)} needed SIGKILL; {state}"
+                )
+                for line in c.skipped:
+                    say(f"  {line}")
+        else:
+            declined = True
+            click.echo("Nothing stopped.", err=as_json)
+    # after the jobs: what the jobs just stopped left behind is offered too
+    leftovers = plan_leftovers(shm_dir, tmp_dir)
+    for line in _leftover_lines(leftovers):
+        say(line)
+    removal: LeftoverRemoval | None = None
+    if leftovers.remove and not dry_run:
+        if yes or click.confirm(
+            f"Remove {len(leftovers.remove)} left-over file(s), "
+            f"{format_bytes(leftovers.size_bytes)}?",
+            default=False,
+            err=as_json,
+        ):
+            removal = remove_leftovers(leftovers.remove)
+            say(f"removed {len(removal.removed)}")
+            for item in removal.kept:
+                say(f"  kept {item.path}: in use again")
+            for item, why in removal.failed:
+                say(f"  could not remove {item.path}: {why}")
+        else:
+            declined = True
+            click.echo("Nothing removed.", err=as_json)
+    ok = all(c.stop.ok for c in cleaned or ()) and (removal is None or removal.ok)
     if as_json:
-        click.echo(strict_json.dumps(_clean_json(plan, cleaned), indent=2))
-    else:
-        for c in cleaned:
-            state = (
-                "none left"
-                if c.stop.ok
-                else f"still alive: {', '.join(map(str, c.stop.survivors))}"
-            )
-            click.echo(
-                f"{c.job.label}: {len(c.stop.terminated)} ended on SIGTERM, "
-                f"{len(c.stop.killed)} needed SIGKILL; {state}"
-            )
-            for line in c.skipped:
-                click.echo(f"  {line}")
-        click.echo(f"done in {time.monotonic() - started:.1f} s")
-    sys.exit(exit_codes.OK if ok else exit_codes.FAILED)
+        click.echo(strict_json.dumps(_clean_json(plan, cleaned, leftovers, removal), indent=2))
+    elif cleaned is not None or removal is not None:
+        say(f"done in {time.monotonic() - started:.1f} s")
+    sys.exit(exit_codes.OK if ok and not declined else exit_codes.FAILED)
 
 
-def _clean_json(plan: CleanPlan, cleaned: Any) -> dict[str, Any]:
+def _clean_json(
+    plan: CleanPlan, cleaned: Any, leftovers: LeftoverPlan, removal: LeftoverRemoval | None
+) -> dict[str, Any]:
     return {
+        "leftovers": {
+            "remove": [item.to_json() for item in leftovers.remove],
+            "left_alone": [item.to_json() for item in leftovers.left_alone],
+            "removed": None if removal is None else [str(i.path) for i in removal.removed],
+            "failed": None
+            if removal is None
+            else [{"path": str(i.path), "reason": why} for i, why in removal.failed],
+        },
         "stop": [j.key for j in plan.jobs],
         "left_alone": [{"job": j.key, "reason": why} for j, why in plan.left_alone],
         "jobs": [asdict(j) for j in plan.jobs],
@@ -369,5 +464,5 @@ def _clean_json(plan: CleanPlan, cleaned: Any) -> dict[str, Any]:
             {"job": c.job.key, "ok": c.stop.ok, **asdict(c.stop), "skipped": list(c.skipped)}
             for c in cleaned
         ],
-        "dry_run": cleaned is None,
+        "dry_run": cleaned is None and removal is None,
     }

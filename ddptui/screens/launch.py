@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.console import Group
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -36,7 +36,9 @@ from textual.widgets.selection_list import Selection
 
 from ddptui.messages import PresetsChecked, RunLaunched, WorkerProblem
 from ddptui.widgets import figures
+from ddptui.widgets.confirm import ConfirmDialog
 from engine.core.config import DATASETS, PRECISIONS, ConfigError, RunConfig, apply_overrides
+from engine.core.devices import DevicePlan, resolve_devices
 from engine.core.gpus import GpuInventory, GpuSample
 from engine.core.plan import RunPlan, plan_run
 
@@ -139,6 +141,37 @@ def gpu_label(gpu: GpuSample) -> Text:
     return label
 
 
+class NumberInput(Input):
+    """A whole-number field that lets letters through to the screen's keys: ``s`` starts the run
+    while the cursor is in it (it could never type a letter anyway)."""
+
+    def check_consume_key(self, key: str, character: str | None) -> bool:
+        return character is not None and (character.isdigit() or character in "+-")
+
+    async def _on_key(self, event: events.Key) -> None:
+        # Textual calls Input's own handler after this one unless the default is prevented.
+        if event.is_printable and not self.check_consume_key(event.key, event.character):
+            event.prevent_default()  # not a digit: it bubbles up to the screen's bindings
+
+
+def preset_devices(check: PresetCheck, gpu_count: int) -> DevicePlan | None:
+    """The devices a preset asks for on this machine, even when something else (missing data, a
+    precision) stops it from running as it stands; None when its device spec cannot be met."""
+    if check.plan is not None:
+        return check.plan.devices
+    if check.config is None:
+        return None
+    try:
+        return resolve_devices(check.config.devices.spec, check.config.strategy.name, gpu_count)
+    except ConfigError:
+        return None
+
+
+def pick_mark(picked: bool) -> str:
+    """A pick said in text, not only in colour."""
+    return "[x] " if picked else "[ ] "
+
+
 OVERRIDE_FIELDS = (
     # (input id, dotted key, label)
     ("epochs", "training.epochs", "epochs"),
@@ -165,7 +198,9 @@ class LaunchScreen(Screen[None]):
         self._filling = False
         self._starting = False
         self._gpu_labels: list[tuple[int, str, bool]] = []
+        self._label_texts: dict[int, Text] = {}
         self._device_note = ""
+        self._preset_devices: DevicePlan | None = None
 
     @property
     def ddptui(self) -> DdptuiApp:
@@ -177,22 +212,23 @@ class LaunchScreen(Screen[None]):
             with Vertical(id="preset-pane"):
                 yield Label("Presets", classes="section")
                 yield OptionList(id="presets")
-            with VerticalScroll(id="launch-form"):
+            # not a Tab stop itself: Tab goes from the preset list straight to a field
+            with VerticalScroll(id="launch-form", can_focus=False):
                 yield Static("", id="preset-info")
                 yield Static("Devices sampling NVML…", id="devices-note", classes="section")
                 yield SelectionList[int](id="gpu-picker")
                 with Horizontal(classes="field"):
                     yield Label("CPU ranks", classes="field-label")
-                    yield Input(id="cpu-ranks", type="integer", compact=True, classes="num")
+                    yield NumberInput(id="cpu-ranks", type="integer", compact=True, classes="num")
                 yield Label("Overrides", classes="section")
                 with Horizontal(classes="field"):
                     for input_id, _, label in OVERRIDE_FIELDS[:2]:
                         yield Label(label, classes="field-label")
-                        yield Input(id=input_id, type="integer", compact=True, classes="num")
+                        yield NumberInput(id=input_id, type="integer", compact=True, classes="num")
                 with Horizontal(classes="field"):
                     for input_id, _, label in OVERRIDE_FIELDS[2:]:
                         yield Label(label, classes="field-label")
-                        yield Input(id=input_id, type="integer", compact=True, classes="num")
+                        yield NumberInput(id=input_id, type="integer", compact=True, classes="num")
                 with Horizontal(classes="field"):
                     yield Label("precision", classes="field-label")
                     yield Select(
@@ -211,7 +247,10 @@ class LaunchScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.sub_title = "Launch"
-        self.watch(self.ddptui, "gpu_inventory", self._gpus_changed)
+        # Not at once: the form's nested fields are mounted by the next refresh, and an NVML
+        # sample can already be there (a fast sampler) before they are.
+        self.watch(self.ddptui, "gpu_inventory", self._gpus_changed, init=False)
+        self.call_after_refresh(lambda: self._gpus_changed(self.ddptui.gpu_inventory))
 
     def on_screen_resume(self) -> None:
         self.query_one("#presets", OptionList).focus()
@@ -324,21 +363,21 @@ class LaunchScreen(Screen[None]):
             picker = self.query_one("#gpu-picker", SelectionList)
             picker.deselect_all()
             ranks = 2 if config.strategy.name == "ddp" else 1
-            if check.plan is not None:
-                if check.plan.devices.kind == "cuda":
-                    offered = {
-                        picker.get_option_at_index(i).value for i in range(picker.option_count)
-                    }
-                    for index in check.plan.devices.gpu_indices:
-                        if index in offered:
-                            picker.select(index)
-                else:
-                    ranks = check.plan.devices.cpu_ranks
-            elif config.devices.spec.startswith("cpu:"):
-                ranks = int(config.devices.spec.split(":", 1)[1])
+            # What the preset asks for, even when it cannot run as it stands (no CIFAR-10 yet):
+            # its GPUs stay picked, so fixing the data never turns it into a CPU run.
+            devices = preset_devices(check, self._gpu_count or 0)
+            self._preset_devices = devices
+            if devices is not None and devices.kind == "cuda":
+                offered = {picker.get_option_at_index(i).value for i in range(picker.option_count)}
+                for index in devices.gpu_indices:
+                    if index in offered:
+                        picker.select(index)
+            elif devices is not None:
+                ranks = devices.cpu_ranks
             self.query_one("#cpu-ranks", Input).value = str(ranks)
         finally:
             self._filling = False
+        self._show_picks()
 
     def _show_devices(self, inventory: GpuInventory) -> None:
         note = self.query_one("#devices-note", Static)
@@ -350,15 +389,14 @@ class LaunchScreen(Screen[None]):
             )
             picker.display = False
             return
-        self._note(
-            note, Text.assemble(("Devices ", "bold"), ("space picks GPUs; none picked: CPU", "dim"))
-        )
         picker.display = True
         labels = [(gpu.index, gpu_label(gpu), gpu.error is not None) for gpu in inventory.gpus]
         key = [(index, label.plain, bad) for index, label, bad in labels]
         if key == self._gpu_labels:
+            self._show_picks()
             return
         self._gpu_labels = key
+        self._label_texts = {index: label for index, label, _ in labels}
         selected = set(picker.selected)
         highlighted = picker.highlighted
         self._filling = True
@@ -366,7 +404,12 @@ class LaunchScreen(Screen[None]):
             picker.clear_options()
             picker.add_options(
                 [
-                    Selection(label, index, index in selected, disabled=bad)
+                    Selection(
+                        Text(pick_mark(index in selected)) + label,
+                        index,
+                        index in selected,
+                        disabled=bad,
+                    )
                     for index, label, bad in labels
                 ]
             )
@@ -375,6 +418,30 @@ class LaunchScreen(Screen[None]):
                 picker.highlighted = min(highlighted or 0, picker.option_count - 1)
         finally:
             self._filling = False
+        self._show_picks()
+
+    def _show_picks(self) -> None:
+        """Say the picked GPUs in words above the list, and mark each pick in its label."""
+        picker = self.query_one("#gpu-picker", SelectionList)
+        if not picker.display:
+            return
+        picked = sorted(int(i) for i in picker.selected)
+        for i in range(picker.option_count):
+            index = picker.get_option_at_index(i).value
+            label = self._label_texts.get(index)
+            if label is not None:
+                picker.replace_option_prompt_at_index(i, Text(pick_mark(index in picked)) + label)
+        if picked:
+            said = Text.assemble(
+                ("Devices ", "bold"),
+                (f"picked: GPU {', '.join(map(str, picked))}", "cyan"),
+                (" (space toggles)", "dim"),
+            )
+        else:
+            said = Text.assemble(
+                ("Devices ", "bold"), ("none picked: CPU ranks below (space picks GPUs)", "dim")
+            )
+        self._note(self.query_one("#devices-note", Static), said)
 
     def _note(self, note: Static, text: Text) -> None:
         if text.plain != self._device_note:  # NVML is sampled every second; redraw on change only
@@ -386,6 +453,7 @@ class LaunchScreen(Screen[None]):
     @on(SelectionList.SelectedChanged)
     def _form_changed(self) -> None:
         if not self._filling:
+            self._show_picks()
             self._evaluate()
 
     @on(Input.Submitted)
@@ -419,10 +487,20 @@ class LaunchScreen(Screen[None]):
         if isinstance(dataset, str) and dataset != config.data.dataset:
             found["data.dataset"] = dataset
         spec = self._device_spec()
-        plan = check.plan
-        if spec is not None and (plan is None or spec != plan.devices.describe()):
+        preset = self._preset_devices
+        if spec is not None and (preset is None or spec != preset.describe()):
             found["devices.spec"] = spec
         return found
+
+    def gpu_preset_on_cpu(self) -> bool:
+        """The preset asks for GPUs, and the form (no GPU picked) would run it on the CPU."""
+        preset, plan = self._preset_devices, self.effective_plan
+        return (
+            preset is not None
+            and preset.kind == "cuda"
+            and plan is not None
+            and plan.devices.kind == "cpu"
+        )
 
     def _device_spec(self) -> str | None:
         picker = self.query_one("#gpu-picker", SelectionList)
@@ -466,6 +544,12 @@ class LaunchScreen(Screen[None]):
             text.append(
                 "\n  overrides: " + ", ".join(f"{k}={v}" for k, v in overrides.items()), "cyan"
             )
+        if self.gpu_preset_on_cpu():
+            text.append(
+                f"\n  ⚠ on the CPU ({plan.devices.describe()}), not on GPUs as the preset says: "
+                "pick GPUs with space, or start and confirm",
+                style="bold yellow",
+            )
         out.update(text)
         start.disabled = self._starting
 
@@ -488,10 +572,32 @@ class LaunchScreen(Screen[None]):
                 self.problem or "Pick a preset first.", title="Cannot start", severity="error"
             )
             return
+        if self.gpu_preset_on_cpu():
+            self._confirm_cpu(self.effective)
+            return
+        self._begin(self.effective)
+
+    def _confirm_cpu(self, config: RunConfig) -> None:
+        plan = self.effective_plan
+        where = plan.devices.describe() if plan is not None else "the CPU"
+        dialog = ConfirmDialog(
+            f"Run {config.name} on the CPU?",
+            f"{config.name} asks for GPUs, and no GPU is picked: it would run on {where}, "
+            "much slower. Pick GPUs with space in the device list to run it there instead.",
+            [("y", "Run on the CPU", "cpu")],
+        )
+
+        def chosen(answer: str | None) -> None:
+            if answer == "cpu":
+                self._begin(config)
+
+        self.app.push_screen(dialog, chosen)
+
+    def _begin(self, config: RunConfig) -> None:
         self._starting = True
         self.query_one("#start", Button).disabled = True
         self.query_one("#launch-check", Static).update(Text("starting the launcher…", "bold"))
-        self.start_run(self.effective, self._gpu_count or 0)
+        self.start_run(config, self._gpu_count or 0)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="start")
     def start_run(self, config: RunConfig, gpu_count: int) -> None:

@@ -1,6 +1,7 @@
 """Processes: the ``ddptui ps`` view, live. Every distributed-training job on this machine (ours and
-foreign) with its processes; orphaned jobs are highlighted, and ``x`` cleans them (this user's
-only) after a confirmation."""
+foreign) with its processes and their users, then the processes that hold a GPU device open that
+NVML does not list; orphaned jobs are highlighted, and ``x`` cleans them after a confirmation:
+this user's only, unless root turns on all users (``a``, confirmed too)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from textual.widgets import Footer, Header, Static
 from ddptui.actions import KILL_GRACE_SECONDS
 from ddptui.messages import CleanFinished, ProcessesListed, WorkerProblem
 from ddptui.widgets import figures
-from ddptui.widgets.confirm import ConfirmDialog
+from ddptui.widgets.confirm import AllUsersToggle, ConfirmDialog
 from engine.core.statuses import JobState
 
 if TYPE_CHECKING:
@@ -35,12 +36,22 @@ JOB_STYLES = {
 }
 
 
-def jobs_renderable(jobs: list[Any], width: int) -> Group:
+def _gpu_cell(p: Any) -> str:
+    if not p.gpu:
+        return "-"
+    listed = [g for g in p.gpu if g.listed]
+    if not listed:
+        return "unlisted"
+    return figures.mib(p.gpu_bytes)
+
+
+def jobs_renderable(jobs: list[Any], width: int, hidden: tuple[Any, ...] = ()) -> Group:
     """Each job as a header line (orphaned ones in red, with the reason) over a table of its
-    processes: pid, role, state, CPU, memory, GPU memory, age and command."""
-    if not jobs:
-        return Group(Text("No distributed-training process is running on this machine.", "dim"))
+    processes: pid, user, role, state, CPU, memory, GPU memory, age and command (its script name
+    kept, the middle elided); then the processes holding a GPU device NVML does not list."""
     parts: list[Any] = []
+    if not jobs:
+        parts.append(Text("No distributed-training process is running on this machine.", "dim"))
     for job in jobs:
         style = JOB_STYLES.get(job.state, "")
         head = Text(no_wrap=True, overflow="ellipsis")
@@ -52,47 +63,70 @@ def jobs_renderable(jobs: list[Any], width: int) -> Group:
         if job.state == JobState.ORPHANED:
             head.stylize("on #3b0000")
         parts.append(head)
-        table = Table(box=None, padding=(0, 1), pad_edge=False, expand=True, header_style="dim")
-        for name, justify in (
-            ("pid", "right"),
-            ("role", "left"),
-            ("state", "left"),
-            ("cpu", "right"),
-            ("rss", "right"),
-            ("gpu", "right"),
-            ("age", "right"),
-        ):
-            table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-        table.add_column("command", no_wrap=True, overflow="ellipsis", ratio=1)
-        for p in job.processes:
-            role = p.role + (f" {p.rank}" if p.rank is not None else "")
-            table.add_row(
+        rows = [
+            (
                 str(p.pid),
-                role,
-                Text(str(p.state), style=JOB_STYLES.get(p.state, "")),
+                p.user,
+                p.role + (f" {p.rank}" if p.rank is not None else ""),
+                str(p.state),
                 f"{p.cpu_percent:.0f}%" if p.cpu_percent is not None else "-",
                 figures.mib(p.rss_bytes),
-                figures.mib(p.gpu_bytes) if p.gpu else "-",
+                _gpu_cell(p),
                 figures.duration(p.age_seconds),
-                Text(p.command, style="dim"),
+            )
+            for p in job.processes
+        ]
+        headers = ("pid", "user", "role", "state", "cpu", "rss", "gpu", "age")
+        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+        room = max(12, width - sum(widths) - 2 * len(widths))  # two spaces between columns
+        table = Table(box=None, padding=(0, 1), pad_edge=False, expand=True, header_style="dim")
+        for name, w in zip(headers, widths, strict=True):
+            justify = "left" if name in ("user", "role", "state") else "right"
+            table.add_column(name, justify=justify, no_wrap=True, width=w)  # type: ignore[arg-type]
+        table.add_column("command", no_wrap=True, overflow="crop", ratio=1)
+        for p, cells in zip(job.processes, rows, strict=True):
+            table.add_row(
+                cells[0],
+                Text(cells[1], style="" if p.own else "yellow"),
+                cells[2],
+                Text(cells[3], style=JOB_STYLES.get(p.state, "")),
+                *cells[4:],
+                Text(figures.short_command(p.command, room), style="dim"),
             )
         parts.append(table)
         parts.append(Text(""))
+    if hidden:
+        parts.append(Text("GPU devices held open that NVML does not list", style="bold yellow"))
+        for h in hidden:
+            line = Text(no_wrap=True, overflow="ellipsis")
+            cards = ",".join(str(m) for m in h.minors)
+            line.append(f"{h.pid:>7} {h.user:<8} GPU {cards:<4}", style="")
+            line.append(" a zombie whose threads hold it" if h.zombie else "", style="red")
+            line.append(f" {h.name}", style="dim")
+            parts.append(line)
     return Group(*parts)
 
 
-class ProcessesScreen(Screen[None]):
+class ProcessesScreen(AllUsersToggle, Screen[None]):
+    ALL_USERS_QUESTION = (
+        "Clean other users' orphaned jobs too?",
+        "As root, x will also stop orphaned jobs that belong to other users.",
+    )
+
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("x", "clean", "Clean orphans"),
+        Binding("a", "all_users", "All"),
         Binding("f5", "refresh", "Refresh", show=False),
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self.jobs: list[Any] = []
+        self.gpu_error = ""
         self.notes: tuple[str, ...] = ()
         self.report = ""
         self.cleaning = False
+        self.hidden: tuple[Any, ...] = ()
         self._timer: Timer | None = None
 
     @property
@@ -132,7 +166,9 @@ class ProcessesScreen(Screen[None]):
             self.post_message(WorkerProblem("process scan", f"{type(err).__name__}: {err}"))
             return
         self.post_message(
-            ProcessesListed(list(table.jobs), tuple(table.notes), table.gpu_error or "")
+            ProcessesListed(
+                list(table.jobs), tuple(table.notes), table.gpu_error or "", table.hidden_holders
+            )
         )
 
     def on_worker_problem(self, message: WorkerProblem) -> None:
@@ -141,20 +177,35 @@ class ProcessesScreen(Screen[None]):
         )
 
     def on_processes_listed(self, message: ProcessesListed) -> None:
-        jobs = message.jobs
-        self.jobs = jobs
+        self.jobs = message.jobs
         self.notes = message.notes
+        self.gpu_error = message.gpu_error
+        self.hidden = message.hidden
+        self._show_head()
+        self._show_foot()
+        self.query_one("#ps-table", Static).update(
+            jobs_renderable(self.jobs, (self.size.width or 80) - 2, self.hidden)
+        )
+
+    def _show_head(self) -> None:
+        jobs = self.jobs
         orphaned = [j for j in jobs if j.state == JobState.ORPHANED]
         head = Text(f"{len(jobs)} training job{'s' if len(jobs) != 1 else ''}", style="bold")
         if orphaned:
             head.append(f" · {len(orphaned)} orphaned (x cleans them)", style="bold red")
         else:
             head.append(" · none orphaned", style="green")
-        if message.gpu_error:
-            head.append(f" · GPU memory not available: {message.gpu_error}", style="dim")
+        if self.hidden:
+            n = len(self.hidden)
+            head.append(f" · {n} GPU holder{'s' if n != 1 else ''} NVML does not list", "yellow")
+        if self.root():
+            head.append(
+                " · cleans: ALL USERS" if self.all_users else " · cleans: yours (a: all)",
+                style="bold red" if self.all_users else "dim",
+            )
+        if self.gpu_error:
+            head.append(f" · GPU memory not available: {self.gpu_error}", style="dim")
         self.query_one("#ps-head", Static).update(head)
-        self._show_foot()
-        self.query_one("#ps-table", Static).update(jobs_renderable(jobs, self.size.width or 80))
 
     def _show_foot(self) -> None:
         foot = Text()
@@ -173,11 +224,35 @@ class ProcessesScreen(Screen[None]):
         if not orphaned:
             self.notify("No orphaned job to clean.")
             return
-        listing = "\n".join(f"• {j.label}: {len(j.live_processes)} processes" for j in orphaned[:6])
+        chosen_jobs = [j for j in orphaned if j.own or self.all_users]
+        others = [j for j in orphaned if j not in chosen_jobs]
+        if not chosen_jobs:
+            self.notify(
+                f"The orphaned job{'s belong' if len(others) > 1 else ' belongs'} to "
+                f"{', '.join(sorted({u for j in others for u in j.users}))}; ddptui cleans only "
+                "your own" + (" (a: allow all users)" if self.root() else ""),
+                severity="warning",
+            )
+            return
+        listing = "\n".join(
+            f"• {j.label} ({', '.join(j.users)}): {len(j.live_processes)} processes"
+            for j in chosen_jobs[:6]
+        )
+        if others:
+            listing += (
+                f"\n\nLeft alone: {len(others)} job{'s' if len(others) > 1 else ''} of "
+                f"{', '.join(sorted({u for j in others for u in j.users}))}"
+                + (" (a: allow all users)" if self.root() else "")
+            )
+        whose = (
+            "Processes of every user are touched."
+            if self.all_users
+            else ("Only your own processes are touched.")
+        )
         dialog = ConfirmDialog(
-            f"Clean {len(orphaned)} orphaned job{'s' if len(orphaned) > 1 else ''}?",
+            f"Clean {len(chosen_jobs)} orphaned job{'s' if len(chosen_jobs) > 1 else ''}?",
             f"{listing}\n\nEach process gets SIGTERM, then SIGKILL after {KILL_GRACE_SECONDS:.0f} s. "
-            "Only your own processes are touched.",
+            + whose,
             [("y", "Clean", "clean")],
         )
 
@@ -193,7 +268,7 @@ class ProcessesScreen(Screen[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="clean")
     def clean(self) -> None:
         try:
-            outcome = self.ddptui.actions.clean(KILL_GRACE_SECONDS)
+            outcome = self.ddptui.actions.clean(KILL_GRACE_SECONDS, self.all_users)
         except Exception as err:
             self.post_message(CleanFinished(False, f"clean failed: {err}"))
             return

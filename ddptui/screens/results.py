@@ -1,6 +1,10 @@
 """Results: the speedup table (``engine.core.speedup_table``) of the runs launched since the app opened,
 or of a stored bench; the baseline row is choosable, and the table exports to Markdown or CSV.
 
+The essential columns come first (row, devices, precision, images/s, speedup, efficiency, accuracy,
+note), so they fit 80 columns; the rest follow, and a line says the table scrolls when it does.
+Under it, speedup against devices as bars, one group per precision.
+
 The screen renders the table module's own cells and notes: it never computes a figure itself.
 """
 
@@ -20,13 +24,56 @@ from textual.widgets import DataTable, Footer, Header, OptionList, Static
 from textual.widgets.option_list import Option
 
 from ddptui.messages import ResultsBuilt
+from ddptui.widgets import figures
+from ddptui.widgets.fitted_table import FittedTable
 
 if TYPE_CHECKING:
     from ddptui.app import DdptuiApp
 
 SESSION = "session"
-WIDE = 120
-NARROW_HIDDEN = ("strategy", "precision", "data wait")
+# The columns that fit 80 columns first; every other column of the table follows.
+ESSENTIAL = ("row", "devices", "precision", "images/s", "speedup", "efficiency", "test acc", "flag")
+FLAG = "flag"  # the note in a word or two (SpeedupRow.flag); the note column has it in full
+# Shorter headers for the screen, so the essential columns fit 80 (the exports keep the long ones)
+SHORT_HEADERS = {"precision": "prec", "images/s": "img/s", "efficiency": "eff", "test acc": "acc"}
+CHART_BAR = 24
+
+
+def column_order(columns: tuple[str, ...]) -> list[int]:
+    """Indices of ``columns``: the essential ones first, in ESSENTIAL's order, then the rest."""
+    first = [columns.index(name) for name in ESSENTIAL if name in columns]
+    return first + [i for i in range(len(columns)) if i not in first]
+
+
+def screen_columns(table: Any) -> tuple[list[str], list[list[str]]]:
+    """The table's headers and cells with the flag column added, essential columns first."""
+    headers = (*table.columns, FLAG)
+    rows = [(*cells, row.flag) for cells, row in zip(table.display_rows(), table.rows, strict=True)]
+    order = column_order(headers)
+    shown = [SHORT_HEADERS.get(headers[i], headers[i]) for i in order]
+    return shown, [[cells[i] for i in order] for cells in rows]
+
+
+def speedup_bars(table: Any, width: int) -> Text:
+    """Speedup against devices, a bar a row, grouped by precision (the rows that completed)."""
+    rows = [r for r in table.rows if r.ok and r.speedup is not None]
+    text = Text()
+    if not rows:
+        return text
+    top = max(r.speedup for r in rows) or 1.0
+    label_width = min(24, max(len(r.devices or "-") for r in rows) + 2)
+    names = max(len(r.label) for r in rows)
+    bar_width = max(6, min(CHART_BAR * 2, width - label_width - names - 14))
+    text.append("speedup against devices", style="bold")
+    for precision in dict.fromkeys(r.precision for r in rows):
+        group = sorted((r for r in rows if r.precision == precision), key=lambda r: r.device_count)
+        text.append(f"\n{precision}", style="bold cyan")
+        for r in group:
+            text.append(f"\n  {(r.devices or '-'):<{label_width}}")
+            text.append(figures.bar(int(r.speedup * 1000), int(top * 1000), bar_width), "green")
+            text.append(f" {r.speedup:.2f}x", style="bold" if r.baseline else "")
+            text.append(f"  {r.label}", style="dim")
+    return text
 
 
 class ChoiceDialog(ModalScreen[str | None]):
@@ -89,7 +136,9 @@ class ResultsScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("", id="results-head")
-        yield DataTable(id="results-table", cursor_type="row")
+        yield FittedTable(id="results-table", cursor_type="row")
+        yield Static("", id="results-scroll")
+        yield Static("", id="results-chart")
         yield Static("", id="results-notes")
         yield Footer()
 
@@ -123,6 +172,10 @@ class ResultsScreen(Screen[None]):
         data = self.query_one(DataTable)
         self.table = message.table
         data.clear(columns=True)
+        scroll = self.query_one("#results-scroll", Static)
+        chart = self.query_one("#results-chart", Static)
+        scroll.update("")
+        chart.update("")
         if message.error:
             head.update(Text(f"The table could not be built: {message.error}", style="bold red"))
             notes.update("")
@@ -140,18 +193,24 @@ class ResultsScreen(Screen[None]):
         title = Text(table.title or "Speedup table", style="bold")
         title.append(f" · baseline: {table.baseline or 'none'} (b changes it)", style="")
         head.update(title)
-        # Narrow terminals drop the columns the row label and the export already tell.
-        shown = [
-            i
-            for i, header in enumerate(table.columns)
-            if self.size.width >= WIDE or header not in NARROW_HIDDEN
-        ]
-        data.add_columns(*[table.columns[i] for i in shown])
-        for cells, row in zip(table.display_rows(), table.rows, strict=True):
+        headers, rows = screen_columns(table)
+        data.add_columns(*headers)
+        for cells, row in zip(rows, table.rows, strict=True):
             style = "" if row.ok else "red"
             if row.baseline:
                 style = "bold"
-            data.add_row(*[Text(cells[i], style=style) for i in shown], key=row.label)
+            data.add_row(*[Text(cell, style=style) for cell in cells], key=row.label)
+        # Each column is as wide as its widest cell plus one space either side.
+        widths = [2 + max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+        width = self.size.width or 80
+        fit = 0
+        while fit < len(widths) and sum(widths[: fit + 1]) <= width:
+            fit += 1
+        if fit < len(headers):
+            hint = Text(no_wrap=True, overflow="ellipsis", style="yellow")
+            hint.append(f"→ scrolls right for {', '.join(headers[fit:])}")
+            scroll.update(hint)
+        chart.update(speedup_bars(table, width))
         notes.update(Text("\n".join(table.notes), style="dim"))
 
     # -- choices --------------------------------------------------------------------------------

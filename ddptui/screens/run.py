@@ -1,6 +1,8 @@
 """One run: a row per rank, the GPUs (or the rank processes' CPU), the log tail with the root cause of
 a failure, elapsed time and ETA, and a Kill button and key that stop the run through the job-scoped
-kill after a confirmation.
+kill after a confirmation; once the run has ended, a summary with its curves per epoch in place of
+the GPUs, and no kill. On a small terminal the rank table folds to a line per state (``f``
+toggles); ``d`` shows the reader's details (events read, lines skipped, stale updates).
 
 Reading happens in a thread worker every ``run_poll_seconds`` (``ddptui.watch.RunReader``, over the
 run observer), which posts ``RunProgressed``; the widgets change only in its handler.
@@ -28,6 +30,7 @@ from ddptui.widgets.confirm import confirm_kill
 from ddptui.widgets.gpu_panel import GpuPanel
 from ddptui.widgets.log_tail import LogTail
 from ddptui.widgets.rank_table import RankTable
+from ddptui.widgets.run_summary import CHARTS_FROM, RunSummaryPanel
 from engine.core.gpus import GpuInventory
 from engine.core.rundir import RunDir
 from engine.core.statuses import RankStatus, RunStatus
@@ -47,6 +50,9 @@ STATUS_STYLES = {
 }
 
 
+LOG_KEEP = 6  # log lines a small terminal keeps by folding the rank table
+
+
 def stoppable(status: RunStatus) -> bool:
     """Something of the run may still be running: its launcher, or orphaned ranks."""
     return status.active or status == RunStatus.ORPHANED
@@ -60,6 +66,8 @@ class RunScreen(Screen[None]):
         Binding("right_square_bracket", "cycle(1)", "Next run", show=False),
         Binding("j", "log_rank(1)", "Log"),
         Binding("s", "stacks", "Stacks"),
+        Binding("f", "fold", "Fold", show=False),
+        Binding("d", "details", "Details", show=False),
     ]
 
     def __init__(self, run_dir: RunDir, started: Any = None) -> None:
@@ -72,6 +80,9 @@ class RunScreen(Screen[None]):
         self.kill_report = ""
         self.killing = False
         self.problem = ""
+        self.details = False
+        self.fold_choice: bool | None = None  # None: fold when the terminal is too short
+        self._busy_polls = 0
         self._reader: RunReader | None = None
         self._timer: Timer | None = None
 
@@ -89,7 +100,9 @@ class RunScreen(Screen[None]):
         diagnosis.display = False  # shown while a rank is stuck and its stacks are known
         yield diagnosis
         yield GpuPanel(self.ddptui.gpu_history, id="gpus")
+        yield RunSummaryPanel(id="summary")
         yield LogTail(id="log")
+        yield Static("", id="run-details")
         yield Static("", id="run-foot")
         yield Footer()
 
@@ -105,6 +118,8 @@ class RunScreen(Screen[None]):
         self.sub_title = self.run_dir.run_id
         self.watch(app, "gpu_inventory", self._gpus_changed, init=False)
         self.query_one(GpuPanel).inventory = app.gpu_inventory
+        self.query_one(RunSummaryPanel).display = False
+        self.query_one("#run-details").display = False
         # The first read comes from on_screen_resume, which follows as the screen is shown.
         self._timer = self.set_interval(app.run_poll_seconds, self.poll_run)
 
@@ -123,6 +138,49 @@ class RunScreen(Screen[None]):
             panel = self.query_one(GpuPanel)
             panel.inventory = inventory
             panel.fit()
+            self._fold_to_fit()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "kill":  # gone from the footer once nothing of the run can be running
+            return self.view is None or stoppable(self.view.run.status)
+        return True
+
+    # -- fitting a small terminal --------------------------------------------------------------
+
+    def _fold_to_fit(self) -> None:
+        """Fold the rank table when its rows would leave the log tail fewer than LOG_KEEP lines
+        (unless ``f`` chose)."""
+        table = self.query_one(RankTable)
+        panel = self.query_one(GpuPanel)
+        others = 1 + 1 + 1 + 2  # header, title line, footer, two margins
+        if self.query_one("#run-foot").display:
+            others += 1
+        summary = self.query_one(RunSummaryPanel)
+        if summary.display:
+            others += summary.outer_size.height or 3
+        room = (self.size.height or 24) - others - LOG_KEEP
+        panel.compact = False
+        gpu_lines = panel.line_count() + 1 if panel.display else 0
+        if self.fold_choice is not None:
+            table.folded = self.fold_choice
+        else:
+            table.folded = table.line_count(folded=False) + gpu_lines > room
+        if table.line_count() + gpu_lines > room and panel.display:
+            panel.compact = True  # two GPUs to a line
+        panel.fit()
+
+    def on_resize(self) -> None:
+        self._fold_to_fit()
+
+    def action_fold(self) -> None:
+        table = self.query_one(RankTable)
+        self.fold_choice = not table.folded
+        self._fold_to_fit()
+
+    def action_details(self) -> None:
+        self.details = not self.details
+        self.query_one("#run-details").display = self.details
+        self._show_details()
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -154,14 +212,26 @@ class RunScreen(Screen[None]):
         panel.indices = run.gpu_indices
         panel.ranks = run.ranks
         panel.fit()
+        ended = run.final
+        panel.display = not ended
+        summary = self.query_one(RunSummaryPanel)
+        summary.display = ended
+        if ended:
+            summary.show(run, charts=self._room_for_charts())
         title = f"logs/rank-{view.log_rank}.log" if view.log_rank is not None else "log"
         self.query_one(LogTail).show(
             f"── {title} (j: next rank) ──", view.log_lines, run.failure, run.notices
         )
-        self.query_one("#kill", Button).display = stoppable(run.status)
+        kill = self.query_one("#kill", Button)
+        if kill.display != stoppable(run.status):
+            kill.display = stoppable(run.status)
+            self.refresh_bindings()  # the footer drops k once the run has ended
         self._show_diagnosis()
+        self._fold_to_fit()
         self._show_head()
+        self._busy_polls = message.busy_polls
         self._show_foot(message.busy_polls)
+        self._show_details()
         if run.final and self._timer is not None:
             # Nothing more will be written; one slow poll keeps the log tail honest.
             self._timer.stop()
@@ -236,17 +306,32 @@ class RunScreen(Screen[None]):
             # The screen already names the run: say "run.json: …", not the whole path.
             said = "; ".join(s for s in (run.problem, run.unsaved) if s)
             foot.append(said.replace(f"{self.run_dir.path}/", ""), style="red")
-        else:
-            run_state = self.view.run if self.view else None
-            events = run_state.events_read if run_state else 0
-            foot.append(f"{events} events", style="dim")
-            skipped = run_state.skipped_lines if run_state else 0
-            foot.append(f" · {skipped} unreadable lines", style="bold yellow" if skipped else "dim")
-            foot.append(f" · stale updates skipped: {self.coalesced}", style="dim")
-            if busy_polls:
-                foot.append(f" · reads skipped while one was slow: {busy_polls}", style="dim")
+        elif self.view is not None and self.view.run.skipped_lines:
+            skipped = self.view.run.skipped_lines
+            foot.append(f"{skipped} unreadable event lines (d: details)", style="bold yellow")
         foot.truncate(max(20, self.size.width), overflow="ellipsis")
-        self.query_one("#run-foot", Static).update(foot, layout=False)
+        view = self.query_one("#run-foot", Static)
+        if view.display != bool(foot.plain):
+            view.display = bool(foot.plain)  # a line only when there is something to say
+        view.update(foot, layout=False)
+
+    def _room_for_charts(self) -> bool:
+        columns, rows = CHARTS_FROM
+        return (self.size.width or 80) >= columns and (self.size.height or 24) >= rows
+
+    def _show_details(self) -> None:
+        """What the reader did, for whoever wonders whether the screen is keeping up (d)."""
+        if not self.details:
+            return
+        run_state = self.view.run if self.view else None
+        line = Text(no_wrap=True, overflow="ellipsis", style="dim")
+        line.append(f"{run_state.events_read if run_state else 0} events read")
+        skipped = run_state.skipped_lines if run_state else 0
+        line.append(f" · {skipped} unreadable lines", style="bold yellow" if skipped else "")
+        line.append(f" · stale updates skipped: {self.coalesced}")
+        line.append(f" · reads skipped while one was slow: {self._busy_polls}")
+        line.append(f" · {self.run_dir.path}")
+        self.query_one("#run-details", Static).update(line, layout=False)
 
     # -- actions -------------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ run that is still going)."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import work
@@ -18,13 +18,14 @@ from ddptui.messages import RunsListed, WorkerProblem
 from ddptui.screens.run import STATUS_STYLES
 from ddptui.watch import RunLister, RunListing
 from ddptui.widgets import figures
+from ddptui.widgets.fitted_table import FittedTable
 from engine.core.rundir import RunDir
 
 if TYPE_CHECKING:
     from ddptui.app import DdptuiApp
 
 
-class RunsTable(DataTable[Any]):
+class RunsTable(FittedTable):
     """The runs, one a row; Enter opens the highlighted one (and the footer says so)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "select_cursor", "Open")]

@@ -1,11 +1,22 @@
-"""A modal question with one key per answer; Escape always cancels (returns None)."""
+"""A modal question with one key per answer; Escape always cancels (returns None). And the
+all-users toggle of the screens that stop processes, which asks before it turns on."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
+
+
+def may_stop_other_users() -> bool:
+    """Root only (``engine.core.process_kill``, imported when first asked: the launch screen,
+    the first frame, uses this module too)."""
+    from engine.core.process_kill import may_stop_other_users as root_only
+
+    return root_only()
 
 
 class ConfirmDialog(ModalScreen[str | None]):
@@ -57,3 +68,50 @@ def confirm_kill(run_id: str, grace: float) -> ConfirmDialog:
         f"after {grace:.0f} s if it is still there. Training progress since the last checkpoint is lost.",
         [("y", "Stop the run", "kill")],
     )
+
+
+class AllUsersToggle:
+    """For a screen whose keys stop processes: as root, ``a`` lets them reach other users'
+    processes too, after a confirmation; ``a`` again turns it off. Nobody else is offered it.
+
+    The screen sets ``ALL_USERS_QUESTION`` (title, body) and has ``_show_head`` to say the state.
+    """
+
+    ALL_USERS_QUESTION: tuple[str, str] = ("", "")
+    all_users = False
+
+    @staticmethod
+    def root() -> bool:
+        """Whether this user may stop other users' processes at all (root)."""
+        return may_stop_other_users()
+
+    def _show_head(self) -> None:
+        raise NotImplementedError
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "all_users":  # offered to root only: nobody else may stop others' processes
+            return self.root()
+        return True
+
+    def action_all_users(self) -> None:
+        screen: Any = self
+        if not self.root():
+            screen.notify("Only root may stop other users' processes.", severity="warning")
+            return
+        if self.all_users:
+            self.all_users = False
+            self._show_head()
+            return
+        title, body = self.ALL_USERS_QUESTION
+        dialog = ConfirmDialog(
+            title,
+            f"{body} Until you turn it off again (a), or leave the app.",
+            [("y", "Allow all users", "all")],
+        )
+
+        def chosen(answer: str | None) -> None:
+            if answer == "all":
+                self.all_users = True
+                self._show_head()
+
+        screen.app.push_screen(dialog, chosen)

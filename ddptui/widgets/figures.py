@@ -41,6 +41,15 @@ def mib(value: int | None) -> str:
     return f"{value / 2**20:.0f}M"
 
 
+def size(value: int | None) -> str:
+    """Bytes in four or five columns: ``612M``, ``30.2G``; ``-`` when unknown."""
+    if value is None:
+        return "-"
+    if value >= 2**30:
+        return f"{value / 2**30:.1f}G"
+    return f"{value / 2**20:.0f}M"
+
+
 def rate(value: float | None) -> str:
     if value is None:
         return "-"
@@ -79,3 +88,42 @@ def bar(done: int, total: int, width: int) -> str:
     full, part = divmod(eighths, 8)
     partial = " ▏▎▍▌▋▊▉"[part] if part and full < width else ""
     return ("█" * full + partial).ljust(width, "░")[:width]
+
+
+ELLIPSIS = "…"
+
+
+def _script_end(tokens: Sequence[str]) -> int:
+    """How many leading tokens name what runs: the program and its script (``x.py``, also the one
+    a launcher such as torchrun starts), else its module (``-m mod``) or ``-c``; 1 when none."""
+    for i, token in enumerate(tokens):
+        if token.endswith(".py"):
+            return i + 1
+    for i, token in enumerate(tokens):
+        if token == "-m" and i + 1 < len(tokens):
+            return i + 2
+        if i > 0 and token == "-c":
+            return i + 1
+    return 1
+
+
+def short_command(command: str, width: int) -> str:
+    """A command line in ``width`` columns that keeps the script name: paths are cut to their
+    last part, then the middle is elided (never the program and its script, while they fit)."""
+    if len(command) <= width:
+        return command
+    tokens = [
+        t.rsplit("/", 1)[-1] if "/" in t and not t.startswith("-") and "=" not in t else t
+        for t in command.split()
+    ]
+    text = " ".join(tokens)
+    if len(text) <= width or width < 8:
+        return text[:width] if len(text) > width else text
+    head = " ".join(tokens[: _script_end(tokens)])
+    if len(head) + 1 > width:  # the program's start, then the end of the head: the script
+        start = min(len(tokens[0]), width // 3)
+        return head[:start] + ELLIPSIS + head[len(head) - (width - 1 - start) :]
+    rest = text[len(head) :]
+    room = width - len(head) - 1  # one column for the ellipsis
+    start = (room + 1) // 2
+    return head + rest[:start] + ELLIPSIS + rest[len(rest) - (room - start) :]

@@ -57,6 +57,65 @@ def gpu_line(gpu: GpuSample, history: GpuHistory, width: int) -> Text:
     return line
 
 
+def gpu_cell(gpu: GpuSample, history: GpuHistory, width: int) -> Text:
+    """One GPU in half a line (a short terminal): utilisation history and figure, memory."""
+    cell = Text(f"GPU{gpu.index} ", style="bold")
+    if gpu.error is not None:
+        cell.append(f"not available: {gpu.error}", style="red")
+        return cell
+    util = gpu.utilization_percent
+    spark = max(3, min(12, width - 30))
+    cell.append(figures.sparkline(history.utilization.get(gpu.index, []), spark), style="cyan")
+    cell.append(f" {util:>3}%" if util is not None else "   ?%", style=_percent_style(util))
+    cell.append(f" {figures.gib(gpu.memory_used_bytes)}/{figures.gib(gpu.memory_total_bytes)}G")
+    if gpu.temperature_c is not None:
+        cell.append(f" {gpu.temperature_c}°C")
+    return cell
+
+
+def gpu_bar_line(gpu: GpuSample, history: GpuHistory, width: int, held: int | None = None) -> Text:
+    """One GPU for the GPUs screen: utilisation and memory as bars, each with its recent history,
+    temperature, power, and how many processes hold it."""
+    line = Text(no_wrap=True, overflow="ellipsis")
+    line.append(f"GPU{gpu.index} ", style="bold")
+    if gpu.error is not None:
+        name = f"{gpu.name} " if gpu.name else ""
+        line.append(f"{name}not available: {gpu.error}", style="red")
+        line.truncate(width, overflow="ellipsis")
+        return line
+    wide = width >= 120
+    name_width = 14 if wide else 9
+    bar_width = 10 if wide else 6
+    # GPU0 + name + util bar pct + spark + mem bar + figures + temp + power + processes
+    fixed = 5 + name_width + 1 + 5 + bar_width + 5 + 5 + bar_width + 11 + 5 + 5 + 8
+    spark = max(0, min(40, (width - fixed) // 2))
+    name = gpu.name.removeprefix("NVIDIA ")
+    line.append(f"{name[:name_width]:<{name_width}} ", style="dim")
+    util = gpu.utilization_percent
+    line.append("util ")
+    line.append(figures.bar(util or 0, 100, bar_width), style=_percent_style(util))
+    line.append(f"{util:>4}%" if util is not None else "   ?%", style=_percent_style(util))
+    if spark:
+        line.append(" ")
+        line.append(figures.sparkline(history.utilization.get(gpu.index, []), spark), "cyan")
+    used, total = gpu.memory_used_bytes, gpu.memory_total_bytes
+    line.append("  mem ")
+    line.append(figures.bar(used or 0, total or 0, bar_width), style="magenta")
+    line.append(f" {figures.gib(used)}/{figures.gib(total)}G")
+    if spark:
+        line.append(" ")
+        memory = history.memory.get(gpu.index, [])
+        line.append(figures.sparkline(memory, spark, maximum=1.0), style="magenta")
+    if gpu.temperature_c is not None:
+        line.append(f" {gpu.temperature_c}°C")
+    if gpu.power_watts is not None:
+        line.append(f" {gpu.power_watts:.0f}W")
+    if held is not None:
+        line.append(f" {held}p" if held else " free", style="yellow" if held else "green")
+    line.truncate(width, overflow="ellipsis")
+    return line
+
+
 class GpuPanel(Widget):
     """Set ``inventory`` (with ``history``), ``indices`` (the run's GPUs) and ``ranks``."""
 
@@ -68,6 +127,7 @@ class GpuPanel(Widget):
     inventory: reactive[GpuInventory | None] = reactive(None)
     indices: reactive[tuple[int, ...]] = reactive(())
     ranks: reactive[tuple[RankState, ...]] = reactive(())
+    compact: reactive[bool] = reactive(False)  # a short terminal: two GPUs to a line
 
     def __init__(self, history: GpuHistory, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
@@ -85,9 +145,12 @@ class GpuPanel(Widget):
     def render(self) -> Group:
         return Group(*self._lines(self.size.width or 80))
 
+    def line_count(self) -> int:
+        return len(self._lines(self.size.width or 80))
+
     def fit(self) -> None:
         """Set the height to the line count; the screen calls this after changing the data."""
-        count = len(self._lines(self.size.width or 80))
+        count = self.line_count()
         if self.styles.height is None or self.styles.height.value != count:
             self.styles.height = count
 
@@ -101,14 +164,28 @@ class GpuPanel(Widget):
                 lines.append(Text(f"GPUs not available: {inventory.error}", style="red"))
             else:
                 by_index = {g.index: g for g in inventory.gpus}
+                cells = []
                 for index in self.indices:
                     gpu = by_index.get(index)
                     if gpu is None:
-                        lines.append(
+                        cells.append(
                             Text(f"GPU{index} not available: NVML does not list it", style="red")
                         )
+                    elif self.compact:
+                        cells.append(gpu_cell(gpu, self.history, (width - 2) // 2))
                     else:
-                        lines.append(gpu_line(gpu, self.history, width))
+                        cells.append(gpu_line(gpu, self.history, width))
+                if not self.compact:
+                    return cells
+                for start in range(0, len(cells), 2):
+                    pair = cells[start : start + 2]
+                    line = Text(no_wrap=True, overflow="ellipsis")
+                    for i, cell in enumerate(pair):
+                        if i:
+                            line.append("  ")
+                        cell.truncate((width - 2) // 2, overflow="ellipsis", pad=True)
+                        line.append_text(cell)
+                    lines.append(line)
                 return lines
         lines.extend(self._process_lines(width))
         return lines

@@ -1,6 +1,7 @@
 """One row per rank: rank, device, pid, epoch, a steps bar, loss, images/s, age of its last report,
-state. Renders a Rich table (cheap to redraw a few times a second); up / down pick the rank whose
-log the run screen shows."""
+state. Renders fixed-width lines (cheap to redraw a few times a second); up / down pick the rank
+whose log the run screen shows. Folded (a small terminal, or ``f``), it is one line per state
+naming its ranks, so many ranks leave the log tail some room."""
 
 from __future__ import annotations
 
@@ -53,6 +54,7 @@ class RankTable(Widget, can_focus=True):
     steps_only: reactive[bool] = reactive(False)
     now: reactive[float] = reactive(0.0)
     selected: reactive[int | None] = reactive(None)
+    folded: reactive[bool] = reactive(False)
 
     class RankSelected(Message):
         def __init__(self, rank: int) -> None:
@@ -60,8 +62,21 @@ class RankTable(Widget, can_focus=True):
             self.rank = rank
 
     def watch_ranks(self, old: tuple[RankState, ...], new: tuple[RankState, ...]) -> None:
-        if len(old) != len(new) or self.styles.height is None:
-            self.styles.height = len(new) + 1
+        self.fit()
+
+    def watch_folded(self) -> None:
+        self.fit()
+
+    def line_count(self, folded: bool | None = None) -> int:
+        """Lines it takes: a header and a rank each, or (folded) a header and a state each."""
+        if self.folded if folded is None else folded:
+            return 1 + len({r.state for r in self.ranks})
+        return 1 + len(self.ranks)
+
+    def fit(self) -> None:
+        count = self.line_count()
+        if self.styles.height is None or self.styles.height.value != count:
+            self.styles.height = count
 
     def action_move(self, delta: int) -> None:
         if not self.ranks:
@@ -72,7 +87,30 @@ class RankTable(Widget, can_focus=True):
         self.post_message(self.RankSelected(self.selected))
 
     def render(self) -> Group:
+        if self.folded:
+            return self._folded(self.size.width or 80)
         return self._lines(self.size.width or 80)
+
+    def _folded(self, width: int) -> Group:
+        """A line per state: how many ranks, which, and the reason of the first that has one."""
+        head = Text(no_wrap=True, overflow="ellipsis", style="bold")
+        head.append(f"{len(self.ranks)} ranks, folded to fit (f unfolds)")
+        lines = [head]
+        for state in RankStatus:
+            ranks = [r for r in self.ranks if r.state == state]
+            if not ranks:
+                continue
+            line = Text(no_wrap=True, overflow="ellipsis")
+            line.append(f"{state!s:<9}", style=STATE_STYLES.get(state, ""))
+            line.append(f" {len(ranks):>3}  ranks ")
+            line.append(" ".join(str(r.rank) for r in ranks), style="bold")
+            why = next((r.reason for r in ranks if r.reason), "")
+            if why:
+                line.append(f"  {why}", style="dim")
+            if any(r.rank == self.selected for r in ranks):
+                line.stylize("underline", 0, 9)
+            lines.append(line)
+        return Group(*lines)
 
     def _lines(self, width: int) -> Group:
         """Fixed-width text lines, not a Rich Table: this redraws twice a second, and laying out a

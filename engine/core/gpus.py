@@ -37,6 +37,12 @@ class GpuSample:
     power_watts: float | None = None
     processes: tuple[GpuProcess, ...] = ()
     error: str | None = None
+    minor_number: int | None = None  # N of /dev/nvidiaN; None when NVML did not say
+
+    @property
+    def device_minor(self) -> int:
+        """The N of the /dev/nvidiaN file of this card (its index when NVML did not say)."""
+        return self.minor_number if self.minor_number is not None else self.index
 
     @property
     def available(self) -> bool:
@@ -55,6 +61,14 @@ class GpuInventory:
     @property
     def count(self) -> int:
         return len(self.gpus)
+
+    def index_of_minor(self, minor: int) -> int | None:
+        """The NVML index of the card whose device file is /dev/nvidia<minor>, if NVML lists it."""
+        return next((g.index for g in self.gpus if g.device_minor == minor), None)
+
+    def listed_pids(self) -> set[int]:
+        """Every pid NVML lists as using some GPU."""
+        return {p.pid for g in self.gpus for p in g.processes}
 
 
 _lock = threading.Lock()
@@ -124,6 +138,7 @@ def _sample_one(nvml: Any, index: int) -> GpuSample:
         ),
         power_watts=power_mw / 1000.0 if power_mw is not None else None,
         processes=tuple(processes),
+        minor_number=_try(lambda: int(nvml.nvmlDeviceGetMinorNumber(handle))),
     )
 
 

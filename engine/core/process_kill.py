@@ -255,6 +255,42 @@ def gpu_memory_left(pids: Iterable[int], wait: float = GPU_RELEASE_WAIT_SECONDS)
         time.sleep(0.25)
 
 
+def stop_refs(
+    refs: Iterable[ProcessRef],
+    grace: float,
+    *,
+    all_users: bool = False,
+    run_marker: str | None = None,
+) -> tuple[StopResult, tuple[str, ...]]:
+    """Stop the processes ``refs`` name (and their descendants), each looked up again by pid and
+    start time first: one that ended since it was listed is left out, a reused pid is left alone,
+    and with ``run_marker`` one that does not carry that run's marker is left alone (one sentence
+    each in the second item). ``ddptui clean`` and the GPUs and Processes screens stop through
+    this."""
+    procs: list[psutil.Process] = []
+    skipped: list[str] = []
+    for ref in refs:
+        try:
+            proc = psutil.Process(ref.pid)
+            if not same_start(proc.create_time(), ref.start_time):
+                skipped.append(f"pid {ref.pid} now belongs to another process: left alone")
+                continue
+        except psutil.Error:
+            continue
+        foreign = marker_mismatch(proc, run_marker) if run_marker is not None else None
+        if foreign:
+            skipped.append(f"{foreign}: left alone")
+            continue
+        procs.append(proc)
+    result = stop_processes(procs, grace, allow_other_users=all_users, run_marker=run_marker)
+    return result, tuple(skipped)
+
+
+def may_stop_other_users() -> bool:
+    """Only root may stop other users' processes (and only when asked to)."""
+    return os.geteuid() == 0
+
+
 # ---- ddptui kill RUN_ID ----------------------------------------------------------------------
 
 
@@ -532,23 +568,10 @@ def clean_orphans(
     that carry its marker are stopped."""
     cleaned = []
     for job in plan.jobs:
-        procs: list[psutil.Process] = []
-        skipped: list[str] = []
         marker = job.run_id if job.kind == JobKind.DDPTUI else None
-        for tp in job.live_processes:
-            try:
-                proc = psutil.Process(tp.pid)
-                if not same_start(proc.create_time(), tp.start_time):
-                    skipped.append(f"pid {tp.pid} now belongs to another process: left alone")
-                    continue
-            except psutil.Error:
-                continue
-            foreign = marker_mismatch(proc, marker) if marker is not None else None
-            if foreign:
-                skipped.append(f"{foreign}: left alone")
-                continue
-            procs.append(proc)
-        result = stop_processes(procs, grace, allow_other_users=all_users, run_marker=marker)
+        result, skipped = stop_refs(
+            [p.ref for p in job.live_processes], grace, all_users=all_users, run_marker=marker
+        )
         written = False
         if job.kind == JobKind.DDPTUI and job.run_dir and result.stopped:
             run_dir = RunDir(Path(job.run_dir))

@@ -41,6 +41,12 @@ from typing import Any
 
 import psutil
 
+from engine.core.device_holders import (
+    DEFAULT_DEVICE_GLOB,
+    DeviceHolder,
+    HolderScan,
+    scan_device_holders,
+)
 from engine.core.gpus import GpuInventory, sample_gpus
 from engine.core.observer import RunObserver
 from engine.core.process_identity import ProcessRef, ref_alive, same_start
@@ -218,6 +224,7 @@ def _int(value: str | None) -> int | None:
 class GpuUse:
     gpu_index: int
     used_bytes: int | None  # None: NVML did not say
+    listed: bool = True  # False: NVML does not list it; it holds the card's device file open
 
 
 @dataclass(frozen=True)
@@ -277,15 +284,30 @@ class ProcessTable:
     notes: tuple[str, ...]  # what this scan could not see, one sentence each
     gpu_error: str | None  # NVML not available: why
     scanned_at: float
+    # Processes with a GPU device file open that NVML does not list (every one, without NVML)
+    hidden_holders: tuple[DeviceHolder, ...] = ()
+    holders: HolderScan = field(default_factory=HolderScan)
 
     def job(self, key: str) -> TrainingJob | None:
         return next((j for j in self.jobs if j.key == key), None)
+
+    def job_of(self, pid: int) -> tuple[TrainingJob, TrainingProcess] | None:
+        """The job ``pid`` belongs to, with its process, or None."""
+        for job in self.jobs:
+            for p in job.processes:
+                if p.pid == pid:
+                    return job, p
+        return None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "scanned_at": self.scanned_at,
             "gpu_error": self.gpu_error,
             "notes": list(self.notes),
+            "hidden_gpu_holders": [
+                {**asdict(h), "job": (found[0].key if (found := self.job_of(h.pid)) else None)}
+                for h in self.hidden_holders
+            ],
             "jobs": [
                 {
                     **{k: v for k, v in asdict(j).items() if k != "processes"},
@@ -325,8 +347,10 @@ class ProcessScanner:
     """Scans the machine; keep one between scans (the UI does) so CPU percentages cover the time
     since the previous scan. A fresh scanner measures CPU over ``cpu_interval`` seconds."""
 
-    def __init__(self, runs_dir: Path | None = None) -> None:
+    def __init__(self, runs_dir: Path | None = None, device_glob: str | None = None) -> None:
         self.runs_dir = runs_dir
+        # tests pass a glob of files of their own, held open by real processes
+        self.device_glob = device_glob or DEFAULT_DEVICE_GLOB
         self._cpu: dict[tuple[int, float], psutil.Process] = {}
 
     def scan(self, *, gpus: GpuInventory | None = None, cpu_interval: float = 0.0) -> ProcessTable:
@@ -335,16 +359,25 @@ class ProcessScanner:
         me = os.getpid()
         jobs = self._group(procs, me)
         inventory = sample_gpus() if gpus is None else gpus
-        gpu_by_pid, gpu_notes = _gpu_usage(inventory, procs)
+        holders = scan_device_holders(self.device_glob)
+        gpu_by_pid, gpu_notes = _gpu_usage(inventory, procs, holders)
+        hidden = hidden_holders(inventory, holders)
+        for h in hidden:
+            hidden_uses = [GpuUse(card_index(inventory, m), None, listed=False) for m in h.minors]
+            gpu_by_pid[h.pid] = (*gpu_by_pid.get(h.pid, ()), *hidden_uses)
         cpu = self._cpu_percent([procs[pid] for job in jobs for pid in job.members], cpu_interval)
         built = [self._build(job, procs, gpu_by_pid, cpu, now) for job in jobs]
         built.sort(key=lambda j: (j.kind != JobKind.DDPTUI, min(p.start_time for p in j.processes)))
         notes = [*_visibility_notes(procs), *gpu_notes]
+        if holders.note():
+            notes.append(holders.note())
         return ProcessTable(
             jobs=tuple(built),
             notes=tuple(notes),
             gpu_error=inventory.error,
             scanned_at=now,
+            hidden_holders=hidden,
+            holders=holders,
         )
 
     # -- grouping ---------------------------------------------------------------------------
@@ -730,23 +763,21 @@ def _stalled_ranks(run_dir: RunDir, now: float) -> dict[int, str]:
     return {r.rank: r.reason for r in state.ranks if r.state == RankStatus.STALLED}
 
 
-def _has_nvidia_fd(pid: int) -> bool | None:
-    """Whether ``pid`` has a /dev/nvidia* device open; None when that cannot be read."""
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return None
-    for fd in fds:
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/dev/nvidia"):
-                return True
-        except OSError:
-            continue
-    return False
+def hidden_holders(inventory: GpuInventory, holders: HolderScan) -> tuple[DeviceHolder, ...]:
+    """Processes with a card's device file open that NVML does not list (another PID namespace,
+    the workers of a dead job pinning memory); without NVML, every process with a card open."""
+    listed = inventory.listed_pids() if inventory.error is None else set()
+    return tuple(h for h in holders.holders if h.any_card and h.pid not in listed)
+
+
+def card_index(inventory: GpuInventory, minor: int) -> int:
+    """The NVML index of /dev/nvidia<minor> (the minor itself when NVML cannot say)."""
+    index = inventory.index_of_minor(minor) if inventory.error is None else None
+    return index if index is not None else minor
 
 
 def _gpu_usage(
-    inventory: GpuInventory, procs: dict[int, ProcessInfo]
+    inventory: GpuInventory, procs: dict[int, ProcessInfo], holders: HolderScan
 ) -> tuple[dict[int, tuple[GpuUse, ...]], list[str]]:
     """GPU memory by local pid, and a note for each holder that cannot be seen here."""
     if inventory.error:
@@ -761,7 +792,7 @@ def _gpu_usage(
             mine = procs.get(holder.pid)
             # NVML pids are host pids in a container: a local process with that pid that has no
             # GPU device open is someone else. (A zombie has no open files left to show.)
-            if mine is not None and (mine.zombie or _has_nvidia_fd(holder.pid) is not False):
+            if mine is not None and (mine.zombie or holders.holds(holder.pid) is not False):
                 usage.setdefault(holder.pid, []).append(GpuUse(gpu.index, holder.used_memory_bytes))
                 if mine.zombie:
                     notes.append(

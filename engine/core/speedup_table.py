@@ -124,6 +124,20 @@ class SpeedupRow:
     def ok(self) -> bool:
         return self.status == RowStatus.OK
 
+    @property
+    def flag(self) -> str:
+        """The row's note in a word or two (the note column says it in full)."""
+        if self.status != RowStatus.OK:
+            return str(self.status)
+        marks = []
+        if self.baseline:
+            marks.append("baseline")
+        if self.slower_than:
+            marks.append(f"{WARN_MARK} slower")
+        if self.batch_differs:
+            marks.append(f"{BATCH_MARK} batch")
+        return " ".join(marks)
+
     def cells(self) -> tuple[str, ...]:
         """The row as display strings, in the order of ``DISPLAY_COLUMNS``."""
         batch = _int_cell(self.global_batch) + (f" {BATCH_MARK}" if self.batch_differs else "")

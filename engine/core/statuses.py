@@ -130,3 +130,20 @@ class KillOutcome(Vocabulary):
     STOPPED = "stopped"
     ALREADY_FINISHED = "already-finished"
     NOTHING_RUNNING = "nothing-running"
+
+
+class HolderKind(Vocabulary):
+    """What a process that uses a GPU is, as the GPUs screen and ``ddptui gpus`` say it."""
+
+    DDPTUI = "ddptui"  # a rank (or launcher) of a ddptui run
+    FOREIGN = "foreign"  # a rank of a torchrun / spawn / hand-launched job that is not ours
+    ORPHANED = "orphaned"  # a process of a job whose launcher is gone
+    WORKER = "dataloader-worker"  # a rank's child (a DataLoader worker)
+    UNKNOWN = "unknown"  # not part of any training job found
+
+
+class LeftoverKind(Vocabulary):
+    """Files a dead training job leaves behind (``ddptui clean``)."""
+
+    SHM_SEGMENT = "shm-segment"  # /dev/shm/torch_<pid>_...: shared tensors, host memory
+    ELASTIC_DIR = "torchelastic-dir"  # /tmp/torchelastic_*: a torchrun agent's files

@@ -9,7 +9,7 @@ import time
 import types
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +17,11 @@ from ddptui.actions import EngineActions, Outcome
 from ddptui.app import DdptuiApp
 from engine.core import gpus
 from engine.core.config import RunConfig
+from engine.core.device_holders import DeviceHolder, HolderScan
+from engine.core.gpu_view import GpuView, build_gpu_view
+from engine.core.gpus import GpuInventory
 from engine.core.process_identity import ProcessProbe, ProcessRef, ProcessUsage
-from engine.core.process_table import ProcessTable, TrainingJob, TrainingProcess
+from engine.core.process_table import ProcessTable, TrainingJob, TrainingProcess, hidden_holders
 from engine.core.rundir import RunDir
 from engine.core.statuses import JobKind, JobState, ProcessRole
 from tests.fixtures import make_recorded_run as recorded
@@ -53,8 +56,39 @@ class _Proc:
     usedGpuMemory: int  # pynvml's name
 
 
-def fake_pynvml(*, gpu_count: int = 2, fail_init: str | None = None) -> types.ModuleType:
-    """GPU 0 answers every query; GPU 1 names itself, then its memory query raises (a lost GPU)."""
+@dataclass(frozen=True)
+class StandInGpu:
+    """One card of the eight-GPU machine: its figures and the processes NVML lists on it."""
+
+    used_gib: float
+    util: int
+    temperature: int
+    power_w: int
+    processes: tuple[tuple[int, float], ...] = ()  # (pid, GiB)
+
+
+# The eight-GPU machine of the GPUs screen's snapshots (see eight_gpu_table): a ddptui run on
+# GPUs 0-1, a foreign torchrun job of user bo on 2-4, an orphaned job of ana on 5 (its DataLoader
+# worker holds the device too, unlisted), GPU 6 held only by a process NVML does not list, 7 free.
+EIGHT_GPUS = (
+    StandInGpu(31.5, 97, 74, 298, ((6100, 30.2),)),
+    StandInGpu(31.2, 95, 72, 291, ((6101, 30.0),)),
+    StandInGpu(70.1, 88, 80, 402, ((7200, 69.8),)),
+    StandInGpu(70.3, 91, 81, 410, ((7201, 69.8),)),
+    StandInGpu(70.0, 86, 79, 395, ((7202, 69.8),)),
+    StandInGpu(22.4, 0, 41, 88, ((5100, 22.1),)),
+    StandInGpu(9.0, 0, 38, 71),
+    StandInGpu(0.5, 0, 33, 62),
+)
+
+
+def fake_pynvml(
+    *, gpu_count: int = 2, fail_init: str | None = None, machine: tuple[StandInGpu, ...] = ()
+) -> types.ModuleType:
+    """GPU 0 answers every query; GPU 1 names itself, then its memory query raises (a lost GPU).
+    With ``machine``, one healthy H100 per entry instead."""
+    if machine:
+        return _machine_pynvml(machine, fail_init)
     nvml = types.ModuleType("pynvml")
     nvml.NVMLError = NVMLError  # type: ignore[attr-defined]
     nvml.NVML_TEMPERATURE_GPU = 0  # type: ignore[attr-defined]
@@ -94,6 +128,30 @@ def fake_pynvml(*, gpu_count: int = 2, fail_init: str | None = None) -> types.Mo
     for name, fn in functions.items():
         setattr(nvml, name, fn)
     return nvml
+
+
+def _machine_pynvml(machine: tuple[StandInGpu, ...], fail_init: str | None) -> types.ModuleType:
+    base = fake_pynvml(gpu_count=len(machine), fail_init=fail_init)
+    total = 80 * 2**30
+
+    def memory(h: int) -> _Memory:
+        return _Memory(used=int(machine[h].used_gib * 2**30), total=total)
+
+    def processes(h: int) -> list[_Proc]:
+        return [_Proc(pid, int(gib * 2**30)) for pid, gib in machine[h].processes]
+
+    functions: dict[str, Any] = {
+        "nvmlDeviceGetName": lambda h: "NVIDIA H100 80GB HBM3",
+        "nvmlDeviceGetMemoryInfo": memory,
+        "nvmlDeviceGetUtilizationRates": lambda h: _Util(gpu=machine[h].util),
+        "nvmlDeviceGetTemperature": lambda h, kind: machine[h].temperature,
+        "nvmlDeviceGetPowerUsage": lambda h: machine[h].power_w * 1000,
+        "nvmlDeviceGetComputeRunningProcesses": processes,
+        "nvmlDeviceGetMinorNumber": lambda h: h,
+    }
+    for name, fn in functions.items():
+        setattr(base, name, fn)
+    return base
 
 
 @contextmanager
@@ -218,10 +276,166 @@ def orphan_table() -> ProcessTable:
                 users=("ana",),
                 processes=orphans,
             ),
+            TrainingJob(
+                key="env:10.0.0.9:29600",
+                kind=JobKind.ENV,
+                label="job at 10.0.0.9:29600",
+                state=JobState.ORPHANED,
+                reason="pid 5300 has no visible parent: its launcher is gone",
+                users=("bo",),
+                processes=(
+                    replace(
+                        orphans[0],
+                        pid=5300,
+                        user="bo",
+                        own=False,
+                        world_size=1,
+                        command="/opt/conda/bin/python -u /home/bo/experiments/finetune_llm.py --lr 3e-5",
+                    ),
+                ),
+            ),
         ),
         notes=("1 process of another user could not be inspected.",),
         gpu_error=None,
         scanned_at=NOW,
+        hidden_holders=(
+            DeviceHolder(
+                pid=8800,
+                start_time=NOW - 3600,
+                user="ana",
+                uid=ANA,
+                name="python",
+                zombie=False,
+                minors=(1,),
+                paths=("/dev/nvidia1",),
+            ),
+        ),
+    )
+
+
+ANA, BO = 1000, 1001  # the users of the eight-GPU machine; the viewer is ana
+SPAWNED = "python -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=8, pipe_handle=12) --multiprocessing-fork"
+EIGHT_GPU_RUN = "20261202-104500-fast-ddp-9a9a"
+
+
+def _process(pid: int, role: ProcessRole, rank: int | None, **values: Any) -> TrainingProcess:
+    defaults: dict[str, Any] = {
+        "ppid": 1,
+        "start_time": NOW - 3600,
+        "user": "ana",
+        "local_rank": rank,
+        "world_size": None,
+        "state": JobState.RUNNING,
+        "age_seconds": 3600.0,
+        "cpu_percent": 101.0,
+        "rss_bytes": 6 * 2**30,
+        "gpu": (),
+        "command": SPAWNED,
+        "own": True,
+    }
+    defaults.update(values)
+    return TrainingProcess(pid=pid, role=role, rank=rank, **defaults)
+
+
+def eight_gpu_table() -> ProcessTable:
+    """The process scan of the eight-GPU machine (EIGHT_GPUS), with its device-file scan."""
+    ours = TrainingJob(
+        key=f"ddptui:{EIGHT_GPU_RUN}",
+        kind=JobKind.DDPTUI,
+        label=f"ddptui run {EIGHT_GPU_RUN}",
+        state=JobState.RUNNING,
+        reason="its launcher (pid 6090) is running",
+        users=("ana",),
+        processes=(
+            _process(6090, ProcessRole.LAUNCHER, None, cpu_percent=1.0, rss_bytes=600 * 2**20,
+                     command=f"python -m engine.train.launch runs/{EIGHT_GPU_RUN}"),
+            _process(6100, ProcessRole.RANK, 0, world_size=2),
+            _process(6101, ProcessRole.RANK, 1, world_size=2),
+        ),
+        run_id=EIGHT_GPU_RUN,
+    )  # fmt: skip
+    bo_command = "/opt/conda/envs/llm/bin/python -u /home/bo/llm/pretrain.py --config configs/7b.yaml --nodes 1 --resume latest"
+    theirs = TrainingJob(
+        key="elastic:bo-pretrain@10.0.0.7:29500",
+        kind=JobKind.ELASTIC,
+        label="torchrun job 'bo-pretrain' at 10.0.0.7:29500",
+        state=JobState.RUNNING,
+        reason="its launcher (torchrun, pid 7190) is running",
+        users=("bo",),
+        processes=(
+            _process(7190, ProcessRole.AGENT, None, user="bo", own=False, cpu_percent=0.0,
+                     rss_bytes=300 * 2**20, age_seconds=86400.0,
+                     command="/opt/conda/envs/llm/bin/torchrun --nproc-per-node 3 pretrain.py"),
+            *(
+                _process(7200 + r, ProcessRole.RANK, r, user="bo", own=False, world_size=3,
+                         age_seconds=86400.0, cpu_percent=99.0, rss_bytes=14 * 2**30,
+                         command=bo_command)
+                for r in range(3)
+            ),
+        ),
+    )  # fmt: skip
+    orphan_command = "/usr/bin/python3 /home/ana/sweeps/train_sweep.py --trial 3 --lr 0.003"
+    dead = TrainingJob(
+        key="elastic:sweep-3@127.0.0.1:29510",
+        kind=JobKind.ELASTIC,
+        label="torchrun job 'sweep-3' at 127.0.0.1:29510",
+        state=JobState.ORPHANED,
+        reason="its torchrun agent is gone",
+        users=("ana",),
+        processes=(
+            _process(5100, ProcessRole.RANK, 0, state=JobState.ORPHANED, world_size=1,
+                     cpu_percent=0.0, age_seconds=7200.0, command=orphan_command),
+            _process(5110, ProcessRole.WORKER, 0, state=JobState.ORPHANED, ppid=5100,
+                     cpu_percent=0.0, rss_bytes=2 * 2**30, age_seconds=7190.0,
+                     command=orphan_command),
+        ),
+    )  # fmt: skip
+
+    def holder(pid: int, minor: int, user: str = "ana", name: str = "python") -> DeviceHolder:
+        return DeviceHolder(
+            pid=pid,
+            start_time=NOW - 3600,
+            user=user,
+            uid=BO if user == "bo" else ANA,
+            name=name,
+            zombie=False,
+            minors=(minor,),
+            paths=(f"/dev/nvidia{minor}", "/dev/nvidiactl", "/dev/nvidia-uvm"),
+        )
+
+    holders = HolderScan(
+        holders=(
+            holder(6100, 0),
+            holder(6101, 1),
+            *(holder(7200 + r, 2 + r, "bo") for r in range(3)),
+            holder(5100, 5),
+            holder(5110, 5),
+            holder(8800, 6),
+        )
+    )
+    return ProcessTable(
+        jobs=(ours, theirs, dead),
+        notes=(),
+        gpu_error=None,
+        scanned_at=NOW,
+        holders=holders,
+    )
+
+
+LEAK_COMMAND = "python /home/ana/scratch/leak_check.py --hold-gpu 6"
+
+
+def eight_gpu_view(inventory: GpuInventory) -> GpuView:
+    """What the GPUs screen shows of the eight-GPU machine, through the real join."""
+    table = eight_gpu_table()
+    table = replace(table, hidden_holders=hidden_holders(inventory, table.holders))
+    return build_gpu_view(
+        inventory,
+        table,
+        probe=StandInProbe(alive=[8800], cpu=0.0, rss=1200 * 2**20),
+        commands={8800: LEAK_COMMAND},
+        uid=ANA,
+        now=NOW,
     )
 
 
@@ -233,7 +447,9 @@ class StandInActions(EngineActions):
         self.started: list[RunConfig] = []
         self.killed: list[str] = []
         self.cleaned = 0
+        self.cleaned_all_users: list[bool] = []
         self.start_as: RunDir | None = None
+        self.stopped: list[tuple[tuple[int, ...], bool]] = []
 
     def start_run(self, config: RunConfig, gpu_count: int) -> Any:
         self.started.append(config)
@@ -256,9 +472,18 @@ class StandInActions(EngineActions):
     def scan_processes(self) -> ProcessTable:
         return orphan_table()
 
-    def clean(self, grace: float = 5.0) -> Outcome:
+    def clean(self, grace: float = 5.0, all_users: bool = False) -> Outcome:
         self.cleaned += 1
+        self.cleaned_all_users.append(all_users)
         return Outcome(True, "cleaned 1 orphaned job; 2 processes stopped")
+
+    def scan_gpus(self, inventory: GpuInventory) -> GpuView:
+        return eight_gpu_view(inventory)
+
+    def stop_processes(self, refs: Any, grace: float = 5.0, all_users: bool = False) -> Outcome:
+        self.stopped.append((tuple(r.pid for r in refs), all_users))
+        n = len(refs)
+        return Outcome(True, f"stopped {n} process{'es' if n != 1 else ''}; none left")
 
     def list_benches(self) -> list[Any]:
         return []
@@ -270,6 +495,9 @@ def seed_gpu_history(app: DdptuiApp) -> None:
         util = 50 + 45 * math.sin(i / 4)
         app.gpu_history.add(0, util, 0.2 + 0.1 * (i % 5))
         app.gpu_history.add(1, None, None)
+        for gpu, card in enumerate(EIGHT_GPUS[2:], start=2):  # the eight-GPU machine's others
+            busy = card.util * (0.8 + 0.2 * math.sin(i / 3 + gpu))
+            app.gpu_history.add(gpu, busy, card.used_gib / 80 * (0.9 + 0.1 * math.cos(i / 5)))
 
 
 def _tables_measured(app: Any) -> bool:
@@ -291,3 +519,108 @@ async def settle(pilot: Any, until: Callable[[], bool] | None = None, timeout: f
         done = until is None or until()
         if (done and _tables_measured(pilot.app)) or time.monotonic() > deadline:
             return
+
+
+def text_of(widget: Any) -> str:
+    """The plain text a widget shows (its Rich renderable printed wide)."""
+    import io
+
+    from rich.console import Console
+    from textual.widgets import Static
+
+    console = Console(width=300, file=io.StringIO(), record=True, color_system=None)
+    console.print(widget.content if isinstance(widget, Static) else widget.render())
+    return console.export_text()
+
+
+def screen_text(app: Any) -> str:
+    """The whole screen as a user sees it, as plain text lines (what a snapshot draws)."""
+    import io
+
+    from rich.console import Console
+
+    console = Console(
+        width=app.size.width,
+        height=app.size.height,
+        file=io.StringIO(),
+        record=True,
+        color_system=None,
+        legacy_windows=False,
+    )
+    console.print(app.screen._compositor.render_update(full=True))
+    return console.export_text()
+
+
+EIGHT_RANK_RUN = "20261202-103200-fast-ddp-8r8g"
+EIGHT_RANK_LAUNCHER = ProcessRef(pid=525200, start_time=NOW - 300)
+EIGHT_RANK_PIDS = tuple(525210 + r for r in range(8))
+
+
+def make_eight_rank_run(runs_dir: Path) -> RunDir:
+    """A run of 8 ranks on GPUs 0-7, going at NOW: rank 3 stalled, rank 6 a straggler."""
+    from engine.core.config import apply_overrides, to_toml
+    from engine.core.events import (
+        EpochStarted,
+        EventWriter,
+        RankStalled,
+        RankStarted,
+        RankStraggling,
+        RunStarted,
+        StepProgress,
+    )
+    from engine.core.presets import load_preset
+    from engine.core.rundir import RunInfo
+    from engine.core.statuses import RunStatus
+
+    run = RunDir(runs_dir / EIGHT_RANK_RUN)
+    run.create()
+    config = apply_overrides(
+        load_preset("fast-ddp"), {"devices.spec": "all", "data.dataset": "synthetic"}
+    )
+    run.config_path.write_text(to_toml(config), encoding="utf-8")
+    devices = "gpu:" + ",".join(str(i) for i in range(8))
+    run.write_run_info(
+        RunInfo(
+            run_id=EIGHT_RANK_RUN,
+            preset="fast-ddp",
+            host="trainbox",
+            created=NOW - 300,
+            state=RunStatus.RUNNING,
+            world_size=8,
+            devices=devices,
+            launcher=EIGHT_RANK_LAUNCHER,
+            ranks=tuple(ProcessRef(pid, NOW - 299) for pid in EIGHT_RANK_PIDS),
+        )
+    )
+    start = NOW - 290
+    with EventWriter(run.launcher_events_path) as launcher:
+        launcher.write(
+            RunStarted(
+                run_id=EIGHT_RANK_RUN,
+                world_size=8,
+                launcher_pid=EIGHT_RANK_LAUNCHER.pid,
+                devices=devices,
+                time=start,
+            )
+        )
+        launcher.write(RankStalled(rank=3, silent_seconds=75.0, time=NOW - 1))
+        launcher.write(
+            RankStraggling(rank=6, step_seconds=0.9, others_median_step_seconds=0.3, time=NOW - 2)
+        )
+    for rank, pid in enumerate(EIGHT_RANK_PIDS):
+        with EventWriter(run.rank_events_path(rank)) as w:
+            w.write(RankStarted(rank=rank, world_size=8, pid=pid, host="trainbox",
+                                device=f"cuda:{rank}", gpu_index=rank, time=start))  # fmt: skip
+            w.write(EpochStarted(rank=rank, epoch=0, steps=195, time=start + 5))
+            upto = 60 if rank == 3 else 140
+            for step in range(10, upto + 1, 10):
+                w.write(StepProgress(rank=rank, epoch=0, step=step, steps=195,
+                                     global_step=step, loss=round(2.3 * 0.99**step, 4),
+                                     images_per_s=850.0 if rank != 6 else 280.0,
+                                     step_seconds=0.3 if rank != 6 else 0.9, lr=0.1,
+                                     time=start + 5 + step * 0.3 * (0.5 if rank != 3 else 1.0)))  # fmt: skip
+        run.rank_log_path(rank).write_text(
+            "".join(f"[rank {rank}] epoch 1 step {s}/195\n" for s in range(10, 141, 10)),
+            encoding="utf-8",
+        )
+    return run

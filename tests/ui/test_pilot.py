@@ -5,7 +5,6 @@ fatal, coalesced updates are counted, and the results table exports."""
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 from collections.abc import Callable
@@ -13,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
 from textual.widgets import Input, Select, Static
 
 from ddptui.app import DdptuiApp
@@ -23,11 +21,21 @@ from ddptui.screens.processes import ProcessesScreen
 from ddptui.screens.results import ChoiceDialog, ResultsScreen
 from ddptui.screens.run import RunScreen
 from ddptui.screens.runs import RunsScreen
+from ddptui.widgets import confirm
 from ddptui.widgets.confirm import ConfirmDialog
 from ddptui.widgets.gpu_panel import GpuPanel
 from engine.core.rundir import RunDir
 from tests.conftest import REPO_ROOT
-from tests.ui.standins import FAILED_RUN, GPU_RUN, LIVE_RUN, RECORDED, StandInActions, settle
+from tests.ui.standins import (
+    FAILED_RUN,
+    GPU_RUN,
+    LIVE_RUN,
+    RECORDED,
+    StandInActions,
+    screen_text,
+    settle,
+    text_of,
+)
 
 SMALL = (80, 24)
 pytestmark = pytest.mark.asyncio
@@ -36,13 +44,6 @@ pytestmark = pytest.mark.asyncio
 def actions(app: DdptuiApp) -> StandInActions:
     assert isinstance(app.actions, StandInActions)
     return app.actions
-
-
-def text_of(widget: Any) -> str:
-    """The plain text a widget shows (its Rich renderable printed wide)."""
-    console = Console(width=300, file=io.StringIO(), record=True, color_system=None)
-    console.print(widget.content if isinstance(widget, Static) else widget.render())
-    return console.export_text()
 
 
 async def test_every_screen_is_reachable_from_the_keyboard(
@@ -289,7 +290,11 @@ async def test_stale_updates_coalesce_and_are_counted(make_app: Callable[..., Dd
             screen.post_message(RunProgressed(view))
         await settle(pilot)
         assert screen.coalesced - before == 4
-        assert "stale updates skipped: 4" in text_of(screen.query_one("#run-foot", Static))
+        assert "stale updates" not in text_of(screen.query_one("#run-foot", Static))
+        await pilot.press("d")  # the reader's figures are in the details view
+        await settle(pilot)
+        details = text_of(screen.query_one("#run-details", Static))
+        assert "stale updates skipped: 4" in details and "events read" in details
 
 
 async def test_one_failing_gpu_is_not_available_alone(make_app: Callable[..., DdptuiApp]) -> None:
@@ -414,3 +419,104 @@ async def test_a_stalled_run_shows_its_stacks_inline_and_in_full(
         await pilot.press("escape")
         await settle(pilot)
         assert app.screen is screen
+
+
+async def test_processes_show_users_scripts_and_unlisted_gpu_holders(
+    make_app: Callable[..., DdptuiApp],
+) -> None:
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        await pilot.press("p")
+        await settle(pilot, lambda: bool(getattr(app.screen, "jobs", None)))
+        table = text_of(app.screen.query_one("#ps-table", Static))
+        assert "GPU devices held open that NVML does not list" in table
+        assert "8800" in table
+        app.screen.query_one("#ps-body").scroll_end(animate=False)
+        await settle(pilot)
+        shown = screen_text(app).splitlines()
+        bo = next(line for line in shown if line.lstrip().startswith("5300"))
+        assert " bo " in bo and "finetune_llm.py" in bo  # the script name survives 80 columns
+
+
+async def test_cleaning_other_users_jobs_needs_the_confirmed_all_users_toggle(
+    make_app: Callable[..., DdptuiApp], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(confirm, "may_stop_other_users", lambda: True)  # as root
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        await pilot.press("p")
+        await settle(pilot, lambda: bool(getattr(app.screen, "jobs", None)))
+        screen = app.screen
+        assert isinstance(screen, ProcessesScreen)
+        await pilot.press("x")
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmDialog)
+        assert "job at 10.0.0.9:29600" not in app.screen.body_text.split("Left alone")[0]
+        assert "Left alone: 1 job of bo" in app.screen.body_text
+        await pilot.press("escape", "a")
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmDialog)  # turning all users on is confirmed
+        await pilot.press("y")
+        await settle(pilot)
+        assert screen.all_users
+        await pilot.press("x")
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmDialog)
+        assert "job at 10.0.0.9:29600 (bo)" in app.screen.body_text
+        await pilot.press("y")
+        await settle(pilot, lambda: actions(app).cleaned == 1)
+        assert actions(app).cleaned_all_users == [True]
+
+
+async def test_not_root_cannot_turn_on_all_users(
+    make_app: Callable[..., DdptuiApp], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(confirm, "may_stop_other_users", lambda: False)
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        await pilot.press("p")
+        await settle(pilot, lambda: bool(getattr(app.screen, "jobs", None)))
+        await pilot.press("a")
+        await settle(pilot)
+        assert isinstance(app.screen, ProcessesScreen) and not app.screen.all_users
+
+
+async def test_results_at_80_columns_put_the_essential_columns_first(
+    make_app: Callable[..., DdptuiApp], tmp_path: Path
+) -> None:
+    runs = tmp_path / "runs"
+    shutil.copytree(REPO_ROOT / RECORDED, runs)
+    twin = "20261202-110000-fast-ddp-ffff"
+    shutil.copytree(runs / GPU_RUN, runs / twin)
+    summary = json.loads((runs / twin / "summary.json").read_text())
+    summary["run_id"], summary["devices"], summary["device_count"] = twin, "gpu:0", 1
+    for epoch in summary["epochs"]:
+        epoch["steady_images_per_s"] /= 2
+    (runs / twin / "summary.json").write_text(json.dumps(summary))
+    app = make_app(runs)
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        app.session_runs.extend(RunDir(runs / r) for r in (twin, GPU_RUN, FAILED_RUN))
+        await pilot.press("c")
+        screen = app.screen
+        assert isinstance(screen, ResultsScreen)
+        await settle(pilot, lambda: screen.table is not None)
+        from textual.widgets import DataTable
+
+        labels = [str(c.label) for c in screen.query_one(DataTable).columns.values()]
+        assert labels[:8] == ["row", "devices", "prec", "img/s", "speedup", "eff", "acc", "flag"]
+        assert {"data wait", "strategy", "epoch s", "note"} <= set(labels[8:])
+        assert "→ scrolls right for" in text_of(screen.query_one("#results-scroll", Static))
+        shown = screen_text(app)
+        header = next(line for line in shown.splitlines() if line.lstrip().startswith("row"))
+        assert "flag" in header  # the eight essential columns fit 80 columns
+        chart = text_of(screen.query_one("#results-chart", Static))
+        assert "speedup against devices" in chart and "bf16" in chart
+        lines = chart.splitlines()
+        assert lines.index(next(x for x in lines if "gpu:0 " in x)) < lines.index(
+            next(x for x in lines if "gpu:0,1" in x)
+        )  # ordered by devices
+        assert "2.00x" in chart

@@ -13,7 +13,16 @@ from tests.conftest import REPO_ROOT
 
 def test_ui_load_bench_runs_and_reports() -> None:
     proc = subprocess.run(
-        [sys.executable, "bench/ui_load.py", "--seconds", "3", "--warmup", "1.5", "--json"],
+        [
+            sys.executable,
+            "bench/ui_load.py",
+            "--seconds",
+            "3",
+            "--warmup",
+            "1.5",
+            "--json",
+            "--no-baseline",
+        ],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

@@ -1,0 +1,142 @@
+"""The run screen once a run has ended (a summary with its figures, root cause and curves; no kill
+key), the reader's figures in a details view, and a small terminal with 8 ranks on 8 GPUs, where
+the rank table folds to a line per state so the log tail keeps some lines."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from textual.widgets import Static
+
+from ddptui.app import DdptuiApp
+from ddptui.screens.run import LOG_KEEP, RunScreen
+from ddptui.widgets.log_tail import TailLines
+from ddptui.widgets.rank_table import RankTable
+from ddptui.widgets.run_summary import RunSummaryPanel
+from engine.core.rundir import RunDir
+from tests.ui.standins import (
+    EIGHT_GPUS,
+    EIGHT_RANK_LAUNCHER,
+    EIGHT_RANK_PIDS,
+    FAILED_RUN,
+    GPU_RUN,
+    LIVE_RUN,
+    RECORDED,
+    StandInProbe,
+    make_eight_rank_run,
+    screen_text,
+    settle,
+    standin_nvml,
+    text_of,
+)
+
+pytestmark = pytest.mark.asyncio
+SMALL = (80, 24)
+
+
+async def open_run(pilot: object, app: DdptuiApp, run_dir: RunDir) -> RunScreen:
+    await settle(pilot, lambda: app.gpu_inventory is not None)
+    app.open_run(run_dir)
+    await settle(pilot, lambda: getattr(app.screen, "view", None) is not None)
+    screen = app.screen
+    assert isinstance(screen, RunScreen)
+    return screen
+
+
+def footer_keys(app: DdptuiApp) -> set[str]:
+    return {key for key, b in app.active_bindings.items() if b.binding.show and b.enabled}
+
+
+async def test_a_completed_run_ends_with_its_summary_and_curves(
+    make_app: Callable[..., DdptuiApp],
+) -> None:
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        screen = await open_run(pilot, app, RunDir(RECORDED / GPU_RUN))
+        summary = screen.query_one(RunSummaryPanel)
+        assert summary.display
+        text = text_of(screen.query_one("#summary-text", Static))
+        for part in ("completed", "acc 53.0%", "epoch 2s", "10k img/s", "data wait 5%"):
+            assert part in text, part
+        sparks = text_of(screen.query_one("#summary-sparks", Static))
+        assert "loss" in sparks and "accuracy %" in sparks and "images/s" in sparks
+        assert "k" not in footer_keys(app)  # nothing left to kill
+        assert not screen.check_action("kill", ())
+
+
+async def test_a_large_terminal_draws_the_curves_as_charts(
+    make_app: Callable[..., DdptuiApp],
+) -> None:
+    from textual_plotext import PlotextPlot
+
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        screen = await open_run(pilot, app, RunDir(RECORDED / GPU_RUN))
+        await settle(pilot)
+        assert len(screen.query(PlotextPlot)) == 3
+        assert "loss per epoch" in screen_text(app)
+
+
+async def test_a_failed_run_names_its_root_cause_in_the_summary(
+    make_app: Callable[..., DdptuiApp],
+) -> None:
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        screen = await open_run(pilot, app, RunDir(RECORDED / FAILED_RUN))
+        text = text_of(screen.query_one("#summary-text", Static))
+        assert "failed" in text
+        assert "root cause: rank 1: InjectedFault: injected crash on rank 1 at step 12" in text
+
+
+async def test_a_live_run_keeps_its_kill_key_and_no_summary(
+    make_app: Callable[..., DdptuiApp],
+) -> None:
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        screen = await open_run(pilot, app, RunDir(RECORDED / LIVE_RUN))
+        assert "k" in footer_keys(app)
+        assert not screen.query_one(RunSummaryPanel).display
+        assert "events" not in text_of(screen.query_one("#run-foot", Static))
+
+
+@pytest.fixture
+def eight_ranks(tmp_path: Path) -> Iterator[RunDir]:
+    with standin_nvml(machine=EIGHT_GPUS):
+        yield make_eight_rank_run(tmp_path / "runs")
+
+
+def eight_rank_app(make_app: Callable[..., DdptuiApp], run: RunDir) -> DdptuiApp:
+    probe = StandInProbe(alive=[EIGHT_RANK_LAUNCHER.pid, *EIGHT_RANK_PIDS])
+    return make_app(run.path.parent, probe=probe)
+
+
+async def test_eight_ranks_on_eight_gpus_fold_at_80x24(
+    make_app: Callable[..., DdptuiApp], eight_ranks: RunDir
+) -> None:
+    app = eight_rank_app(make_app, eight_ranks)
+    async with app.run_test(size=SMALL) as pilot:
+        screen = await open_run(pilot, app, eight_ranks)
+        await settle(pilot)
+        table = screen.query_one(RankTable)
+        assert len(screen.view.run.ranks) == 8 if screen.view else False
+        assert table.folded
+        folded = text_of(table)
+        assert "stalled" in folded and "straggler" in folded and "running" in folded
+        assert screen.query_one(TailLines).size.height >= LOG_KEEP - 1
+        await pilot.press("f")  # unfolded on request
+        await settle(pilot)
+        assert not table.folded and table.size.height == 9
+        await pilot.press("f")
+        await settle(pilot)
+        assert table.folded
+
+
+async def test_a_tall_terminal_shows_every_rank(
+    make_app: Callable[..., DdptuiApp], eight_ranks: RunDir
+) -> None:
+    app = eight_rank_app(make_app, eight_ranks)
+    async with app.run_test(size=(160, 48)) as pilot:
+        screen = await open_run(pilot, app, eight_ranks)
+        assert not screen.query_one(RankTable).folded
