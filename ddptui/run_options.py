@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from ddptui import exit_codes
+from engine.core.config import ConfigError, parse_setting
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -103,10 +104,11 @@ def collect_overrides(set_values: tuple[str, ...], **shortcuts: Any) -> dict[str
     """Overrides in command-line order: --set first, then the shortcuts (which win)."""
     overrides: dict[str, Any] = {}
     for item in set_values:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise click.UsageError(f"--set {item!r} is not SECTION.KEY=VALUE")
-        overrides[key.strip()] = value.strip()
+        try:
+            key, value = parse_setting(item)
+        except ConfigError as err:
+            raise click.UsageError(f"--set {err}") from None
+        overrides[key] = value
     for name, key in SHORTCUTS.items():
         shortcut = shortcuts.get(name)
         if shortcut is not None:

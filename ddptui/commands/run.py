@@ -28,21 +28,17 @@ def base_config(target: str | None, module: str | None, script_args: tuple[str, 
     if module is not None:
         # click hands the first word after -- to TARGET: with -m it is the module's own
         script_args = (target, *script_args) if target is not None else script_args
-        name = module.rsplit(".", 1)[-1]
-        script = ScriptConfig(module=module, args=script_args)
-    elif target is not None and target.endswith(".py"):
-        name = Path(target).stem
-        script = ScriptConfig(path=target, args=script_args)
-    else:
-        if script_args:
-            raise ConfigError(
-                f"arguments after the preset ({' '.join(script_args)}) are for a script's own "
-                "options; give a script (train.py or -m package.module) to pass them"
-            )
-        if target is None:
-            raise ConfigError("give a preset, a script (train.py) or -m package.module")
-        return load_preset(target)
-    return RunConfig(name=name, description=f"your script {script.label}", script=script)
+        return RunConfig.for_script(ScriptConfig(module=module, args=script_args))
+    if target is not None and target.endswith(".py"):
+        return RunConfig.for_script(ScriptConfig(path=target, args=script_args))
+    if script_args:
+        raise ConfigError(
+            f"arguments after the preset ({' '.join(script_args)}) are for a script's own "
+            "options; give a script (train.py or -m package.module) to pass them"
+        )
+    if target is None:
+        raise ConfigError("give a preset, a script (train.py) or -m package.module")
+    return load_preset(target)
 
 
 @click.command(

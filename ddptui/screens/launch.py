@@ -1,5 +1,8 @@
 """Launch: pick a preset (bundled or the user's own), see its settings and whether it can run here,
-pick the devices, override epochs / max steps / batch / images / precision / data, and start it.
+pick the devices, override epochs / max steps / batch / images / precision / data or any key
+(``section.key=value``, as ``--set`` does), and start it. ``o`` adds the user's own script by its
+path (or ``-m module``), to run like torchrun would; a preset that names a script is listed too,
+with its arguments in the form instead of the engine's settings.
 
 Presets that cannot run on this machine stay in the list, marked, with the reason. Starting a run
 goes through ``engine.core.run_start`` in a thread worker: the launcher runs in its own session, never in
@@ -9,6 +12,7 @@ the UI process.
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -37,7 +41,15 @@ from textual.widgets.selection_list import Selection
 from ddptui.messages import PresetsChecked, RunLaunched, WorkerProblem
 from ddptui.widgets import figures
 from ddptui.widgets.confirm import ConfirmDialog
-from engine.core.config import DATASETS, PRECISIONS, ConfigError, RunConfig, apply_overrides
+from ddptui.widgets.script_prompt import ScriptPrompt
+from engine.core.config import (
+    DATASETS,
+    PRECISIONS,
+    ConfigError,
+    RunConfig,
+    apply_overrides,
+    parse_setting,
+)
 from engine.core.devices import DevicePlan, resolve_devices
 from engine.core.gpus import GpuInventory, GpuSample
 from engine.core.plan import RunPlan, plan_run
@@ -66,8 +78,7 @@ class PresetCheck:
 def check_presets(gpu_count: int) -> list[PresetCheck]:
     """Every preset with the reason it cannot run on a machine with ``gpu_count`` GPUs, if any."""
     # Here, not at the top: the launch screen is the first frame, and these are not needed for it.
-    from engine.core.config import load_config
-    from engine.core.presets import list_presets
+    from engine.core.presets import list_presets, load_preset_file
 
     checks = []
     for preset in list_presets():
@@ -75,7 +86,7 @@ def check_presets(gpu_count: int) -> list[PresetCheck]:
         plan: RunPlan | None = None
         reason = ""
         try:
-            config = load_config(preset.path, name=preset.name)
+            config = load_preset_file(preset)
             plan = plan_run(config, gpu_count)
         except ConfigError as err:
             reason = str(err)
@@ -83,11 +94,33 @@ def check_presets(gpu_count: int) -> list[PresetCheck]:
     return checks
 
 
+def check_script(config: RunConfig, gpu_count: int) -> PresetCheck:
+    """The user's script (from ``o``), listed as presets are: planned for this machine."""
+    plan: RunPlan | None = None
+    reason = ""
+    try:
+        plan = plan_run(config, gpu_count)
+    except ConfigError as err:
+        reason = str(err)
+    where = Path(config.script.path) if config.script.path else Path(config.script.module)
+    return PresetCheck(f"{config.name} (script)", where, False, config, plan, reason)
+
+
 def describe_config(config: RunConfig) -> Text:
     """What the form below does not show: the description, model, pipeline, optimiser, faults."""
     text = Text()
     if config.description:
         text.append(config.description + "\n", style="italic")
+    if config.script.given:
+        text.append(config.script.label, style="bold")
+        if config.script.args:
+            text.append(" " + shlex.join(config.script.args))
+        text.append(
+            "\none process per device, started like torchrun; the script has its own "
+            "epochs, batch and precision (its arguments below)",
+            style="dim",
+        )
+        return text
     text.append(config.strategy.name, style="bold")
     text.append(f" · {config.model.name} · {config.data.pipeline} pipeline")
     text.append(f" · lr {config.optimizer.lr:g}")
@@ -101,9 +134,12 @@ def describe_config(config: RunConfig) -> Text:
 def describe_plan(plan: RunPlan) -> Text:
     text = Text("✓ runs here: ", style="green")
     what = plan.devices.describe()
+    ranks = f"{what}, {plan.world_size} rank{'s' if plan.world_size != 1 else ''}"
+    if plan.config.script.given:  # batch, backend and lr are the script's own
+        text.append(ranks)
+        return text
     text.append(
-        f"{what}, {plan.world_size} rank{'s' if plan.world_size != 1 else ''}, "
-        f"global batch {plan.global_batch}"
+        f"{ranks}, global batch {plan.global_batch}"
         + (f", {plan.backend}" if plan.backend else "")
         + f", lr {plan.base_lr:g}"
     )
@@ -179,17 +215,21 @@ OVERRIDE_FIELDS = (
     ("batch", "training.batch_size", "batch/rank"),
     ("train-size", "data.train_size", "images"),
 )
+# The fields that set the engine's own workload: a script run takes its own arguments instead.
+ENGINE_FIELDS = (*(input_id for input_id, _, _ in OVERRIDE_FIELDS), "precision", "dataset")
 
 
 class LaunchScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("s", "start", "Start run"),
+        Binding("o", "open_script", "Your script"),
         Binding("escape", "focus_presets", "Presets", show=False),
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self.checks: list[PresetCheck] = []
+        self.script_checks: list[PresetCheck] = []  # the scripts added with ``o``, newest first
         self.current: PresetCheck | None = None
         self.effective: RunConfig | None = None
         self.effective_plan: RunPlan | None = None
@@ -241,6 +281,17 @@ class LaunchScreen(Screen[None]):
                     yield Select(
                         [(d, d) for d in DATASETS], id="dataset", compact=True, allow_blank=False
                     )
+                with Horizontal(classes="field", id="script-args-row"):
+                    yield Label("script args", classes="field-label")
+                    yield Input(id="script-args", compact=True, classes="wide")
+                with Horizontal(classes="field"):
+                    yield Label("set", classes="field-label")
+                    yield Input(
+                        id="set-values",
+                        compact=True,
+                        classes="wide",
+                        placeholder="section.key=value … (as --set)",
+                    )
                 yield Static("", id="launch-check")
                 yield Button("Start run (s)", id="start", variant="success", compact=True)
         yield Footer()
@@ -254,6 +305,20 @@ class LaunchScreen(Screen[None]):
 
     def on_screen_resume(self) -> None:
         self.query_one("#presets", OptionList).focus()
+
+    def action_open_script(self) -> None:
+        def chosen(config: RunConfig | None) -> None:
+            if config is None:
+                return
+            check = check_script(config, self._gpu_count or 0)
+            # The same script again replaces the one listed: its newer arguments win.
+            others = [c for c in self.script_checks if c.name != check.name]
+            self.script_checks = [check, *others]
+            self._show_checks(self.checks)
+            self.select_preset(check.name)
+            self.query_one("#presets", OptionList).focus()
+
+        self.app.push_screen(ScriptPrompt(), chosen)
 
     # -- presets ---------------------------------------------------------------------------------
 
@@ -286,17 +351,18 @@ class LaunchScreen(Screen[None]):
 
     def _show_checks(self, checks: list[Any]) -> None:
         self.checks = list(checks)
+        listed = self.listed
         options = self.query_one("#presets", OptionList)
         highlighted = self.current.name if self.current else None
         options.clear_options()
         added = []
-        for check in self.checks:
+        for check in listed:
             name = Text(no_wrap=True, overflow="ellipsis")
             name.append(
                 "✓ " if check.runnable else "✗ ", style="green" if check.runnable else "red"
             )
             name.append(check.name)
-            if not check.bundled:
+            if not check.bundled and check not in self.script_checks:
                 name.append(" (yours)", style="cyan")
             prompt: Any = name
             if not check.runnable:
@@ -306,16 +372,21 @@ class LaunchScreen(Screen[None]):
                 prompt = Group(name, why)
             added.append(Option(prompt, id=check.name))
         options.add_options(added)
-        names = [c.name for c in self.checks]
+        names = [c.name for c in listed]
         if highlighted not in names:
             highlighted = "cpu-demo" if "cpu-demo" in names else (names[0] if names else None)
         if highlighted is not None:
             options.highlighted = names.index(highlighted)
-            self._select(self.checks[names.index(highlighted)])
+            self._select(listed[names.index(highlighted)])
+
+    @property
+    def listed(self) -> list[PresetCheck]:
+        """What the preset list shows: the scripts added here, then the presets."""
+        return [*self.script_checks, *self.checks]
 
     @on(OptionList.OptionHighlighted, "#presets")
     def _preset_highlighted(self, event: OptionList.OptionHighlighted) -> None:
-        check = next((c for c in self.checks if c.name == event.option.id), None)
+        check = next((c for c in self.listed if c.name == event.option.id), None)
         if check is not None and check is not self.current:
             self._select(check)
 
@@ -325,9 +396,10 @@ class LaunchScreen(Screen[None]):
 
     def select_preset(self, name: str) -> None:
         """Highlight and show a preset by name (what a click or the arrow keys do)."""
-        names = [c.name for c in self.checks]
+        listed = self.listed
+        names = [c.name for c in listed]
         self.query_one("#presets", OptionList).highlighted = names.index(name)
-        self._select(self.checks[names.index(name)])
+        self._select(listed[names.index(name)])
 
     def _select(self, check: PresetCheck) -> None:
         self.current = check
@@ -360,6 +432,11 @@ class LaunchScreen(Screen[None]):
                 self.query_one(f"#{input_id}", Input).value = str(value)
             self.query_one("#precision", Select).value = config.precision.mode
             self.query_one("#dataset", Select).value = config.data.dataset
+            script = config.script.given
+            for field_id in ENGINE_FIELDS:
+                self.query_one(f"#{field_id}").disabled = script
+            self.query_one("#script-args-row").display = script
+            self.query_one("#script-args", Input).value = shlex.join(config.script.args)
             picker = self.query_one("#gpu-picker", SelectionList)
             picker.deselect_all()
             ranks = 2 if config.strategy.name == "ddp" else 1
@@ -467,6 +544,24 @@ class LaunchScreen(Screen[None]):
             return {}
         config = check.config
         found: dict[str, Any] = {}
+        for item in shlex.split(self.query_one("#set-values", Input).value):
+            key, value = parse_setting(item)
+            found[key] = value
+        if config.script.given:
+            args = tuple(shlex.split(self.query_one("#script-args", Input).value))
+            if args != config.script.args:
+                found["script.args"] = list(args)
+        else:
+            found.update(self._engine_overrides(config))
+        spec = self._device_spec()
+        preset = self._preset_devices
+        if spec is not None and (preset is None or spec != preset.describe()):
+            found["devices.spec"] = spec
+        return found
+
+    def _engine_overrides(self, config: RunConfig) -> dict[str, Any]:
+        """The form's engine fields that differ from the preset."""
+        found: dict[str, Any] = {}
         preset_values = {
             "training.epochs": config.training.epochs,
             "training.max_steps": config.training.max_steps,
@@ -486,10 +581,6 @@ class LaunchScreen(Screen[None]):
         dataset = self.query_one("#dataset", Select).value
         if isinstance(dataset, str) and dataset != config.data.dataset:
             found["data.dataset"] = dataset
-        spec = self._device_spec()
-        preset = self._preset_devices
-        if spec is not None and (preset is None or spec != preset.describe()):
-            found["devices.spec"] = spec
         return found
 
     def gpu_preset_on_cpu(self) -> bool:
@@ -531,7 +622,7 @@ class LaunchScreen(Screen[None]):
             plan = plan_run(config, self._gpu_count or 0)
             # The guard start_run applies too (ResourceError is a ConfigError): shown here first.
             resources = self.ddptui.resource_checker(plan, self.ddptui.gpu_inventory)
-        except (ConfigError, ValueError) as err:
+        except (ConfigError, ValueError) as err:  # ValueError: a quote left open, a non-number
             self.problem = str(err)
             out.update(Text(f"✗ {err}", style="bold red"))
             start.disabled = True

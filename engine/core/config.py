@@ -291,6 +291,12 @@ class RunConfig:
     # Fault injections "KIND:RANK:STEP" for tests (engine.train.faults).
     faults: tuple[str, ...] = ()
 
+    @classmethod
+    def for_script(cls, script: ScriptConfig) -> RunConfig:
+        """The run of the user's script as it stands: named after the file or the module."""
+        name = Path(script.path).stem if script.path else script.module.rsplit(".", 1)[-1]
+        return cls(name=name, description=f"your script {script.label}", script=script)
+
     @property
     def workload(self) -> tuple[str, str]:
         """(model, data) as a summary and a table name them: the built-in ones, the user's
@@ -423,6 +429,14 @@ def load_config(path: Path, *, name: str | None = None) -> RunConfig:
     preset_name = name or str(data.pop("name", path.stem))
     data.pop("name", None)
     return config_from_mapping(data, name=preset_name, where=str(path))
+
+
+def parse_setting(item: str) -> tuple[str, str]:
+    """One ``SECTION.KEY=VALUE`` as given to ``--set`` (or the launch form's set field)."""
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"{item!r} is not SECTION.KEY=VALUE")
+    return key.strip(), value.strip()
 
 
 def _parse_override_value(raw: str) -> Any:

@@ -63,9 +63,13 @@ def find_preset(name_or_path: str) -> PresetFile:
 
 
 def load_preset(name_or_path: str) -> RunConfig:
+    """The config of the preset named (or at the path) given."""
+    return load_preset_file(find_preset(name_or_path))
+
+
+def load_preset_file(preset: PresetFile) -> RunConfig:
     """A preset's config. A script it names by a relative path is the one beside the preset file,
     wherever ddptui is started from."""
-    preset = find_preset(name_or_path)
     config = load_config(preset.path, name=preset.name)
     script = Path(config.script.path).expanduser() if config.script.path else None
     if script is not None and not script.is_absolute():

@@ -163,3 +163,129 @@ async def test_w_reattaches_to_the_newest_run_going_on_disk_in_a_new_session(
         assert isinstance(app.screen, RunScreen)
         assert app.screen.run_dir.run_id == LIVE_RUN
         assert app.screen.run_dir.path == RECORDED / LIVE_RUN
+
+
+SCRIPT_PRESET = (
+    'description = "my own loop"\n[script]\npath = "train.py"\nargs = ["--epochs", "2"]\n'
+)
+
+
+@pytest.fixture
+def my_presets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A presets folder with a script preset naming train.py beside it by a relative path."""
+    presets = tmp_path / "presets"
+    presets.mkdir()
+    (presets / "train.py").write_text("print('training')\n")
+    (presets / "mine.toml").write_text(SCRIPT_PRESET)
+    monkeypatch.setenv("DDPTUI_PRESETS", str(presets))
+    return presets
+
+
+async def test_a_script_preset_is_listed_with_its_arguments_in_the_form(
+    make_app: Callable[..., DdptuiApp], my_presets: Path
+) -> None:
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        screen = await launch_screen(pilot, app, "mine")
+        info = text_of(screen.query_one("#preset-info"))
+        assert f"{my_presets / 'train.py'} --epochs 2" in info  # found beside the preset
+        assert "started like torchrun" in info
+        for field in ("#epochs", "#max-steps", "#batch", "#train-size", "#precision", "#dataset"):
+            assert screen.query_one(field).disabled, field  # the script has its own
+        args = screen.query_one("#script-args", Input)
+        assert args.display and args.value == "--epochs 2"
+        check = text_of(screen.query_one("#launch-check"))
+        assert check.startswith("✓ runs here: gpu:0,1, 2 ranks") and "global batch" not in check
+        args.value = "--epochs 3 --note 'two words'"
+        await settle(pilot)
+        screen.query_one("#presets").focus()
+        await pilot.press("s")
+        await settle(pilot)
+        (config,) = actions(app).started
+        assert config.script.path == str(my_presets / "train.py")
+        assert config.script.args == ("--epochs", "3", "--note", "two words")
+        # and back on an engine preset, its fields are there again and the script's are not
+        screen.select_preset("cpu-demo")
+        await settle(pilot)
+        assert not screen.query_one("#epochs").disabled
+        assert not screen.query_one("#script-args-row").display
+
+
+async def test_o_adds_a_script_by_its_path_and_says_when_there_is_none(
+    make_app: Callable[..., DdptuiApp], tmp_path: Path
+) -> None:
+    from ddptui.widgets.script_prompt import ScriptPrompt
+
+    script = tmp_path / "train.py"
+    script.write_text("print('training')\n")
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        screen = await launch_screen(pilot, app)
+        await pilot.press("o")
+        await settle(pilot)
+        prompt = app.screen
+        assert isinstance(prompt, ScriptPrompt)
+        await pilot.press(*str(tmp_path / "nothere.py"), "enter", "enter")
+        await settle(pilot)
+        assert app.screen is prompt, "a script that is not there closed the dialog"
+        said = text_of(prompt.query_one("#script-problem"))
+        assert f"script.path = '{tmp_path / 'nothere.py'}': no such file" in said
+        prompt.query_one("#script-target", Input).value = str(script)
+        prompt.query_one("#script-arguments", Input).value = "--lr 0.5"
+        prompt.query_one("#script-arguments", Input).focus()
+        await pilot.press("enter")
+        await settle(pilot)
+        assert app.screen is screen
+        assert screen.current is not None and screen.current.name == "train (script)"
+        assert "train (script)" in screen_text(app)
+        assert screen.query_one("#script-args", Input).value == "--lr 0.5"
+        await pilot.press("s")
+        await settle(pilot)
+        (config,) = actions(app).started
+        assert (config.script.path, config.script.args) == (str(script), ("--lr", "0.5"))
+        assert config.devices.spec == "auto"  # as `ddptui run train.py` would: every GPU here
+        assert screen.effective_plan is not None
+        assert screen.effective_plan.devices.describe() == "gpu:0,1"
+
+
+async def test_escape_leaves_the_script_dialog_with_nothing_added(
+    make_app: Callable[..., DdptuiApp],
+) -> None:
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        screen = await launch_screen(pilot, app)
+        listed = [c.name for c in screen.listed]
+        await pilot.press("o", "t", "escape")
+        await settle(pilot)
+        assert app.screen is screen and [c.name for c in screen.listed] == listed
+
+
+async def test_the_set_field_overrides_any_key_and_a_missing_factory_is_refused(
+    make_app: Callable[..., DdptuiApp],
+) -> None:
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        screen = await launch_screen(pilot, app)
+        field = screen.query_one("#set-values", Input)
+        field.value = "model.factory=nosuch.nets:build optimizer.lr=0.5"
+        await settle(pilot)
+        check = text_of(screen.query_one("#launch-check"))
+        assert "✗ model.factory = 'nosuch.nets:build': no module 'nosuch.nets'" in check
+        screen.query_one("#presets").focus()
+        await pilot.press("s")
+        await settle(pilot)
+        assert actions(app).started == []  # refused before anything starts
+        field.value = "optimizer.lr=0.5 training.seed=7"
+        await settle(pilot)
+        assert "overrides: optimizer.lr=0.5, training.seed=7" in text_of(
+            screen.query_one("#launch-check")
+        )
+        await pilot.press("s")
+        await settle(pilot)
+        (config,) = actions(app).started
+        assert (config.optimizer.lr, config.training.seed) == (0.5, 7)
+        field.value = "optimizer.lr"
+        await settle(pilot)
+        assert "✗ 'optimizer.lr' is not SECTION.KEY=VALUE" in text_of(
+            screen.query_one("#launch-check")
+        )

@@ -161,3 +161,52 @@ async def test_kill_a_hanging_run_from_the_button(runs_dir: Path) -> None:
         )
         assert screen.view is not None and screen.view.run.status == "killed"
         assert processes_of(run_id) == []
+
+
+async def test_launch_your_own_script_by_its_path(runs_dir: Path) -> None:
+    """``o``, the tutorial's plain DDP loop and its arguments, two CPU ranks, ``s``: the run
+    completes on the Run screen with each rank's optimizer steps, and nothing of it is left."""
+    from ddptui.widgets.rank_table import RankTable
+    from ddptui.widgets.script_prompt import ScriptPrompt
+    from tests.conftest import REPO_ROOT
+    from tests.ui.standins import text_of
+
+    app = DdptuiApp(runs_dir, run_poll_seconds=0.2)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(
+            pilot, lambda: isinstance(app.screen, LaunchScreen) and bool(app.screen.checks)
+        )
+        launch = app.screen
+        assert isinstance(launch, LaunchScreen)
+        await pilot.press("o")
+        await settle(pilot, lambda: isinstance(app.screen, ScriptPrompt))
+        script = REPO_ROOT / "tests" / "fixtures" / "tutorial_ddp.py"
+        await pilot.press(*str(script), "enter", *"--epochs 1 --steps 6", "enter")
+        await settle(pilot, lambda: app.screen is launch)
+        assert launch.current is not None and launch.current.name == "tutorial_ddp (script)"
+        if launch.query_one("#gpu-picker").display:  # a GPU machine: run it on two CPU ranks here
+            launch.query_one("#gpu-picker").deselect_all()  # type: ignore[attr-defined]
+        launch.query_one("#cpu-ranks").value = "2"  # type: ignore[attr-defined]
+        await settle(pilot)
+        assert launch.effective is not None, launch.problem
+        launch.query_one("#presets").focus()
+        await pilot.press("s")
+        if isinstance(app.screen, ConfirmDialog):  # on the CPU although GPUs are here: yes
+            await pilot.press("y")
+        await settle(pilot, lambda: isinstance(app.screen, RunScreen), timeout=30)
+        screen = app.screen
+        assert isinstance(screen, RunScreen)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not (screen.view and screen.view.run.final):
+            await pilot.pause(0.2)
+        view = screen.view
+        assert view is not None and view.run.status == "completed", view and view.run.reason
+        await settle(pilot)
+        lines = text_of(screen.query_one(RankTable)).splitlines()
+        assert "step/s" in lines[0]
+        assert "6/6" in lines[1].split() and "6" in lines[2].split()  # rank 0's bar, rank 1's steps
+        (run_dir,) = list_runs(runs_dir)
+        summary = run_dir.read_summary()
+        assert summary is not None and summary.model == str(script)
+        assert summary.global_steps == 6
+        assert processes_of(view.run.run_id) == []
