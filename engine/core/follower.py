@@ -24,7 +24,9 @@ from engine.core.statuses import RunStatus
 # How long ranks may take to end after their launcher did, before the run is left unsettled
 # (orphaned ranks, for `ddptui clean`).
 RANKS_END_SECONDS = 10.0
-POLL_SECONDS = 0.2
+# Half a second, as the Run screen: often enough for a progress line, and the follower stays
+# below half a percent of a core, taken from the ranks on a busy machine.
+POLL_SECONDS = 0.5
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,11 @@ from engine.core.summarize import build_summary
 from engine.core.summary import Failure, RunSummary, exit_status
 from engine.train.memory_fault import own_memory_cgroup, remove_fault_cgroup
 
+# Exits are reaped every POLL_SECONDS, so a dead rank stops its peers at once; the event files
+# are read, and the stall and straggler rules applied, every READ_SECONDS, which keeps the
+# launcher's own CPU (taken from the ranks on a busy machine) near torchrun's agent's.
 POLL_SECONDS = 0.1
+READ_SECONDS = 0.5
 # A stop right after a snapshot (the stall's, or the one ``ddptui kill`` takes before it signals
 # the launcher) does not take another: the ranks are already on their way down.
 RECENT_SNAPSHOT_SECONDS = 15.0
@@ -502,9 +506,13 @@ def supervise(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    last_read = 0.0
     while True:
         now = time.time()
-        sup.read_events()
+        fresh = now - last_read >= READ_SECONDS or bool(requested)
+        if fresh:
+            sup.read_events()
+            last_read = now
         sup.reap(processes)
         if requested and sup.stop_deadline is None:
             sup.begin_stop(RunStatus.KILLED, f"the launcher received {requested[0]}")
@@ -519,7 +527,7 @@ def supervise(
             # the failing rank itself is not "stopped by us"
             for w in failed:
                 sup.stopped_by_us.discard(w.rank)
-        if sup.stop_deadline is None:
+        if fresh and sup.stop_deadline is None:
             sup.check_health(now)
         sup.report_snapshots()
         sup.enforce_stop(processes)
