@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from fixtures.live_runs import QUICK, REPO_ROOT, detached_run, run_processes
+from fixtures.live_runs import QUICK, REPO_ROOT, ddptui, detached_run, run_processes
 from fixtures.made_runs import make_run, rank_events
 
 from ddptui.watch import RunReader
@@ -145,12 +145,37 @@ def test_a_single_node_run_listens_on_loopback_only(runs_dir: Path, run_reaper: 
         p.kill()
 
 
+@pytest.mark.slow
+def test_your_own_script_listens_on_loopback_only(runs_dir: Path, run_reaper: None) -> None:
+    """The script calls init_process_group() with env://, which under torch alone makes its rank 0
+    serve a TCP store on every interface; under ddptui it meets at the run's file store."""
+    started = ddptui(
+        "run", "tests/fixtures/tutorial_ddp.py", "--devices", "cpu:2", "--runs-dir",
+        str(runs_dir), "--detach", "--", "--epochs", "50", "--steps", "100",
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    run_dir = RunDir(runs_dir / started.stdout.strip().splitlines()[-1])
+    assert wait_for(lambda: len(run_dir.rank_event_paths()) == 2, timeout=60)
+    assert wait_for(lambda: len(listening(family(run_dir))) >= 2, timeout=60), "no gloo sockets?"
+    sockets = listening(family(run_dir))
+    beyond = [s for s in sockets if s[1] in WILDCARDS or not s[1].startswith(("127.", "::1"))]
+    assert beyond == [], f"listening beyond loopback: {sockets}"
+    (master_port,) = {
+        int(p.environ()["MASTER_PORT"])
+        for p in run_processes(run_dir)
+        if "MASTER_PORT" in p.environ()
+    }  # set, as torchrun does
+    assert [s for s in sockets if s[2] == master_port] == [], "a TCP store on MASTER_PORT"
+    for p in run_processes(run_dir):
+        p.kill()
+
+
 def test_a_multi_node_store_listens_on_the_given_address_only(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from fixtures.spawning import free_port
 
-    from engine.train.worker import rendezvous_store
+    from engine.train.rendezvous import rendezvous_store
 
     port = free_port()
     monkeypatch.setenv("DDPTUI_RENDEZVOUS", f"tcp://127.0.0.1:{port}")

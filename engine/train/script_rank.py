@@ -44,6 +44,7 @@ from engine.core.rundir import RunDir, this_host
 from engine.core.script_reporting import BarReader, ScriptReporter, install
 
 OPTIMIZER_MODULE = "torch.optim.optimizer"
+RENDEZVOUS_MODULE = "torch.distributed.rendezvous"
 
 
 class AfterImport(importlib.abc.MetaPathFinder):
@@ -86,6 +87,16 @@ def hook_optimizer_steps(reporter: ScriptReporter) -> Callable[[ModuleType], Non
         optimizer_module.register_optimizer_step_post_hook(after_step)
 
     return register
+
+
+def meet_at_the_launchers_store(rendezvous_module: ModuleType) -> None:
+    """env:// (the script's ``init_process_group``) meets at the launcher's store: a file store in
+    the run directory on one node, so the script's rank 0 listens on no TCP port for it."""
+    # Imported here, not above: torch is being imported by the script at this moment, and this
+    # process never imports torch before the script does.
+    from engine.train.rendezvous import route_env_rendezvous
+
+    route_env_rendezvous(rendezvous_module)
 
 
 def rank_device() -> tuple[str, int | None]:
@@ -151,6 +162,7 @@ def main(argv: Sequence[str]) -> int:
         )
     )
     sys.meta_path.insert(0, AfterImport(OPTIMIZER_MODULE, hook_optimizer_steps(reporter)))
+    sys.meta_path.insert(0, AfterImport(RENDEZVOUS_MODULE, meet_at_the_launchers_store))
     sys.stdout = BarReader(sys.stdout, reporter)
     sys.stderr = BarReader(sys.stderr, reporter)
     code = 0

@@ -29,7 +29,6 @@ import argparse
 import contextlib
 import ctypes
 import os
-import socket
 import sys
 import threading
 import time
@@ -51,13 +50,14 @@ from engine.core.events import EventWriter, RankFailed, RankFinished, RankStarte
 from engine.core.plan import RunPlan, plan_run
 from engine.core.presets import load_preset
 from engine.core.process_identity import ProcessRef, identify, ref_alive
-from engine.core.run_environment import LAUNCHER_PID_ENV, RENDEZVOUS_ENV, THREADS_ENV
+from engine.core.run_environment import LAUNCHER_PID_ENV, THREADS_ENV
 from engine.core.run_files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, make_dirs
 from engine.core.rundir import RunDir, this_host, write_text_atomic
 from engine.core.settle import settle_run
 from engine.core.statuses import RunStatus
 from engine.core.summarize import build_summary
 from engine.train.rank_bootstrap import bootstrap_rank, prepare_stack_dumps
+from engine.train.rendezvous import rendezvous_store
 from engine.train.training import gpu_index, pick_device, train_rank
 
 WATCHDOG_INTERVAL_SECONDS = 0.5
@@ -244,37 +244,6 @@ def end_process(code: int) -> NoReturn:
 def one_line_error(err: BaseException) -> str:
     message = str(err).strip().splitlines()
     return f"{type(err).__name__}: {message[0]}" if message else type(err).__name__
-
-
-def rendezvous_store(rank: int, world_size: int, timeout: timedelta) -> dist.Store | None:
-    """The c10d store the launcher chose (``DDPTUI_RENDEZVOUS``), or None for env:// (torchrun).
-
-    ``file://PATH``: a file store, so nothing listens on a socket. ``tcp://HOST:PORT``: rank 0
-    serves a TCP store bound to HOST only (torch's own binds every interface), the others connect.
-    """
-    url = os.environ.get(RENDEZVOUS_ENV, "")
-    if url.startswith("file://"):
-        return dist.FileStore(url.removeprefix("file://"), world_size)
-    if not url.startswith("tcp://"):
-        return None
-    host, _, port_text = url.removeprefix("tcp://").rpartition(":")
-    port = int(port_text)
-    if rank != 0:
-        return dist.TCPStore(host, port, world_size, is_master=False, timeout=timeout)
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    listener = socket.socket(family, kind, proto)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(address)
-    listener.listen(max(128, world_size))
-    return dist.TCPStore(
-        host,
-        port,
-        world_size,
-        is_master=True,
-        timeout=timeout,
-        wait_for_workers=False,
-        master_listen_fd=listener.detach(),  # the store owns and closes it
-    )
 
 
 def disk_full_failure(err: BaseException, log_path: Path) -> WriteFailed | None:
