@@ -154,10 +154,10 @@ def run_tree(command: list[str], env: dict[str, str] | None = None) -> tuple[str
     return out, sampler.share()
 
 
-def under_torchrun(args: argparse.Namespace, side: Side) -> None:
+def under_torchrun(args: argparse.Namespace, tmp: Path, side: Side) -> None:
     out, share = run_tree(
         [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", str(SCRIPT), *script_args(args)],
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        env={**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp)},  # its torchelastic_* dir
     )
     record(side, out, share)
 
@@ -190,9 +190,9 @@ def main() -> int:
             order = ("torchrun", "ddptui") if round_ % 2 == 0 else ("ddptui", "torchrun")
             for name in order:
                 if name == "torchrun":
-                    under_torchrun(args, sides[name])
+                    under_torchrun(args, Path(tmp), sides[name])
                 else:
-                    under_ddptui(args, Path(tmp), sides[name])
+                    under_ddptui(args, Path(tmp) / "runs", sides[name])
             t, d = sides["torchrun"], sides["ddptui"]
             print(
                 f"  round {round_ + 1}: steps/s torchrun {t.steps_per_s[-1]:.1f}, ddptui "
@@ -202,7 +202,10 @@ def main() -> int:
                 flush=True,
             )
     t, d = sides["torchrun"], sides["ddptui"]
-    med = statistics.median
+
+    def med(values: list[float]) -> float:  # nan when the runs were too short to sample
+        return statistics.median(values) if values else float("nan")
+
     hook = hook_seconds_per_step()
     step = 1 / med(t.steps_per_s)
     cpu = [a / b for a, b in zip(d.rank_cpu_ms_per_step, t.rank_cpu_ms_per_step, strict=True)]

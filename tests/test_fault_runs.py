@@ -179,7 +179,13 @@ def torchrun_job(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path
     ready.mkdir()
     agent = subprocess.Popen(
         [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", str(PLAIN_DDP)],
-        env={**os.environ, "READY_DIR": str(ready), "OMP_NUM_THREADS": "1"},
+        # TMPDIR: the torchelastic_* directory a killed agent leaves goes with tmp_path
+        env={
+            **os.environ,
+            "READY_DIR": str(ready),
+            "OMP_NUM_THREADS": "1",
+            "TMPDIR": str(tmp_path),
+        },
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,

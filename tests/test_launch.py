@@ -181,7 +181,7 @@ def test_torchrun_and_two_node_launch_agree_with_spawn(
         check=True,
         timeout=180,
         capture_output=True,
-        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "TMPDIR": str(tmp_path)},  # its log dir
     )
     torchrun_summary = torchrun_dir.read_summary()
     assert torchrun_summary is not None and torchrun_summary.status == "completed"
