@@ -12,15 +12,13 @@ import hashlib
 import os
 import pickle
 import socket
-from collections.abc import Callable
-from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
+from fixtures.spawning import spawn_ranks
 from torchvision.datasets import CIFAR10
 
 from engine.core.config import RunConfig, apply_overrides, load_config, to_toml
@@ -173,11 +171,3 @@ def test_ddp_ranks_load_cifar_after_rank_0_downloads(
         assert evaluation.samples == IMAGES_PER_FILE
     assert load_config(run_dir.config_path).data.download
     assert os.listdir(root) == [CIFAR_DIRNAME]  # nothing downloaded next to it
-
-
-def spawn_ranks(fn: Callable[..., None], args: tuple[Any, ...], nprocs: int = 2) -> None:
-    """mp.spawn, then stop the resource tracker process that spawning started in this process."""
-    try:
-        mp.spawn(fn, args=args, nprocs=nprocs)
-    finally:
-        resource_tracker._resource_tracker._stop()  # type: ignore[attr-defined]

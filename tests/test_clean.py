@@ -188,11 +188,12 @@ def cli(
 ) -> tuple[int, str, str]:
     """``ddptui ARGS``; ``clean`` looks for left-over files in ``leftovers`` (an empty folder
     unless given), never in this machine's /dev/shm and /tmp."""
-    extra: list[str] = []
-    if args[0] == "clean":
-        folder = leftovers or Path(tempfile.mkdtemp(prefix="ddptui-no-leftovers-"))
-        extra = ["--shm-dir", str(folder), "--tmp-dir", str(folder)]
-    result = CliRunner().invoke(main, [*args, *extra], input=stdin)
+    with tempfile.TemporaryDirectory(prefix="ddptui-no-leftovers-") as empty:
+        extra: list[str] = []
+        if args[0] == "clean":
+            folder = leftovers or Path(empty)
+            extra = ["--shm-dir", str(folder), "--tmp-dir", str(folder)]
+        result = CliRunner().invoke(main, [*args, *extra], input=stdin)
     return result.exit_code, result.stdout, result.stderr
 
 
