@@ -138,10 +138,16 @@ def plain_images_per_s(args: argparse.Namespace, ranks: int) -> float:
             str(ranks),
             *script_args,
         ]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run(
-        command, capture_output=True, text=True, env=env, timeout=args.timeout, check=False
-    )
+    with tempfile.TemporaryDirectory(prefix="ddptui-bench-") as tmp:  # torchrun's torchelastic_*
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": str(threads),
+            "CUDA_VISIBLE_DEVICES": "",
+            "TMPDIR": tmp,
+        }
+        done = subprocess.run(
+            command, capture_output=True, text=True, env=env, timeout=args.timeout, check=False
+        )
     if done.returncode != 0:
         raise SystemExit(f"the plain run failed ({done.returncode}):\n{done.stderr[-2000:]}")
     line = [ln for ln in done.stdout.splitlines() if ln.startswith("{")][-1]

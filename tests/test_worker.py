@@ -371,7 +371,8 @@ def torchrun(run_dir: Path, *sets: str) -> subprocess.CompletedProcess[str]:
         *sets,
     ):
         command += ["--set", item]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # TMPDIR: torchrun's torchelastic_* log dir goes with the test's folder
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(run_dir.parent)}
     return subprocess.run(
         command, cwd=REPO_ROOT, env=env, text=True, capture_output=True, timeout=120
     )

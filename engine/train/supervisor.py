@@ -1,0 +1,402 @@
+"""The launcher's watch over its ranks, from the moment they run until the last has exited.
+
+Every ``POLL_SECONDS`` it reaps exits; every ``READ_SECONDS`` it reads the ranks' events and applies
+the stall and straggler rules of ``engine.core.rank_states`` (the one place they live):
+
+- the first rank to fail is the root cause; the others get ``supervision.failure_grace_seconds``
+  to exit, then SIGKILL (a rank stuck in a collective never exits by itself);
+- a rank silent past its stall threshold is reported stalled (and every rank's stack taken once
+  per stall), a rank whose step time is ``supervision.straggler_factor`` times the others' median
+  is reported straggling, and with ``supervision.kill_stalled_after`` a stalled run is stopped;
+- SIGTERM or SIGINT to the launcher stops the ranks (stacks first, then SIGTERM, grace, SIGKILL)
+  and ends the run as killed.
+
+``supervise`` returns how the run ended; ``engine.train.launch`` writes it down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from engine.core.config import RunConfig
+from engine.core.diagnosis import RankTarget, StackSnapshot, latest_snapshot, take_snapshot
+from engine.core.events import (
+    EventTail,
+    EventWriter,
+    RankExited,
+    RankFailed,
+    RankFinished,
+    RankStalled,
+    RankStraggling,
+    StacksTaken,
+)
+from engine.core.oom_evidence import OomBaseline, sigkill_cause
+from engine.core.process_identity import ProcessRef
+from engine.core.rank_states import RankStateTracker, Thresholds
+from engine.core.rundir import RunDir
+from engine.core.statuses import RankStatus, RunStatus
+from engine.core.summary import Failure, exit_status
+
+# Exits are reaped every POLL_SECONDS, so a dead rank stops its peers at once; the event files
+# are read, and the stall and straggler rules applied, every READ_SECONDS, which keeps the
+# launcher's own CPU (taken from the ranks on a busy machine) near torchrun's agent's.
+POLL_SECONDS = 0.1
+READ_SECONDS = 0.5
+# A stop right after a snapshot (the stall's, or the one ``ddptui kill`` takes before it signals
+# the launcher) does not take another: the ranks are already on their way down.
+RECENT_SNAPSHOT_SECONDS = 15.0
+
+
+@dataclass
+class RankWatch:
+    """What the launcher knows of one local rank's process; its state is the tracker's."""
+
+    rank: int
+    pid: int | None = None
+    tail: EventTail | None = None
+    finished: bool = False
+    failed_event: RankFailed | None = None
+    exitcode: int | None = None
+    exited: bool = False
+    stalled: bool = False  # reported stalled, and silent since
+    straggling: bool = False  # reported straggling, and still so
+
+
+def _descendants(proc: psutil.Process) -> list[psutil.Process]:
+    try:
+        return proc.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+class Supervisor:
+    """Watches the local ranks of one run until every one has exited. Whether a rank is stalled or
+    straggling is the run observer's rule (``RankStateTracker``), fed the same events readers
+    see; the launcher reports what it finds as events and acts on it."""
+
+    def __init__(
+        self,
+        run_dir: RunDir,
+        config: RunConfig,
+        ranks: list[int],
+        events: EventWriter,
+        oom_baseline: OomBaseline | None = None,
+        error_of: Callable[[int], str] = lambda rank: "",
+    ):
+        self.run_dir = run_dir
+        self.error_of = error_of  # what a rank that could not report raised, by rank
+        self.oom_baseline = oom_baseline
+        self.config = config
+        self.events = events
+        self.watches = {
+            r: RankWatch(rank=r, tail=EventTail(run_dir.rank_events_path(r), run_dir.path))
+            for r in ranks
+        }
+        self.tracker = RankStateTracker(
+            world_size=len(ranks), thresholds=Thresholds.of(config), run_started=time.time()
+        )
+        self.stop_reason = ""  # why the launcher stopped the ranks, when it did
+        self.stop_status: RunStatus | None = None
+        self.stop_deadline: float | None = None
+        self.stopped_by_us: set[int] = set()
+        self.first_exit_order: list[int] = []
+        self.stall_kill_rank: int | None = None
+        self.stop_signal_sent: signal.Signals | None = None
+        self.processes: dict[int, psutil.Process] = {}
+        self.distributed = config.strategy.name == "ddp"
+        self.started = time.time()
+        self.stall_episode = False  # a snapshot was taken since a rank went stalled
+        self._snapshot_thread: threading.Thread | None = None
+        self._snapshot_done: list[StackSnapshot] = []
+
+    # -- stacks ------------------------------------------------------------------------------
+    def _targets(self) -> list[RankTarget]:
+        reported = {s.rank: s.last_event_time for s in self.tracker.states()}
+        targets = []
+        for rank, proc in sorted(self.processes.items()):
+            try:
+                ref = ProcessRef(proc.pid, proc.create_time())
+            except psutil.Error:  # gone and reaped: a ref no process has
+                ref = ProcessRef(proc.pid, -1.0)
+            failed = self.watches[rank].failed_event
+            error = failed.error if failed is not None else ""
+            targets.append(RankTarget(rank, ref, reported.get(rank), error))
+        return targets
+
+    def _take(self, reason: str) -> None:
+        self._snapshot_done.append(
+            take_snapshot(
+                self.run_dir.path, self._targets(), reason=reason, distributed=self.distributed
+            )
+        )
+
+    def snapshot_in_background(self, reason: str) -> None:
+        """Every rank's stack, taken while supervision goes on (py-spy may take a second)."""
+        if self._snapshot_thread is not None and self._snapshot_thread.is_alive():
+            return
+        self._snapshot_thread = threading.Thread(
+            target=self._take, args=(reason,), name="stack-snapshot", daemon=True
+        )
+        self._snapshot_thread.start()
+
+    def snapshot_now(self, reason: str) -> None:
+        """Every rank's stack before the launcher stops them, unless one was just taken (by the
+        stall snapshot, or by ``ddptui kill`` before it signalled this launcher)."""
+        if self._snapshot_thread is not None:
+            self._snapshot_thread.join()
+        latest = latest_snapshot(self.run_dir.path)
+        if latest is not None and time.time() - latest.time < RECENT_SNAPSHOT_SECONDS:
+            return
+        if any(not w.exited for w in self.watches.values()):
+            self._take(reason)
+
+    def report_snapshots(self) -> None:
+        """Say in the launcher's events what the snapshots taken meanwhile found."""
+        while self._snapshot_done:
+            snapshot = self._snapshot_done.pop(0)
+            self.events.write(
+                StacksTaken(
+                    path=snapshot.path,
+                    reason=snapshot.reason,
+                    culprit_rank=snapshot.culprit_rank,
+                    summary=snapshot.summary_line(),
+                )
+            )
+
+    def culprit_note(self, root_rank: int | None) -> str:
+        """The latest snapshot of this run, when it names a culprit other than the root cause."""
+        latest = latest_snapshot(self.run_dir.path)
+        if latest is None or latest.time < self.started or latest.culprit is None:
+            return ""
+        if latest.culprit_rank == root_rank:
+            return ""
+        return f"{latest.culprit.describe()} ({latest.culprit_reason})"
+
+    # -- reading the ranks ------------------------------------------------------------------
+    def read_events(self) -> None:
+        for w in self.watches.values():
+            assert w.tail is not None
+            for e in w.tail.read_new():
+                self.tracker.feed(e)
+                if isinstance(e, RankFailed):
+                    w.failed_event = e
+                elif isinstance(e, RankFinished):
+                    w.finished = True
+
+    def check_health(self, now: float) -> None:
+        sup = self.config.supervision
+        states = {
+            s.rank: s for s in self.tracker.states(now=now, launcher_alive=True, judge_silence=True)
+        }
+        for w in self.watches.values():
+            state = states.get(w.rank)
+            if w.exited or w.finished or state is None:
+                continue
+            stalled = state.state == RankStatus.STALLED
+            silent = state.silent_seconds or 0.0
+            if stalled and not w.stalled:
+                self.events.write(RankStalled(rank=w.rank, silent_seconds=round(silent, 1)))
+                if not self.stall_episode:
+                    self.stall_episode = True
+                    self.snapshot_in_background("stall")
+            w.stalled = stalled
+            if (
+                stalled
+                and sup.kill_stalled_after > 0
+                and silent >= (state.stall_after or 0.0) + sup.kill_stalled_after
+                and self.stop_deadline is None
+            ):
+                self.stall_kill_rank = w.rank
+                self.begin_stop(
+                    RunStatus.FAILED,
+                    f"rank {w.rank} reported nothing for {silent:.0f} s; stopped by "
+                    "supervision.kill_stalled_after",
+                )
+            behind = state.state == RankStatus.STRAGGLER
+            if behind and not w.straggling:
+                self.events.write(
+                    RankStraggling(
+                        rank=w.rank,
+                        step_seconds=round(state.step_seconds or 0.0, 4),
+                        others_median_step_seconds=round(state.peers_step_seconds or 0.0, 4),
+                    )
+                )
+            w.straggling = behind
+        if not any(w.stalled for w in self.watches.values()):
+            self.stall_episode = False  # the next stall gets its own snapshot
+
+    def reap(self, processes: dict[int, psutil.Process]) -> None:
+        for rank, proc in processes.items():
+            w = self.watches[rank]
+            if w.exited:
+                continue
+            try:
+                code = proc.wait(timeout=0)
+            except psutil.TimeoutExpired:
+                continue
+            except psutil.NoSuchProcess:
+                code = None
+            w.exited = True
+            w.exitcode = code
+            w.pid = proc.pid
+            self.first_exit_order.append(rank)
+            exitcode, signal_name = exit_status(code)
+            exited = RankExited(rank=rank, pid=proc.pid, exitcode=exitcode, signal=signal_name)
+            self.events.write(exited)
+            self.tracker.feed(exited)
+
+    # -- stopping ---------------------------------------------------------------------------
+    def begin_stop(self, status: RunStatus, reason: str) -> None:
+        """Take every rank's stack, then ask every live rank to stop; after the grace period the
+        rest are killed."""
+        if self.stop_deadline is not None:
+            return
+        self.snapshot_now("before stop")
+        self.report_snapshots()
+        self.stop_status, self.stop_reason = status, reason
+        self.stop_deadline = time.monotonic() + self.config.supervision.failure_grace_seconds
+        for w in self.watches.values():
+            if not w.exited:
+                self.stopped_by_us.add(w.rank)
+
+    def enforce_stop(self, processes: dict[int, psutil.Process]) -> None:
+        """SIGTERM once when the stop begins, SIGKILL once the grace period is over."""
+        if self.stop_deadline is None:
+            return
+        overdue = time.monotonic() >= self.stop_deadline
+        if self.stop_signal_sent == (signal.SIGKILL if overdue else signal.SIGTERM):
+            return
+        sig = signal.SIGKILL if overdue else signal.SIGTERM
+        live = [p for r, p in processes.items() if not self.watches[r].exited]
+        for target in [*live, *(c for p in live for c in _descendants(p))]:
+            with contextlib.suppress(psutil.Error):
+                target.send_signal(sig)
+        self.stop_signal_sent = sig
+
+    def root_cause(self) -> Failure | None:
+        """The first failure: a rank that died without a report (hard exit, signal) comes first,
+        since the errors of its peers follow from its disappearance; else the earliest report."""
+        bad = [
+            w
+            for w in self.watches.values()
+            if w.exited and w.exitcode != 0 and w.rank not in self.stopped_by_us
+        ]
+        silent = [w for w in bad if w.failed_event is None]
+        if silent:
+            w = min(silent, key=lambda w: self.first_exit_order.index(w.rank))
+            exitcode, signal_name = exit_status(w.exitcode)
+            how = f"code {exitcode}" if exitcode is not None else signal_name or "an unknown status"
+            error = self.error_of(w.rank) or (
+                f"rank {w.rank} exited with {how} without reporting an error"
+            )
+            if signal_name == "SIGKILL" and w.pid is not None:
+                cause = sigkill_cause(w.pid, self.oom_baseline)
+                error += f"; {cause}" if cause else ""
+            return Failure(
+                rank=w.rank,
+                exitcode=exitcode,
+                signal=signal_name,
+                error=error,
+                traceback=_log_tail(self.run_dir.rank_log_path(w.rank)),
+            )
+        reported = [w for w in self.watches.values() if w.failed_event is not None]
+        if reported:
+            w = min(reported, key=lambda w: w.failed_event.time if w.failed_event else 0.0)
+            assert w.failed_event is not None
+            exitcode, signal_name = exit_status(w.exitcode)
+            return Failure(
+                rank=w.rank,
+                exitcode=exitcode,
+                signal=signal_name,
+                error=w.failed_event.error,
+                traceback=w.failed_event.traceback,
+            )
+        return None
+
+
+def _with_note(reason: str, note: str) -> str:
+    return f"{reason}; stacks before the stop: {note}" if note else reason
+
+
+def _log_tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def supervise(
+    run_dir: RunDir,
+    config: RunConfig,
+    processes: dict[int, psutil.Process],
+    events: EventWriter,
+    oom_baseline: OomBaseline | None = None,
+    error_of: Callable[[int], str] = lambda rank: "",
+) -> tuple[RunStatus, Failure | None, str]:
+    """Watch the ranks until all have exited; returns (status, root cause, reason)."""
+    sup = Supervisor(run_dir, config, sorted(processes), events, oom_baseline, error_of)
+    sup.processes = processes
+    requested: list[str] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        requested.append(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    last_read = 0.0
+    while True:
+        now = time.time()
+        fresh = now - last_read >= READ_SECONDS or bool(requested)
+        if fresh:
+            sup.read_events()
+            last_read = now
+        sup.reap(processes)
+        if requested and sup.stop_deadline is None:
+            sup.begin_stop(RunStatus.KILLED, f"the launcher received {requested[0]}")
+        failed = [
+            w
+            for w in sup.watches.values()
+            if (w.exited and w.exitcode != 0) or w.failed_event is not None
+        ]
+        if failed and sup.stop_deadline is None:
+            first = failed[0].rank
+            sup.begin_stop(RunStatus.FAILED, f"rank {first} failed; the other ranks were stopped")
+            # the failing rank itself is not "stopped by us"
+            for w in failed:
+                sup.stopped_by_us.discard(w.rank)
+        if fresh and sup.stop_deadline is None:
+            sup.check_health(now)
+        sup.report_snapshots()
+        sup.enforce_stop(processes)
+        if all(w.exited for w in sup.watches.values()):
+            break
+        time.sleep(POLL_SECONDS)
+    sup.read_events()
+    sup.report_snapshots()
+    if sup.stop_status == RunStatus.KILLED:
+        return RunStatus.KILLED, None, _with_note(sup.stop_reason, sup.culprit_note(None))
+    if sup.stall_kill_rank is not None:
+        rank = sup.stall_kill_rank
+        return (
+            RunStatus.FAILED,
+            Failure(
+                rank=rank, error=sup.stop_reason, traceback=_log_tail(run_dir.rank_log_path(rank))
+            ),
+            _with_note(sup.stop_reason, sup.culprit_note(rank)),
+        )
+    cause = sup.root_cause()
+    if cause is not None:
+        reason = f"rank {cause.rank} failed: {cause.error}"
+        return RunStatus.FAILED, cause, _with_note(reason, sup.culprit_note(cause.rank))
+    if all(w.exitcode == 0 for w in sup.watches.values()):
+        return RunStatus.COMPLETED, None, ""
+    return RunStatus.FAILED, None, "a rank ended without finishing"
