@@ -1,28 +1,29 @@
 """What ddptui costs a user's own script: the same plain DDP script (the tutorial's loop, no ddptui
 in it: ``tests/fixtures/tutorial_ddp.py``) under ``torchrun --standalone`` and under ``ddptui run
 script.py`` (one rank process per device, the optimizer step hook, the progress-bar reader, stall
-supervision), alternating, swapped order every other round, on 2 CPU ranks (gloo).
+supervision), on 2 CPU ranks (gloo).
 
 Target (issue 14): at most 1 % fewer steps/s under ddptui (ratio >= 0.99). On a shared 2-core
-machine the wall-clock steps/s of one run swing by tens of percent from one run to the next, far
-more than 1 %, so the bench measures what ddptui adds in CPU time, which the neighbours barely
-move, and prints the wall-clock ratio beside it:
+machine the steps/s of one run swing by tens of percent from one run to the next, far more than
+1 %, so two of the figures held against the target are made to cancel the neighbours out:
 
-- **in the ranks**: what the step hook and the bar reader cost per optimizer step, timed in this
-  process (best of 5, a real event file, the default report interval), as a share of torchrun's
-  median step time; and, end to end, rank 0's CPU seconds per step over the steady epochs (the
-  script prints them), ddptui's over torchrun's, the median of each round's ratio.
-- **beside the ranks**: the CPU share of the processes that are not ranks (torchrun's agent;
-  ddptui's launcher and its ``ddptui run`` follower), sampled once a second while the ranks train,
-  as a fraction of the ranks' own CPU. On a machine whose cores the ranks fill, that is what the
-  supervision takes from them.
-- **the estimate** held against the target: steps/s ratio = (1 - the hooks' share of a step) x
-  (1 - the extra supervision share); beside it the end-to-end CPU ratio and the wall-clock ratio of
-  the medians of steady steps/s, each with the rounds' spread, for what they are worth on a
-  machine this noisy.
+- **the parts, estimated**: in the ranks, what the step hook and the bar reader cost per optimizer
+  step, timed in this process (best of 5, a real event file, the default report interval), as a
+  share of torchrun's median step; beside the ranks, the CPU of the processes that are not ranks
+  (torchrun's agent; ddptui's launcher and its ``ddptui run`` follower), sampled once a second
+  while the ranks train, as a share of the ranks' own CPU. Ratio = (1 - the hooks' share) x (1 -
+  the extra supervision share).
+- **end to end, at the same moment**: pairs of runs started together, torchrun's and ddptui's,
+  four ranks sharing the cores, so that whatever else the machine does hits both alike; each
+  side's steps/s over the window where both are in their steady epochs (the script prints the
+  time every 10 steps), ddptui's over torchrun's, the median of the pairs. Which side starts
+  first alternates.
+- **end to end, one after the other**, for a quiet machine: alternating rounds, swapped order
+  every other round; the wall-clock ratio of the medians of steady steps/s and the median of the
+  rounds' ratios of rank 0's CPU seconds per step (the script prints them).
 
-    .venv/bin/python bench/script_overhead.py                # about 5 minutes on 2 cores
-    .venv/bin/python bench/script_overhead.py --rounds 3 --epochs 4 --steps 40
+    .venv/bin/python bench/script_overhead.py                # about 9 minutes on 2 cores
+    .venv/bin/python bench/script_overhead.py --rounds 1 --pairs 8   # the pairs, mostly
 
 Run on demand; never as a timed test. Look at the load average it prints first.
 """
@@ -30,6 +31,7 @@ Run on demand; never as a timed test. Look at the load average it prints first.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import re
 import statistics
@@ -51,6 +53,8 @@ REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "tests" / "fixtures" / "tutorial_ddp.py"
 STEADY = re.compile(r"steady steps/s ([0-9.]+)")
 STEADY_CPU = re.compile(r"steady cpu ms/step ([0-9.]+)")
+TICK = re.compile(r"tick ([0-9.]+) ([0-9]+)$", re.MULTILINE)
+TICK_STEPS = 10
 TORCHRUN = Path(sys.executable).parent / "torchrun"
 SAMPLE_SECONDS = 1.0
 BAR_LINE = "\r 45%|#########           | 90/200 [00:00<00:01, 170.00it/s]"
@@ -171,6 +175,51 @@ def under_ddptui(args: argparse.Namespace, runs: Path, side: Side) -> None:
     record(side, (newest / "logs" / "rank-0.log").read_text(), share)
 
 
+def ticks_of(text: str) -> list[tuple[float, int]]:
+    return [(float(t), int(n)) for t, n in TICK.findall(text)]
+
+
+def step_at(ticks: list[tuple[float, int]], when: float) -> float:
+    """The step count at wall-clock time ``when``, between the two ticks around it."""
+    for (t0, n0), (t1, n1) in itertools.pairwise(ticks):
+        if t0 <= when <= t1:
+            return n0 + (n1 - n0) * (when - t0) / (t1 - t0) if t1 > t0 else float(n0)
+    raise ValueError(f"no ticks around {when}")
+
+
+def concurrent_pair(args: argparse.Namespace, tmp: Path, ddptui_first: bool) -> tuple[float, float]:
+    """torchrun and ddptui started together; each side's steps/s over their common steady
+    window, (torchrun, ddptui)."""
+    runs = tmp / f"pair-runs-{time.monotonic_ns()}"
+    pair_args = ["--epochs", str(args.pair_epochs), "--steps", str(args.steps)]
+    pair_args += ["--ticks", str(TICK_STEPS)]
+    torchrun = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", str(SCRIPT), *pair_args]
+    ddptui = [sys.executable, "-m", "ddptui", "run", str(SCRIPT), "--devices", "cpu:2",
+              "--runs-dir", str(runs), "--", *pair_args]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp)}
+    procs: dict[str, subprocess.Popen[str]] = {}
+    for name in ("ddptui", "torchrun") if ddptui_first else ("torchrun", "ddptui"):
+        procs[name] = subprocess.Popen(
+            torchrun if name == "torchrun" else ddptui, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, text=True, cwd=REPO, env=env if name == "torchrun" else None,
+        )  # fmt: skip
+    outs = {name: proc.communicate(timeout=900)[0] for name, proc in procs.items()}
+    for name, proc in procs.items():
+        if proc.returncode != 0:
+            raise SystemExit(f"the {name} side of a pair exited with {proc.returncode}")
+    newest = sorted(runs.iterdir())[-1]
+    sides = {
+        "torchrun": ticks_of(outs["torchrun"]),
+        "ddptui": ticks_of((newest / "logs" / "rank-0.log").read_text()),
+    }
+    start = max(t[0][0] for t in sides.values())
+    end = min(t[-1][0] for t in sides.values())
+    if end - start < 3.0:
+        raise SystemExit(f"the pair's steady epochs overlapped {end - start:.1f} s: use more")
+    rate = {k: (step_at(t, end) - step_at(t, start)) / (end - start) for k, t in sides.items()}
+    return rate["torchrun"], rate["ddptui"]
+
+
 def record(side: Side, out: str, share: float) -> None:
     side.steps_per_s.append(float(STEADY.findall(out)[-1]))
     side.rank_cpu_ms_per_step.append(float(STEADY_CPU.findall(out)[-1]))
@@ -179,9 +228,11 @@ def record(side: Side, out: str, share: float) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds")
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--steps", type=int, default=150, help="steps per epoch")
+    parser.add_argument("--pairs", type=int, default=6, help="pairs started together")
+    parser.add_argument("--pair-epochs", type=int, default=8)
     args = parser.parse_args()
     print(f"load average at the start: {os.getloadavg()[0]:.2f}", flush=True)
     sides = {"torchrun": Side(), "ddptui": Side()}
@@ -199,6 +250,17 @@ def main() -> int:
                 f"{d.steps_per_s[-1]:.1f}; rank CPU ms/step {t.rank_cpu_ms_per_step[-1]:.3f}, "
                 f"{d.rank_cpu_ms_per_step[-1]:.3f}; supervision {100 * t.supervision_share[-1]:.2f}"
                 f" %, {100 * d.supervision_share[-1]:.2f} % of the ranks' CPU",
+                flush=True,
+            )
+        pairs: list[float] = []
+        for pair in range(args.pairs):
+            torchrun_rate, ddptui_rate = concurrent_pair(
+                args, Path(tmp), ddptui_first=pair % 2 == 1
+            )
+            pairs.append(ddptui_rate / torchrun_rate)
+            print(
+                f"  pair {pair + 1} (started together): steps/s torchrun {torchrun_rate:.1f}, "
+                f"ddptui {ddptui_rate:.1f}, ratio {pairs[-1]:.3f}",
                 flush=True,
             )
     t, d = sides["torchrun"], sides["ddptui"]
@@ -221,6 +283,9 @@ def main() -> int:
         f"{100 * med(shares[0]):.2f} %, torchrun {100 * med(shares[1]):.2f} %; extra "
         f"{100 * extra:.2f} %\n"
         f"estimated ddptui / torchrun steps/s: {estimate:.4f}; target >= 0.99\n"
+        f"end to end, at the same moment, steps/s ddptui / torchrun: {med(pairs):.3f} (median of "
+        f"{len(pairs)} pairs; {min(pairs, default=float('nan')):.3f}-"
+        f"{max(pairs, default=float('nan')):.3f}); target >= 0.99\n"
         f"end to end, rank CPU per step ddptui / torchrun: {med(cpu):.3f} (median of the rounds' "
         f"ratios; rounds {min(cpu):.3f}-{max(cpu):.3f})\n"
         f"end to end, wall-clock steps/s ddptui / torchrun: {wall:.3f} (ratio of medians; rounds "
