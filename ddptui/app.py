@@ -66,14 +66,17 @@ class DdptuiApp(App[None]):
     TITLE = "ddptui"
     # The palette's footer hint costs columns an 80-column terminal needs; every action has a key.
     ENABLE_COMMAND_PALETTE = False
+    # First after each screen's own keys, so an 80-column footer always shows how to quit and how
+    # to see the keys it has no room for.
     BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("question_mark", "keys", "Keys"),
+        Binding("q", "quit", "Quit"),
         Binding("l", "show('launch')", "Launch"),
         Binding("r", "show('runs')", "Runs"),
         Binding("p", "show('processes')", "Procs"),
         Binding("g", "show('gpus')", "GPUs"),
         Binding("c", "show('results')", "Results"),
         Binding("w", "watch_last", "Watch"),
-        Binding("q", "quit", "Quit"),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
     ]
 
@@ -221,6 +224,16 @@ class DdptuiApp(App[None]):
         else:
             return
         self.install_screen(screen, name)
+
+    def action_keys(self) -> None:
+        """Every key of this screen in a dialog: those the footer shows, those it has no room
+        for at 80 columns, and those it never shows."""
+        from ddptui.widgets.keys_dialog import KeysDialog, keys_of  # lazily: first use only
+
+        if isinstance(self.screen, KeysDialog):
+            return
+        name = self.screen.sub_title or type(self.screen).__name__.removesuffix("Screen")
+        self.push_screen(KeysDialog(name, keys_of(self.screen), self.size.width - 8))
 
     def action_show(self, name: str) -> None:
         self.install_named_screen(name)

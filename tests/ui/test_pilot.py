@@ -24,6 +24,7 @@ from ddptui.screens.runs import RunsScreen
 from ddptui.widgets import confirm
 from ddptui.widgets.confirm import ConfirmDialog
 from ddptui.widgets.gpu_panel import GpuPanel
+from ddptui.widgets.keys_dialog import KeysDialog
 from engine.core.rundir import RunDir
 from tests.conftest import REPO_ROOT
 from tests.ui.standins import (
@@ -520,3 +521,27 @@ async def test_results_at_80_columns_put_the_essential_columns_first(
             next(x for x in lines if "gpu:0,1" in x)
         )  # ordered by devices
         assert "2.00x" in chart
+
+
+async def test_at_80_columns_the_footer_shows_quit_and_keys_shows_the_rest(
+    make_app: Callable[..., DdptuiApp],
+) -> None:
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        app.open_run(RunDir(RECORDED / LIVE_RUN))
+        await settle(pilot, lambda: getattr(app.screen, "view", None) is not None)
+        footer = screen_text(app).rstrip().splitlines()[-1]
+        assert "? Keys" in footer and "q Quit" in footer, footer
+        assert "c Results" not in footer  # no room at 80 columns
+        await pilot.press("question_mark")
+        await settle(pilot, lambda: isinstance(app.screen, KeysDialog))
+        shown = screen_text(app)
+        # cut off the footer, or never in it; every one on screen at 80x24
+        for keys in ("c  Results", "g  GPUs", "f  Fold", "d  Details", "]  Next run", "k  Kill"):
+            assert keys in shown, shown
+        assert "q  Quit" in shown and "w  Watch" not in shown  # no watching from a run screen
+        await pilot.press("question_mark")
+        await settle(pilot, lambda: isinstance(app.screen, RunScreen))
+        await pilot.press("question_mark", "escape")
+        await settle(pilot, lambda: isinstance(app.screen, RunScreen))
