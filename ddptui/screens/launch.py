@@ -161,17 +161,34 @@ def describe_resources(resources: ResourceCheck) -> Text:
     return text
 
 
-def gpu_label(gpu: GpuSample) -> Text:
+def holders_text(gpu: GpuSample, users: dict[int, str]) -> str:
+    """Who holds a GPU, short enough for an 80-column picker: the process using the most memory
+    by pid and user (just the pid when NVML names a process not visible here), and how many
+    more."""
+    first = max(gpu.processes, key=lambda p: p.used_memory_bytes or 0)
+    text = f"pid {first.pid}" + (f" {users[first.pid]}" if first.pid in users else "")
+    more = len(gpu.processes) - 1
+    return text + (f" +{more}" if more else "")
+
+
+def short_model(name: str) -> str:
+    """``H100 80GB``, ``A100-SXM4``, ``RTX 4090``: nine columns of the model, the brand left out."""
+    for brand in ("NVIDIA ", "GeForce ", "Tesla ", "Quadro "):
+        name = name.removeprefix(brand)
+    return name[:9].rstrip()
+
+
+def gpu_label(gpu: GpuSample, users: dict[int, str]) -> Text:
+    """One picker line, 44 columns with a 4-digit pid: ``GPU2 H100 80GB 70/80G 88% · pid 7200 bo``
+    (or ``· free``); the GPUs screen has the rest."""
     if gpu.error is not None:
         return Text(f"GPU{gpu.index} not available: {gpu.error}", style="red")
-    label = Text(f"GPU{gpu.index} {gpu.name.removeprefix('NVIDIA ')[:22]} ")
-    label.append(
-        f"{figures.gib(gpu.memory_used_bytes)}/{figures.gib(gpu.memory_total_bytes)} GiB "
-        f"{gpu.utilization_percent}%"
-    )
+    label = Text(f"GPU{gpu.index} {short_model(gpu.name)} ")
+    used, total = gpu.memory_used_bytes, gpu.memory_total_bytes
+    memory = f"{used / 2**30:.0f}/{total / 2**30:.0f}G" if used is not None and total else "?"
+    label.append(f"{memory} {gpu.utilization_percent}%")
     if gpu.processes:
-        n = len(gpu.processes)
-        label.append(f" · held by {n} process{'es' if n > 1 else ''}", style="yellow")
+        label.append(f" · {holders_text(gpu, users)}", style="yellow")
     else:
         label.append(" · free", style="green")
     return label
@@ -467,7 +484,10 @@ class LaunchScreen(Screen[None]):
             picker.display = False
             return
         picker.display = True
-        labels = [(gpu.index, gpu_label(gpu), gpu.error is not None) for gpu in inventory.gpus]
+        users = self.ddptui.probe.users({p.pid for gpu in inventory.gpus for p in gpu.processes})
+        labels = [
+            (gpu.index, gpu_label(gpu, users), gpu.error is not None) for gpu in inventory.gpus
+        ]
         key = [(index, label.plain, bad) for index, label, bad in labels]
         if key == self._gpu_labels:
             self._show_picks()

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from engine.core.process_identity import ProcessRef
+from engine.core.process_identity import ProcessRef, user_of
 
 # Every NVIDIA device node; the digits of /dev/nvidia<N> are the card's minor number.
 DEFAULT_DEVICE_GLOB = "/dev/nvidia*"
@@ -145,7 +145,7 @@ def scan_device_holders(
                 uid = proc.uids().real
                 if uid != me:
                     unreadable += 1
-                    users.add(_username(proc, uid))
+                    users.add(user_of(proc))
             except psutil.Error:
                 pass
             continue
@@ -158,7 +158,7 @@ def scan_device_holders(
                 holder = DeviceHolder(
                     pid=pid,
                     start_time=proc.create_time(),
-                    user=_username(proc, uid),
+                    user=user_of(proc),
                     uid=uid,
                     name=proc.name(),
                     zombie=proc.status() == psutil.STATUS_ZOMBIE,
@@ -169,10 +169,3 @@ def scan_device_holders(
             continue
         holders.append(holder)
     return HolderScan(tuple(holders), unreadable, tuple(sorted(users)), frozenset(unread))
-
-
-def _username(proc: psutil.Process, uid: int | None) -> str:
-    try:
-        return str(proc.username())
-    except (psutil.Error, KeyError):
-        return str(uid) if uid is not None else "?"

@@ -121,6 +121,18 @@ class ProcessUsage:
     rss_bytes: int | None
 
 
+def user_of(proc: psutil.Process) -> str:
+    """The name of the process's user; its uid when the name is unknown here (another container's
+    user); "?" when the process is gone."""
+    try:
+        return str(proc.username())
+    except (psutil.Error, KeyError):
+        try:
+            return str(proc.uids().real)
+        except psutil.Error:
+            return "?"
+
+
 class ProcessProbe:
     """Liveness and CPU / memory of processes: what the run observer asks the OS.
 
@@ -147,6 +159,17 @@ class ProcessProbe:
             if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
                 found.add(pid)
         return frozenset(found)
+
+    def users(self, pids: Iterable[int]) -> dict[int, str]:
+        """The user of each of ``pids`` still running here (NVML's pids of processes in another
+        PID namespace are not: they are left out)."""
+        found = {}
+        for pid in pids:
+            try:
+                found[pid] = user_of(psutil.Process(pid))
+            except (psutil.Error, OSError):
+                continue
+        return found
 
     def usage(self, pids: Iterable[int]) -> dict[int, ProcessUsage]:
         """CPU percent (of one core, since the previous call for that pid) and resident memory."""

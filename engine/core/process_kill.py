@@ -29,6 +29,7 @@ from engine.core.process_identity import (
     marker_mismatch,
     process_ended,
     same_start,
+    user_of,
 )
 from engine.core.process_table import ProcessTable, TrainingJob
 from engine.core.run_snapshot import snapshot_run
@@ -64,14 +65,6 @@ def _uid(proc: psutil.Process) -> int | None:
         return None
 
 
-def _user(proc: psutil.Process) -> str:
-    try:
-        return str(proc.username())
-    except (psutil.Error, KeyError):
-        uid = _uid(proc)
-        return str(uid) if uid is not None else "?"
-
-
 def refusal(proc: psutil.Process, *, allow_other_users: bool, protected: set[int]) -> str | None:
     """Why ``proc`` must not be stopped by this process, or None."""
     if proc.pid in protected:
@@ -80,11 +73,11 @@ def refusal(proc: psutil.Process, *, allow_other_users: bool, protected: set[int
     if uid is not None and uid != os.getuid():
         if not allow_other_users:
             return (
-                f"pid {proc.pid} belongs to user {_user(proc)}, not {getpass.getuser()}; "
+                f"pid {proc.pid} belongs to user {user_of(proc)}, not {getpass.getuser()}; "
                 "ddptui stops only your own processes (as root, add --all-users)"
             )
         if os.getuid() != 0:
-            return f"pid {proc.pid} belongs to user {_user(proc)}; only root can stop it"
+            return f"pid {proc.pid} belongs to user {user_of(proc)}; only root can stop it"
     return None
 
 
@@ -471,7 +464,7 @@ def kill_run(
         why = refusal(proc, allow_other_users=allow_other_users, protected=protected)
         if why:
             raise KillRefused(f"run {run_dir.run_id}: {role} {why}; nothing was stopped")
-    targets = tuple(Target(p.pid, p.create_time(), role, _user(p)) for p, role in found)
+    targets = tuple(Target(p.pid, p.create_time(), role, user_of(p)) for p, role in found)
     # The evidence of why the run was stuck dies with it: take every rank's stack first.
     stacks = None if finished else snapshot_run(run_dir, reason="before kill")
     marker = run_dir.run_id

@@ -181,6 +181,7 @@ class StandInProbe(ProcessProbe):
         self.alive_pids = set(alive)
         self.cpu = cpu
         self.rss = rss
+        self.user_names: dict[int, str] = {}  # users() knows these; every other pid is elsewhere
 
     def alive(self, ref: ProcessRef | None) -> bool:
         return ref is not None and ref.pid in self.alive_pids
@@ -190,6 +191,9 @@ class StandInProbe(ProcessProbe):
 
     def usage(self, pids: Iterable[int]) -> dict[int, ProcessUsage]:
         return {pid: ProcessUsage(self.cpu, self.rss) for pid in pids if pid in self.alive_pids}
+
+    def users(self, pids: Iterable[int]) -> dict[int, str]:
+        return {pid: self.user_names[pid] for pid in pids if pid in self.user_names}
 
 
 def orphan_table() -> ProcessTable:

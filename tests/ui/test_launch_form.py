@@ -12,7 +12,7 @@ import pytest
 from textual.widgets import Input, Select, SelectionList
 
 from ddptui.app import DdptuiApp
-from ddptui.screens.launch import LaunchScreen
+from ddptui.screens.launch import LaunchScreen, short_model
 from ddptui.screens.run import RunScreen
 from ddptui.widgets.confirm import ConfirmDialog
 from tests.ui.standins import (
@@ -20,6 +20,7 @@ from tests.ui.standins import (
     LIVE_RUN,
     RECORDED,
     StandInActions,
+    StandInProbe,
     screen_text,
     settle,
     standin_nvml,
@@ -118,6 +119,31 @@ async def test_picks_are_said_in_text(make_app: Callable[..., DdptuiApp], eight:
         assert picked(screen) == [2]
         assert "picked: GPU 2" in text_of(screen.query_one("#devices-note"))
         assert screen_text(app).count("[x]") == 1
+
+
+async def test_the_picker_names_who_holds_each_gpu(
+    make_app: Callable[..., DdptuiApp], eight: None
+) -> None:
+    app = make_app()
+    probe = app.probe
+    assert isinstance(probe, StandInProbe)
+    probe.user_names = {6100: "ana", 7200: "bo"}  # 6101 and 5100: pids NVML sees but this host not
+    async with app.run_test(size=SMALL) as pilot:
+        screen = await launch_screen(pilot, app)
+        lines = {
+            int(option.value): option.prompt.plain
+            for option in (
+                screen.query_one("#gpu-picker", SelectionList).get_option_at_index(i)
+                for i in range(8)
+            )
+        }
+        assert lines[0].endswith("GPU0 H100 80GB 32/80G 97% · pid 6100 ana"), lines[0]
+        assert lines[1].endswith("31/80G 95% · pid 6101"), lines[1]
+        assert lines[2].endswith("70/80G 88% · pid 7200 bo"), lines[2]
+        assert lines[7].endswith("GPU7 H100 80GB 0/80G 0% · free"), lines[7]
+        assert "GPU0 H100 80GB 32/80G 97% · pid 6100 ana" in screen_text(app)  # at 80 columns
+    assert short_model("NVIDIA GeForce RTX 4090") == "RTX 4090"
+    assert short_model("Tesla V100-SXM2-16GB") == "V100-SXM2"
 
 
 async def test_tab_after_the_preset_list_lands_on_something_visible(
