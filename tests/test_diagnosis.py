@@ -356,6 +356,35 @@ def test_a_stopped_rank_process_is_shown_stopped_with_the_way_out() -> None:
     assert "kill -CONT 77" in state.reason
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="ptrace through libc, as py-spy does")
+def test_a_process_held_by_a_tracer_is_not_stopped_by_a_signal() -> None:
+    """py-spy holds a rank in a tracing stop while ddptui takes its stack: `ddptui runs` at that
+    moment must not call the rank stopped (it showed '-' instead of 'stalled 0')."""
+    import ctypes
+
+    import psutil
+
+    from engine.core.process_identity import ProcessProbe
+    from engine.core.stacks import process_state
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    ptrace_attach, ptrace_detach = 16, 17
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert libc.ptrace(ptrace_attach, proc.pid, None, None) == 0, ctypes.get_errno()
+        try:
+            assert wait_for(
+                lambda: psutil.Process(proc.pid).status() == psutil.STATUS_TRACING_STOP, timeout=5
+            )
+            assert ProcessProbe().stopped([proc.pid]) == frozenset()
+            assert process_state(proc.pid) == "running"
+        finally:
+            libc.ptrace(ptrace_detach, proc.pid, None, None)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_a_process_stopped_by_sigstop_is_seen_stopped(tmp_path: Path) -> None:
     from engine.core.process_identity import ProcessProbe
 

@@ -121,6 +121,13 @@ class ProcessUsage:
     rss_bytes: int | None
 
 
+def stopped_by_signal(status: str) -> bool:
+    """A process status (psutil's) that is a stop by SIGSTOP, SIGTSTP (Ctrl-Z) and the like: it
+    runs again on SIGCONT. Not a tracer's stop: py-spy holds every rank in one for a moment while
+    ddptui takes their stacks, and a debugger's stop is not the user's kill -STOP either."""
+    return status == psutil.STATUS_STOPPED
+
+
 def user_of(proc: psutil.Process) -> str:
     """The name of the process's user; its uid when the name is unknown here (another container's
     user); "?" when the process is gone."""
@@ -149,14 +156,14 @@ class ProcessProbe:
         return ref_alive(ref)
 
     def stopped(self, pids: Iterable[int]) -> frozenset[int]:
-        """Those of ``pids`` whose process is in the stopped state (SIGSTOP, or a tracer's stop)."""
+        """Those of ``pids`` whose process is stopped by a signal (``stopped_by_signal``)."""
         found = set()
         for pid in pids:
             try:
                 status = psutil.Process(pid).status()
             except (psutil.Error, OSError):
                 continue
-            if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+            if stopped_by_signal(status):
                 found.add(pid)
         return frozenset(found)
 

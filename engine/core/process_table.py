@@ -49,7 +49,7 @@ from engine.core.device_holders import (
 )
 from engine.core.gpus import GpuInventory, sample_gpus
 from engine.core.observer import RunObserver
-from engine.core.process_identity import ProcessRef, ref_alive, same_start
+from engine.core.process_identity import ProcessRef, ref_alive, same_start, stopped_by_signal
 from engine.core.run_environment import LAUNCHER_PID_ENV, RUN_DIR_ENV, RUN_MARKER_ENV
 from engine.core.rundir import RunDir, RunDirError, RunInfo
 from engine.core.statuses import JobKind, JobState, ProcessRole, RankStatus
@@ -87,8 +87,8 @@ class ProcessInfo:
 
     @property
     def stopped(self) -> bool:
-        """In the stopped state (SIGSTOP, Ctrl-Z, a debugger): it runs again on SIGCONT."""
-        return self.status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+        """Stopped by a signal (SIGSTOP, Ctrl-Z): it runs again on SIGCONT."""
+        return stopped_by_signal(self.status)
 
     @property
     def zombie(self) -> bool:

@@ -23,7 +23,7 @@ from typing import Any
 
 import psutil
 
-from engine.core.process_identity import ProcessRef, same_start
+from engine.core.process_identity import ProcessRef, same_start, stopped_by_signal
 from engine.core.run_environment import STACK_DUMP_SIGNAL
 from engine.core.run_files import open_in_run
 
@@ -187,7 +187,7 @@ def process_state(pid: int, start_time: float | None = None) -> str:
         return "gone"
     if status == psutil.STATUS_ZOMBIE:
         return "zombie"
-    if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+    if stopped_by_signal(status):
         return "stopped"
     return "running"
 
