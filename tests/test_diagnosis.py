@@ -343,6 +343,27 @@ def test_a_fixed_stall_seconds_overrides_the_pace() -> None:
     assert judged(tracker, T0 + 64)[0] == RankStatus.STALLED
 
 
+def test_show_says_the_stall_rule_the_run_follows(tmp_path: Path) -> None:
+    """The default follows the pace; `ddptui show` once said "stalled after 0 s silent"."""
+    from click.testing import CliRunner
+    from fixtures.made_runs import make_run
+
+    from ddptui.cli import main
+
+    assert Thresholds().describe() == (
+        "stalled when silent 10x its recent step gap (at least 10 s), straggler at 2x the median step"
+    )
+    make_run(tmp_path, "paced", stall_seconds=0.0)
+    make_run(tmp_path, "fixed", stall_seconds=3.0)
+    for run_id, rule in (
+        ("paced", "stalled when silent 10x its recent step gap (at least 10 s),"),
+        ("fixed", "stalled when silent 3 s,"),
+    ):
+        shown = CliRunner().invoke(main, ["show", run_id, "--runs-dir", str(tmp_path)])
+        assert shown.exit_code == 0, shown.output
+        assert f"supervise  {rule}" in shown.output
+
+
 def test_a_stopped_rank_process_is_shown_stopped_with_the_way_out() -> None:
     tracker = RankStateTracker(world_size=1)
     tracker.feed_all(

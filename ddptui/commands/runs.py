@@ -18,7 +18,7 @@ from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
 from engine.core import strict_json
 from engine.core.config import ConfigError, load_config
 from engine.core.observer import RunState, observe_run
-from engine.core.rank_states import RankState
+from engine.core.rank_states import RankState, Thresholds
 from engine.core.rundir import RunDirError, find_run, list_runs
 from engine.core.summary import RunSummary
 
@@ -119,8 +119,7 @@ def _config_lines(progress: RunState) -> list[str]:
         f"{c.data.dataset}",
         f"training   {c.training.epochs} epoch(s), batch {c.training.batch_size} per process"
         f"{steps}{faults}",
-        f"supervise  stalled after {c.supervision.stall_seconds:g} s silent, straggler at "
-        f"{c.supervision.straggler_factor:g}x the median step",
+        f"supervise  {Thresholds.of(c).describe()}",
     ]
 
 

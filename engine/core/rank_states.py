@@ -87,6 +87,18 @@ class Thresholds:
             slow_phase_seconds=sup.slow_phase_seconds,
         )
 
+    def describe(self) -> str:
+        """The two rules in words (``ddptui show``)."""
+        silent = (
+            f"{self.stall_seconds:g} s"
+            if self.stall_seconds > 0
+            else f"{self.stall_pace_multiple:g}x its recent step gap (at least "
+            f"{self.stall_floor_seconds:g} s)"
+        )
+        return (
+            f"stalled when silent {silent}, straggler at {self.straggler_factor:g}x the median step"
+        )
+
     def stall_after(self, phase: str, expected_gap: float | None) -> float:
         """Seconds of silence that make a rank in ``phase`` stalled."""
         if self.stall_seconds > 0:
