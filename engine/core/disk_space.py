@@ -50,7 +50,10 @@ def disk_full(err: BaseException) -> bool:
 
 
 def write_failure(path: Path, err: OSError) -> str:
-    """One sentence: ``path`` could not be written, and why; on a full disk, how much is free."""
+    """One sentence: ``path`` could not be written, and why; on a full disk, how much is free.
+    A WriteFailed already is that sentence (for the file it names)."""
+    if isinstance(err, WriteFailed):
+        return str(err)
     why = err.strerror or str(err)
     if disk_full(err):
         free = free_bytes(path)

@@ -116,6 +116,12 @@ class CheckpointSaved(Event):
     bytes: int
 
 
+def one_line_error(err: BaseException) -> str:
+    """An exception as a RankFailed's ``error``: its type and the first line of its message."""
+    message = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {message[0]}" if message else type(err).__name__
+
+
 @dataclass(frozen=True)
 class RankFailed(Event):
     type: ClassVar[str] = "rank_failed"

@@ -32,6 +32,7 @@ from engine.core.process_identity import (
     user_of,
 )
 from engine.core.process_table import ProcessTable, TrainingJob
+from engine.core.run_files import user_name
 from engine.core.run_snapshot import snapshot_run
 from engine.core.rundir import RunDir, RunDirError
 from engine.core.settle import killed_summary, settle_run
@@ -323,17 +324,8 @@ def run_dir_owner(run_dir: RunDir) -> str | None:
         except OSError:
             continue
         if uid != me:
-            return _user_of(uid)
+            return user_name(uid)
     return None
-
-
-def _user_of(uid: int) -> str:
-    import pwd
-
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
 
 
 def check_run_owner(run_dir: RunDir, *, allow_other_users: bool) -> None:

@@ -59,7 +59,8 @@ def make_dirs(path: Path, mode: int = DIR_MODE) -> None:
             directory.mkdir(mode=mode)
 
 
-def _user(uid: int) -> str:
+def user_name(uid: int) -> str:
+    """The name of user ``uid``; ``uid N`` when this machine has none for it."""
     import pwd
 
     try:
@@ -103,7 +104,7 @@ def open_in_run(run_path: Path, path: Path) -> BinaryIO:
             st = os.fstat(fd)
             if st.st_uid != owner:
                 raise UnsafeRunFile(
-                    f"{here} belongs to {_user(st.st_uid)}, not to {_user(owner)} who owns the "
+                    f"{here} belongs to {user_name(st.st_uid)}, not to {user_name(owner)} who owns the "
                     "run directory: not read"
                 )
         if not stat.S_ISREG(os.fstat(fd).st_mode):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from engine.core import gpus
 from engine.core.config import RunConfig, to_toml
-from engine.core.disk_space import SpaceReserve, WriteFailed, write_failure
+from engine.core.disk_space import SpaceReserve, write_failure
 from engine.core.plan import RunPlan, plan_run
 from engine.core.resource_guard import ResourceCheck, check_resources
 from engine.core.run_environment import RUN_MARKER_ENV
@@ -97,7 +97,7 @@ def _create_run_dir(config: RunConfig, plan: RunPlan, runs_dir: Path, run_id: st
         _fill_run_dir(run_dir, config, plan)
     except OSError as err:
         shutil.rmtree(run_dir.path, ignore_errors=True)
-        sentence = str(err) if isinstance(err, WriteFailed) else write_failure(run_dir.path, err)
+        sentence = write_failure(run_dir.path, err)
         raise RunDirError(f"the run could not start: {sentence}") from None
     return run_dir
 

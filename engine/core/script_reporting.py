@@ -19,8 +19,6 @@ from engine.core.events import EventWriter, MetricsReported, StepProgress
 
 # tqdm's bar: "  40%|████      | 400/1000 [00:12<00:18, 33.2it/s]" (any unit, either way round).
 _BAR = re.compile(r"(\d+)/(\d+) \[[^\]\n]*?(?:,\s*([0-9.]+)\s*([A-Za-z]+/s|s/[A-Za-z]+))?[,\]]")
-# The metrics the run tables know; others are kept in the event as they came.
-KNOWN_METRICS = ("loss", "accuracy", "images_per_s", "epoch")
 
 
 class ScriptReporter:

@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from engine.core.config import ConfigError
-from engine.core.disk_space import SpaceReserve, WriteFailed, write_failure
+from engine.core.disk_space import SpaceReserve, write_failure
 from engine.core.oom_evidence import sigkill_cause
 from engine.core.rundir import RunDir, RunDirError, RunInfo
 from engine.core.statuses import RunStatus
@@ -139,5 +139,5 @@ def settle_run(run_dir: RunDir, summary: RunSummary) -> str:
 
 def _unwritten(path: Path, err: OSError) -> str:
     """The summary shown here could not be saved: the path, why, and the free space."""
-    sentence = str(err) if isinstance(err, WriteFailed) else write_failure(path, err)
+    sentence = write_failure(path, err)
     return f"{sentence}; shown here, not saved"

@@ -323,8 +323,9 @@ def start_script_ranks(
     run_dir: RunDir, node_rank: int, nproc: int, world_size: int
 ) -> dict[int, psutil.Process]:
     """The user's script: one ``engine.train.script_rank`` process per device, with the torchrun
-    contract in its environment and its log as its output. (The script makes its own process
-    group, so its store listens where torch's TCPStore does, not through our file store.)"""
+    contract in its environment and its log as its output. The script makes its own process group;
+    its env:// meets at the launcher's store all the same (``engine.train.rendezvous``, routed by
+    ``engine.train.script_rank``)."""
     processes = {}
     for local_rank in range(nproc):
         rank = node_rank * nproc + local_rank

@@ -39,7 +39,7 @@ from types import ModuleType
 from typing import Any, NoReturn
 
 from engine.core.config import RunConfig, load_config
-from engine.core.events import EventWriter, RankFailed, RankFinished, RankStarted
+from engine.core.events import EventWriter, RankFailed, RankFinished, RankStarted, one_line_error
 from engine.core.rundir import RunDir, this_host
 from engine.core.script_reporting import BarReader, ScriptReporter, install
 
@@ -171,8 +171,7 @@ def main(argv: Sequence[str]) -> int:
     except SystemExit as err:
         code = exit_code(err)
     except BaseException as err:
-        message = str(err).strip().splitlines()
-        error = f"{type(err).__name__}: {message[0]}" if message else type(err).__name__
+        error = one_line_error(err)
         events.write(RankFailed(rank=rank, error=error, traceback=traceback.format_exc()))
         traceback.print_exc()
         code = 1

@@ -46,7 +46,7 @@ import torch.distributed as dist
 from engine.core import gpus
 from engine.core.config import ConfigError, apply_overrides, load_config, to_toml
 from engine.core.disk_space import WriteFailed, disk_full
-from engine.core.events import EventWriter, RankFailed, RankFinished, RankStarted
+from engine.core.events import EventWriter, RankFailed, RankFinished, RankStarted, one_line_error
 from engine.core.plan import RunPlan, plan_run
 from engine.core.presets import load_preset
 from engine.core.process_identity import ProcessRef, identify, ref_alive
@@ -239,11 +239,6 @@ def end_process(code: int) -> NoReturn:
 
 
 # ---- one rank --------------------------------------------------------------------------------
-
-
-def one_line_error(err: BaseException) -> str:
-    message = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {message[0]}" if message else type(err).__name__
 
 
 def disk_full_failure(err: BaseException, log_path: Path) -> WriteFailed | None:
