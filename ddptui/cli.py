@@ -15,7 +15,7 @@ from ddptui.run_options import checked_runs_dir
 
 # command name -> (module in ddptui.commands, attribute, one-line help shown by --help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "run": ("run", "run_command", "Launch a preset and follow it to the end."),
+    "run": ("run", "run_command", "Launch a preset or your own script and follow it to the end."),
     "presets": ("presets", "presets_command", "List presets and whether each can run here."),
     "runs": ("runs", "runs_command", "List runs: state, age, devices, stalled ranks."),
     "show": ("runs", "show_command", "One run: config, per-rank states, summary, failure."),

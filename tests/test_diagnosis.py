@@ -392,7 +392,8 @@ def test_a_process_held_by_a_tracer_is_not_stopped_by_a_signal() -> None:
     ptrace_attach, ptrace_detach = 16, 17
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        assert libc.ptrace(ptrace_attach, proc.pid, None, None) == 0, ctypes.get_errno()
+        if libc.ptrace(ptrace_attach, proc.pid, None, None) != 0:
+            pytest.skip(f"this kernel refuses ptrace here (errno {ctypes.get_errno()})")
         try:
             assert wait_for(
                 lambda: psutil.Process(proc.pid).status() == psutil.STATUS_TRACING_STOP, timeout=5

@@ -41,10 +41,7 @@ def base_config(target: str | None, module: str | None, script_args: tuple[str, 
     return load_preset(target)
 
 
-@click.command(
-    "run",
-    context_settings={"ignore_unknown_options": False, "allow_interspersed_args": True},
-)
+@click.command("run")
 @click.argument("target", required=False)
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.option(

@@ -99,12 +99,13 @@ def stacks_command(run_id: str | None, pid: int | None, runs_dir: Path, as_json:
     if stored is None:
         why = "none of its ranks is alive" if not state.final else f"it ended {state.status}"
         _fail(f"run {run_dir.run_id}: no stack snapshot was taken and {why}", exit_codes.FAILED)
-    snapshot = stored
     if as_json:
-        click.echo(strict_json.dumps(_as_json(snapshot, run_dir.run_id), indent=2))
+        click.echo(strict_json.dumps(_as_json(stored, run_dir.run_id), indent=2))
         return
-    lines = diagnosis_lines(snapshot, full=True)
+    lines = diagnosis_lines(stored, full=True)
     if taken is None:
         lines.insert(0, f"run {run_dir.run_id} is {state.status}: its last stored snapshot")
-    lines += ["", *flight_recorder_lines(run_dir)] if flight_recorder_lines(run_dir) else []
+    dumps = flight_recorder_lines(run_dir)
+    if dumps:
+        lines += ["", *dumps]
     click.echo("\n".join(lines))

@@ -73,6 +73,3 @@ class KeysDialog(ModalScreen[None]):
             yield Static(f"Keys: {self.screen_name}", classes="title", markup=False)
             yield Static(columns(self.entries, self.width), id="keys-table", markup=False)
             yield Static("esc or ? closes", classes="hint")
-
-    async def action_dismiss(self, result: None = None) -> None:
-        self.dismiss(result)

@@ -12,9 +12,10 @@ import pytest
 from textual.widgets import Input, Select, SelectionList
 
 from ddptui.app import DdptuiApp
-from ddptui.screens.launch import LaunchScreen, short_model
+from ddptui.screens.launch import LaunchScreen, holders_text, short_model
 from ddptui.screens.run import RunScreen
 from ddptui.widgets.confirm import ConfirmDialog
+from engine.core.gpus import GpuProcess, GpuSample
 from tests.ui.standins import (
     EIGHT_GPUS,
     LIVE_RUN,
@@ -142,6 +143,8 @@ async def test_the_picker_names_who_holds_each_gpu(
         assert lines[2].endswith("70/80G 88% · pid 7200 bo"), lines[2]
         assert lines[7].endswith("GPU7 H100 80GB 0/80G 0% · free"), lines[7]
         assert "GPU0 H100 80GB 32/80G 97% · pid 6100 ana" in screen_text(app)  # at 80 columns
+    two = GpuSample(index=3, processes=(GpuProcess(11, 2**30), GpuProcess(12, 9 * 2**30)))
+    assert holders_text(two, {12: "cy"}) == "pid 12 cy +1"  # the biggest holder first
     assert short_model("NVIDIA GeForce RTX 4090") == "RTX 4090"
     assert short_model("Tesla V100-SXM2-16GB") == "V100-SXM2"
 
