@@ -255,6 +255,7 @@ class LaunchScreen(Screen[None]):
         self._filling = False
         self._starting = False
         self._gpu_labels: list[tuple[int, str, bool]] = []
+        self._users: dict[int, str] = {}  # of the GPU holders listed now, asked once per pid
         self._label_texts: dict[int, Text] = {}
         self._device_note = ""
         self._preset_devices: DevicePlan | None = None
@@ -473,6 +474,14 @@ class LaunchScreen(Screen[None]):
             self._filling = False
         self._show_picks()
 
+    def _holder_users(self, pids: set[int]) -> dict[int, str]:
+        """The users of ``pids``, the probe asked only for pids new to the list: the samples come
+        every second, on the UI thread. A pid that left the list is forgotten, so a reused one is
+        asked again."""
+        known = {pid: user for pid, user in self._users.items() if pid in pids}
+        self._users = known | self.ddptui.probe.users(pids - known.keys())
+        return self._users
+
     def _show_devices(self, inventory: GpuInventory) -> None:
         note = self.query_one("#devices-note", Static)
         picker = self.query_one("#gpu-picker", SelectionList)
@@ -484,7 +493,7 @@ class LaunchScreen(Screen[None]):
             picker.display = False
             return
         picker.display = True
-        users = self.ddptui.probe.users({p.pid for gpu in inventory.gpus for p in gpu.processes})
+        users = self._holder_users({p.pid for gpu in inventory.gpus for p in gpu.processes})
         labels = [
             (gpu.index, gpu_label(gpu, users), gpu.error is not None) for gpu in inventory.gpus
         ]
