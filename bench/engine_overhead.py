@@ -42,9 +42,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from engine.core.config import RunConfig, apply_overrides, to_toml  # noqa: E402
-from engine.core.presets import load_preset  # noqa: E402
-from engine.core.run_start import start_run  # noqa: E402
+from engine.core.config.presets import load_preset  # noqa: E402
+from engine.core.config.schema import RunConfig, apply_overrides, to_toml  # noqa: E402
+from engine.core.ops.run_start import start_run  # noqa: E402
 
 PLAIN_SCRIPT = REPO / "bench" / "plain_ddp.py"
 sys.path.insert(0, str(PLAIN_SCRIPT.parent))
@@ -175,9 +175,9 @@ def loop_epoch_images_per_s(args: argparse.Namespace, side: str) -> float:
             seed=0,
         )
         return images / seconds
-    from engine.core.events import EpochEnded, EventWriter, read_events
-    from engine.core.plan import plan_run
-    from engine.core.rundir import RunDir
+    from engine.core.plan.run_plan import plan_run
+    from engine.core.runs.events import EpochEnded, EventWriter, read_events
+    from engine.core.runs.rundir import RunDir
     from engine.train.training import train_rank
 
     config = apply_overrides(engine_config(args, 1), {"training.epochs": 1})

@@ -76,7 +76,7 @@ echo "ddptui GPU check on $(hostname), $(date -u +%Y-%m-%dT%H:%MZ), python: $PYT
 
 # 1. NVML sampling, the thin layer the UI's GPU panel reads.
 nvml=$("$PYTHON" - <<'EOF'
-from engine.core.gpus import sample_gpus
+from engine.core.host.gpus import sample_gpus
 inv = sample_gpus()
 if inv.error or not inv.gpus:
     print("FAIL\t" + (inv.error or "NVML sees no GPU"))
@@ -195,7 +195,7 @@ listen=$("$PYTHON" - <<'EOF'
 import os, subprocess, sys, time
 from pathlib import Path
 import psutil
-from engine.core.rundir import RunDir
+from engine.core.runs.rundir import RunDir
 started = subprocess.run(
     [sys.executable, "-m", "ddptui", "run", "cpu-demo", "--set", "strategy.name=ddp", "--devices", "1",
      "--set", "ddp.backend=nccl", "--data", "synthetic", "--model", "resnet18", "--epochs", "50",

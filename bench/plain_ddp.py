@@ -33,7 +33,7 @@ from torch.utils.data import DistributedSampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.core.config import ModelConfig
+from engine.core.config.schema import ModelConfig
 from engine.train.data import augment, synthetic_split
 from engine.train.models import build_model
 

@@ -1,6 +1,6 @@
-"""How much host memory a rank really holds, against what ``engine.core.memory_estimate`` says.
+"""How much host memory a rank really holds, against what ``engine.core.plan.memory_estimate`` says.
 
-Each case is a real run, started exactly as ``ddptui run`` starts it (``engine.core.run_start``: the
+Each case is a real run, started exactly as ``ddptui run`` starts it (``engine.core.ops.run_start``: the
 launcher, spawned ranks, DataLoader workers where the pipeline uses them), on the CPU with a few
 steps per epoch and the evaluation and checkpoint left on. While it runs, every process of the run
 is sampled every 20 ms for its peak resident set (``VmHWM`` in ``/proc/<pid>/status``, which the
@@ -34,11 +34,11 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from engine.core.config import MODELS, RunConfig, apply_overrides  # noqa: E402
-from engine.core.memory_estimate import MemoryEstimate, estimate_memory  # noqa: E402
-from engine.core.plan import plan_run  # noqa: E402
-from engine.core.presets import load_preset  # noqa: E402
-from engine.core.run_start import start_run  # noqa: E402
+from engine.core.config.presets import load_preset  # noqa: E402
+from engine.core.config.schema import MODELS, RunConfig, apply_overrides  # noqa: E402
+from engine.core.ops.run_start import start_run  # noqa: E402
+from engine.core.plan.memory_estimate import MemoryEstimate, estimate_memory  # noqa: E402
+from engine.core.plan.run_plan import plan_run  # noqa: E402
 
 MIB = 2**20
 SAMPLE_SECONDS = 0.02

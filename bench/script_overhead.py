@@ -46,8 +46,8 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from engine.core.events import EventWriter
-from engine.core.script_reporting import BarReader, ScriptReporter
+from engine.core.runs.events import EventWriter
+from engine.core.runs.script_reporting import BarReader, ScriptReporter
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "tests" / "fixtures" / "tutorial_ddp.py"

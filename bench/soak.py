@@ -2,7 +2,7 @@
 a summary.json? (issue 8)
 
 Each run is cpu-demo on ``cpu:2`` for a handful of steps, started the way ``ddptui run`` starts it
-(``engine.core.run_start.start_run``: the launcher in its own session, ranks spawned by it), with one
+(``engine.core.ops.run_start.start_run``: the launcher in its own session, ranks spawned by it), with one
 fault drawn at random:
 
 - ``none``, ``crash``, ``exit``: a clean run, a rank raising, a rank's ``os._exit(3)``;
@@ -63,14 +63,14 @@ sys.path.insert(0, str(REPO))
 
 import psutil  # noqa: E402
 
-from engine.core.config import apply_overrides  # noqa: E402
-from engine.core.events import RankStalled, read_events  # noqa: E402
-from engine.core.follower import follow_run  # noqa: E402
-from engine.core.observer import LAUNCHER_START_GRACE_SECONDS, observe_run  # noqa: E402
-from engine.core.presets import load_preset  # noqa: E402
-from engine.core.run_environment import RUN_MARKER_ENV  # noqa: E402
-from engine.core.run_start import StartedRun, start_run  # noqa: E402
-from engine.core.rundir import RunDir  # noqa: E402
+from engine.core.common.run_environment import RUN_MARKER_ENV  # noqa: E402
+from engine.core.config.presets import load_preset  # noqa: E402
+from engine.core.config.schema import apply_overrides  # noqa: E402
+from engine.core.ops.follower import follow_run  # noqa: E402
+from engine.core.ops.run_start import StartedRun, start_run  # noqa: E402
+from engine.core.runs.events import RankStalled, read_events  # noqa: E402
+from engine.core.runs.observer import LAUNCHER_START_GRACE_SECONDS, observe_run  # noqa: E402
+from engine.core.runs.rundir import RunDir  # noqa: E402
 from engine.train.memory_fault import FAULT_CGROUP_PREFIX, own_memory_cgroup  # noqa: E402
 
 FAULTS = (

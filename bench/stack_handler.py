@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from engine.core.run_environment import STACK_DUMP_SIGNAL  # noqa: E402
+from engine.core.common.run_environment import STACK_DUMP_SIGNAL  # noqa: E402
 from engine.train import rank_bootstrap  # noqa: E402
 
 

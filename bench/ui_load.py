@@ -39,11 +39,11 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from engine.core.config import apply_overrides, to_toml  # noqa: E402
-from engine.core.events import EpochStarted, EventWriter, RankStarted, RunStarted, StepProgress  # noqa: E402
-from engine.core.presets import load_preset  # noqa: E402
-from engine.core.process_identity import ProcessRef  # noqa: E402
-from engine.core.rundir import RunDir, RunInfo  # noqa: E402
+from engine.core.config.presets import load_preset  # noqa: E402
+from engine.core.config.schema import apply_overrides, to_toml  # noqa: E402
+from engine.core.procs.process_identity import ProcessRef  # noqa: E402
+from engine.core.runs.events import EpochStarted, EventWriter, RankStarted, RunStarted, StepProgress  # noqa: E402
+from engine.core.runs.rundir import RunDir, RunInfo  # noqa: E402
 
 TARGET_PERCENT = 10.0
 

@@ -26,7 +26,7 @@ TARGET_SECONDS = 1.0
 DDPTUI = """
 import resource, sys
 from ddptui.app import DdptuiApp
-from engine.core.gpus import GpuInventory
+from engine.core.host.gpus import GpuInventory
 
 class Timed(DdptuiApp):
     def on_ready(self):

@@ -1,7 +1,7 @@
 """The engine calls the UI makes that change or survey the machine, one method each.
 
-Start a run (``engine.core.run_start``), stop one and clean orphans (process control), scan processes
-(``engine.core.process_table``), build a speedup table (``engine.core.speedup_table``). The screens call these
+Start a run (``engine.core.ops.run_start``), stop one and clean orphans (process control), scan processes
+(``engine.core.jobs.process_table``), build a speedup table (``engine.core.bench.speedup_table``). The screens call these
 from thread workers only, and only through an ``EngineActions``, so each stays one swappable call
 (tests pass a subclass). Engine modules are imported when first called, which keeps them (and
 anything they import) off the app's start-up path: every import inside a method below is there
@@ -14,20 +14,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.core.config import RunConfig
-from engine.core.rundir import RunDir
-from engine.core.statuses import KillOutcome
+from engine.core.common.statuses import KillOutcome
+from engine.core.config.schema import RunConfig
+from engine.core.runs.rundir import RunDir
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from engine.core.diagnosis import StackSnapshot
-    from engine.core.gpu_view import GpuView
-    from engine.core.gpus import GpuInventory
-    from engine.core.process_identity import ProcessProbe, ProcessRef
-    from engine.core.process_table import ProcessTable
-    from engine.core.run_start import StartedRun
-    from engine.core.speedup_table import SpeedupTable
+    from engine.core.bench.speedup_table import SpeedupTable
+    from engine.core.host.gpus import GpuInventory
+    from engine.core.jobs.gpu_view import GpuView
+    from engine.core.jobs.process_table import ProcessTable
+    from engine.core.ops.run_start import StartedRun
+    from engine.core.procs.process_identity import ProcessProbe, ProcessRef
+    from engine.core.stacks.diagnosis import StackSnapshot
 
 KILL_GRACE_SECONDS = 5.0
 
@@ -49,25 +49,25 @@ class EngineActions:
 
     def start_run(self, config: RunConfig, gpu_count: int) -> StartedRun:
         """Start the launcher in its own session; raises ConfigError with the reason."""
-        from engine.core.run_start import start_run
+        from engine.core.ops.run_start import start_run
 
         return start_run(config, self.runs_dir, gpu_count=gpu_count)
 
     def kill_run(self, run_dir: RunDir, grace: float = KILL_GRACE_SECONDS) -> Outcome:
-        """The job-scoped kill (``engine.core.process_kill``): every process of this run, nothing else."""
-        from engine.core.process_kill import kill_run
+        """The job-scoped kill (``engine.core.procs.stopping``): every process of this run, nothing else."""
+        from engine.core.ops.kill import kill_run
 
         result = kill_run(run_dir, grace, reason="stopped from the ddptui app")
         return Outcome(ok=result.ok, report=describe_kill(result))
 
     def take_stacks(self, run_dir: RunDir) -> StackSnapshot | None:
         """Every rank's stack now (stored in the run directory); None when no rank is alive."""
-        from engine.core.run_snapshot import snapshot_run
+        from engine.core.ops.run_snapshot import snapshot_run
 
         return snapshot_run(run_dir, reason="on demand")
 
     def scan_processes(self) -> ProcessTable:
-        from engine.core.process_table import ProcessScanner
+        from engine.core.jobs.process_table import ProcessScanner
 
         if self._scanner is None:
             self._scanner = ProcessScanner(self.runs_dir, self.device_glob)
@@ -75,8 +75,8 @@ class EngineActions:
         return table
 
     def scan_gpus(self, inventory: GpuInventory) -> GpuView:
-        """Every GPU's processes, named (``engine.core.gpu_view``), against the given NVML sample."""
-        from engine.core.gpu_view import GpuScanner
+        """Every GPU's processes, named (``engine.core.jobs.gpu_view``), against the given NVML sample."""
+        from engine.core.jobs.gpu_view import GpuScanner
 
         if self._gpu_scanner is None:
             self._gpu_scanner = GpuScanner(self.runs_dir, self.device_glob)
@@ -87,7 +87,7 @@ class EngineActions:
         self, refs: Sequence[ProcessRef], grace: float = KILL_GRACE_SECONDS, all_users: bool = False
     ) -> Outcome:
         """Stop these processes (pid and start time) and their children: SIGTERM, SIGKILL."""
-        from engine.core.process_kill import stop_refs
+        from engine.core.procs.stopping import stop_refs
 
         result, skipped = stop_refs(refs, grace, all_users=all_users)
         return Outcome(ok=result.ok and not result.refused, report=describe_stop(result, skipped))
@@ -95,8 +95,8 @@ class EngineActions:
     def clean(self, grace: float = KILL_GRACE_SECONDS, all_users: bool = False) -> Outcome:
         """Stop this user's orphaned jobs (every user's with ``all_users``, as root), from a fresh
         scan (what ``ddptui clean`` does)."""
-        from engine.core.process_kill import clean_orphans, plan_clean
-        from engine.core.process_table import scan_processes
+        from engine.core.jobs.clean import clean_orphans, plan_clean
+        from engine.core.jobs.process_table import scan_processes
 
         plan = plan_clean(scan_processes(self.runs_dir, cpu_interval=0.0), all_users=all_users)
         cleaned = clean_orphans(plan, grace, all_users=all_users)
@@ -115,8 +115,8 @@ class EngineActions:
     ) -> SpeedupTable:
         """The speedup table of the given runs (one row each, labelled by run id), each run as
         the run observer sees it through ``probe`` (a running one is a row that says so)."""
-        from engine.core.speedup_table import build_speedup_table
-        from engine.core.table_rows import session_rows
+        from engine.core.bench.speedup_table import build_speedup_table
+        from engine.core.bench.table_rows import session_rows
 
         return build_speedup_table(
             session_rows(run_dirs, probe),
@@ -125,7 +125,7 @@ class EngineActions:
         )
 
     def list_benches(self) -> list[Any]:
-        from engine.core.result_history import ResultHistory, default_db_path
+        from engine.core.bench.result_history import ResultHistory, default_db_path
 
         if not default_db_path().exists():
             return []
@@ -134,8 +134,8 @@ class EngineActions:
 
     def bench_table(self, bench_id: int, baseline: str | None) -> SpeedupTable:
         """A stored bench's table, rebuilt from its runs when another baseline is chosen."""
-        from engine.core.result_history import ResultHistory
-        from engine.core.table_rows import rebaseline
+        from engine.core.bench.result_history import ResultHistory
+        from engine.core.bench.table_rows import rebaseline
 
         with ResultHistory(create=False) as history:
             record = history.get(bench_id)

@@ -1,7 +1,7 @@
 """The Textual app: launch runs, watch every rank and GPU, kill, compare, clean up.
 
 ``ddptui`` with no command calls ``run_app()``. The app never imports torch and never starts
-ranks itself: runs start through ``engine.core.run_start`` (a launcher in its own session), so closing
+ranks itself: runs start through ``engine.core.ops.run_start`` (a launcher in its own session), so closing
 the app, a dropped SSH link or a crash leaves them running, and opening a running run re-attaches to
 its run directory.
 
@@ -26,16 +26,16 @@ from textual.worker import Worker, WorkerState
 
 from ddptui.gpu_history import GpuHistory
 from ddptui.messages import GpusSampled, LatestRunFound
-from engine.core.gpus import GpuInventory, sample_gpus
-from engine.core.rundir import DEFAULT_RUNS_DIR, RunDir
+from engine.core.host.gpus import GpuInventory, sample_gpus
+from engine.core.runs.rundir import DEFAULT_RUNS_DIR, RunDir
 
 if TYPE_CHECKING:  # imported where first used: the first frame needs none of them
     from textual.screen import Screen
 
     from ddptui.actions import EngineActions
     from ddptui.watch import Clock, ProcessProbe
-    from engine.core.plan import RunPlan
-    from engine.core.resource_guard import ResourceCheck
+    from engine.core.plan.resource_guard import ResourceCheck
+    from engine.core.plan.run_plan import RunPlan
 
     ResourceChecker = Callable[[RunPlan, GpuInventory | None], ResourceCheck]
 
@@ -51,7 +51,7 @@ def default_runs_dir() -> Path:
 def check_plan_resources(plan: RunPlan, inventory: GpuInventory | None) -> ResourceCheck:
     """The resource guard on this machine's cores and memory, with the GPUs as last sampled (none
     sampled yet: the GPU rules wait, rather than sample NVML on the UI thread)."""
-    from engine.core.resource_guard import check_resources
+    from engine.core.plan.resource_guard import check_resources
 
     sampled = inventory if inventory is not None else GpuInventory(error="not sampled yet")
     return check_resources(plan, inventory=sampled)

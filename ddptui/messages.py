@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
-from engine.core.gpus import GpuInventory
+from engine.core.host.gpus import GpuInventory
 
 if TYPE_CHECKING:  # only annotations: the app starts without ddptui.watch
     from ddptui.watch import RunListing, RunView
-    from engine.core.diagnosis import StackSnapshot
-    from engine.core.gpu_view import GpuView
-    from engine.core.rundir import RunDir
+    from engine.core.jobs.gpu_view import GpuView
+    from engine.core.runs.rundir import RunDir
+    from engine.core.stacks.diagnosis import StackSnapshot
 
 
 class Snapshot(Message, bubble=False):
@@ -59,7 +59,7 @@ class RunProgressed(Snapshot):
 
 
 class GpusSampled(Snapshot):
-    """One NVML sample of every GPU (``engine.core.gpus.sample_gpus``, which never raises)."""
+    """One NVML sample of every GPU (``engine.core.host.gpus.sample_gpus``, which never raises)."""
 
     def __init__(self, inventory: GpuInventory) -> None:
         super().__init__()
@@ -92,7 +92,7 @@ class ProcessesListed(Snapshot):
 
 
 class GpusScanned(Snapshot):
-    """Every GPU's processes, named (``engine.core.gpu_view``), for the GPUs screen."""
+    """Every GPU's processes, named (``engine.core.jobs.gpu_view``), for the GPUs screen."""
 
     def __init__(self, view: GpuView) -> None:
         super().__init__()
@@ -108,7 +108,7 @@ class PresetsChecked(Message, bubble=False):
 
 
 class RunLaunched(Message):
-    """The launcher of a run started (``engine.core.run_start.start_run``), or why it did not."""
+    """The launcher of a run started (``engine.core.ops.run_start.start_run``), or why it did not."""
 
     def __init__(self, run_id: str | None, started: Any = None, error: str = "") -> None:
         super().__init__()
@@ -165,7 +165,7 @@ class ResultsBuilt(Message, bubble=False):
 
 
 class StacksTaken(Message):
-    """A fresh stack snapshot of a run (``engine.core.run_snapshot``), or why there is none."""
+    """A fresh stack snapshot of a run (``engine.core.ops.run_snapshot``), or why there is none."""
 
     def __init__(self, snapshot: StackSnapshot | None, problem: str = "") -> None:
         super().__init__()

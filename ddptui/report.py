@@ -11,7 +11,7 @@ unchanged under torchrun or plainly. Importing it loads neither textual nor torc
 
 from __future__ import annotations
 
-from engine.core.script_reporting import current
+from engine.core.runs.script_reporting import current
 
 
 def report(**metrics: float) -> None:

@@ -1,5 +1,5 @@
 """The override options shared by ``ddptui run`` and ``ddptui bench``: ``--set section.key=value``
-plus shortcuts, turned into one overrides mapping for ``engine.core.config.apply_overrides``."""
+plus shortcuts, turned into one overrides mapping for ``engine.core.config.schema.apply_overrides``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from ddptui import exit_codes
-from engine.core.config import ConfigError, parse_setting
+from engine.core.config.schema import ConfigError, parse_setting
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -41,7 +41,10 @@ def checked_runs_dir(*, write: bool) -> Callable[[click.Context, click.Parameter
     def check(ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
         if value is None:
             return value
-        from engine.core.rundir import RunDirError, check_runs_dir  # here: the UI starts faster
+        from engine.core.runs.rundir import (  # here: the UI starts faster
+            RunDirError,
+            check_runs_dir,
+        )
 
         try:
             check_runs_dir(Path(value), write=write)

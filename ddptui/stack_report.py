@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from engine.core.diagnosis import StackSnapshot, flight_recorder_command
-from engine.core.rundir import RunDir
+from engine.core.runs.rundir import RunDir
+from engine.core.stacks.diagnosis import StackSnapshot, flight_recorder_command
 
 
 def diagnosis_lines(snapshot: StackSnapshot, *, full: bool = False) -> list[str]:

@@ -2,7 +2,7 @@
 
 One status line rewritten in place on a terminal, a line every few seconds when the output is a
 file or pipe, and one line per finished epoch either way. The rank figures come from the run
-observer's states (``engine.core.follower`` hands them over); the epoch lines from rank 0's
+observer's states (``engine.core.ops.follower`` hands them over); the epoch lines from rank 0's
 epoch-end and evaluation events.
 """
 
@@ -13,14 +13,14 @@ import time
 from typing import TextIO
 
 from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
-from engine.core.events import EpochEnded, Evaluation, EventTail, RankFailed
-from engine.core.follower import FollowResult, follow_run
-from engine.core.observer import RunState
-from engine.core.rank_states import StepReport
-from engine.core.run_start import StartedRun
-from engine.core.rundir import RunDir
-from engine.core.statuses import RankStatus, RunStatus
-from engine.core.summary import RunSummary
+from engine.core.common.statuses import RankStatus, RunStatus
+from engine.core.ops.follower import FollowResult, follow_run
+from engine.core.ops.run_start import StartedRun
+from engine.core.runs.events import EpochEnded, Evaluation, EventTail, RankFailed
+from engine.core.runs.observer import RunState
+from engine.core.runs.rank_states import StepReport
+from engine.core.runs.rundir import RunDir
+from engine.core.runs.summary import RunSummary
 
 
 class ProgressPrinter:
@@ -175,7 +175,7 @@ def result_line(summary: RunSummary, run_dir: RunDir) -> str:
 def follow_with_progress(
     started: StartedRun, printer: ProgressPrinter, *, on_interrupt: str
 ) -> FollowResult:
-    """Follow a started run to its end (``engine.core.follower``), printing its progress; Ctrl-C
+    """Follow a started run to its end (``engine.core.ops.follower``), printing its progress; Ctrl-C
     stops the run, printing ``on_interrupt``."""
 
     def interrupted() -> None:

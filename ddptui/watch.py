@@ -2,7 +2,7 @@
 
 Plain Python (no textual, no torch). The screens call these from ``@work(thread=True)`` workers and
 post the results as messages (``ddptui.messages``); nothing here touches a widget. Every status,
-rank state and root cause comes from ``engine.core.observer``, the same place as ``ddptui runs``
+rank state and root cause comes from ``engine.core.runs.observer``, the same place as ``ddptui runs``
 and the launcher's own supervision; this module only adds what a screen shows beside it.
 """
 
@@ -17,11 +17,11 @@ from pathlib import Path
 
 # Kept here for its importers; it lives apart so the app can start without this module.
 from ddptui.gpu_history import GpuHistory as GpuHistory
-from engine.core.observer import RunObserver, RunState
-from engine.core.process_identity import ProcessProbe
-from engine.core.run_files import UnsafeRunFile, open_in_run
-from engine.core.rundir import RunDir, list_runs
-from engine.core.statuses import RunStatus
+from engine.core.common.run_files import UnsafeRunFile, open_in_run
+from engine.core.common.statuses import RunStatus
+from engine.core.procs.process_identity import ProcessProbe
+from engine.core.runs.observer import RunObserver, RunState
+from engine.core.runs.rundir import RunDir, list_runs
 
 Clock = Callable[[], float]
 
@@ -43,7 +43,7 @@ def tail_lines(
     path: Path, count: int, max_bytes: int = 32_768, *, run_path: Path | None = None
 ) -> tuple[str, ...]:
     """The last ``count`` lines of a log, read from its end only. Given its run directory, the
-    log is opened as ``engine.core.run_files.open_in_run`` allows (no symbolic link, nobody
+    log is opened as ``engine.core.common.run_files.open_in_run`` allows (no symbolic link, nobody
     else's file), and a refusal is the one line shown."""
     try:
         with open(path, "rb") if run_path is None else open_in_run(run_path, path) as f:

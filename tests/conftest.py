@@ -70,9 +70,9 @@ def false_stalls(runs: Path) -> list[str]:
     """Runs under ``runs`` whose launcher flagged a stall although nothing in them should stall:
     the stall rule follows the run's pace (supervision.stall_seconds = 0) and no fault stops a
     rank. A test that sets a fixed stall_seconds judges its stalls itself."""
-    from engine.core.config import ConfigError, load_config
-    from engine.core.events import RankStalled, read_events
-    from engine.core.rundir import list_runs
+    from engine.core.config.schema import ConfigError, load_config
+    from engine.core.runs.events import RankStalled, read_events
+    from engine.core.runs.rundir import list_runs
 
     found = []
     for run_dir in list_runs(runs):
@@ -134,7 +134,7 @@ def run_reaper(runs_dir: Path) -> Iterator[None]:
     """Ends whatever any run under ``runs_dir`` left, even when the test failed half-way."""
     from fixtures.live_runs import run_processes
 
-    from engine.core.rundir import list_runs
+    from engine.core.runs.rundir import list_runs
 
     yield
     leftovers = [p for r in list_runs(runs_dir) for p in run_processes(r)]
@@ -147,7 +147,7 @@ def run_reaper(runs_dir: Path) -> Iterator[None]:
 @pytest.fixture
 def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make NVML report no GPU, whatever machine the tests run on."""
-    from engine.core import gpus
+    from engine.core.host import gpus
 
     monkeypatch.setattr(gpus, "gpu_count", lambda: 0)
 

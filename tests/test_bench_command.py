@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from ddptui.cli import main
-from engine.core.bench_runner import INTERRUPTED
-from engine.core.rundir import RunDir
-from engine.core.summary import RunSummary
+from engine.core.bench.bench_runner import INTERRUPTED
+from engine.core.runs.rundir import RunDir
+from engine.core.runs.summary import RunSummary
 from tests.conftest import wait_for
 
 # Tiny and quick: a full epoch of 1,024 synthetic images, the small CNN, one global batch of 64.

@@ -16,12 +16,18 @@ from textual.widgets import Static
 from ddptui.app import DdptuiApp
 from ddptui.screens.run import RunScreen
 from ddptui.widgets.rank_table import RankTable
-from engine.core.config import ConfigError, DataConfig, ModelConfig, RunConfig, ScriptConfig
-from engine.core.events import MetricsReported, RankStalled, StacksTaken, StepProgress, read_events
-from engine.core.observer import observe_run
-from engine.core.rundir import RunDir, list_runs
-from engine.core.statuses import RankActivity, RunStatus
-from engine.core.user_code import check_user_code, module_location
+from engine.core.common.statuses import RankActivity, RunStatus
+from engine.core.config.schema import ConfigError, DataConfig, ModelConfig, RunConfig, ScriptConfig
+from engine.core.config.user_code import check_user_code, module_location
+from engine.core.runs.events import (
+    MetricsReported,
+    RankStalled,
+    StacksTaken,
+    StepProgress,
+    read_events,
+)
+from engine.core.runs.observer import observe_run
+from engine.core.runs.rundir import RunDir, list_runs
 from tests.conftest import REPO_ROOT, wait_for
 from tests.ui.standins import settle
 from tests.ui.test_pilot import text_of
@@ -270,14 +276,14 @@ def test_a_module_gets_the_torchrun_contract_and_its_reported_figures_show(
 
 def test_report_is_a_no_op_outside_a_run() -> None:
     from ddptui.report import report
-    from engine.core.script_reporting import current
+    from engine.core.runs.script_reporting import current
 
     assert current() is None
     report(loss=1.0)  # nothing to report to, and nothing raised
 
 
 def test_a_preset_names_a_script_beside_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.core.presets import list_presets, load_preset
+    from engine.core.config.presets import list_presets, load_preset
 
     presets = tmp_path / "presets"
     presets.mkdir()

@@ -21,10 +21,10 @@ import torch
 from fixtures.spawning import spawn_ranks
 from torchvision.datasets import CIFAR10
 
-from engine.core.config import RunConfig, apply_overrides, load_config, to_toml
-from engine.core.events import Evaluation, EventWriter, RankFinished, StepProgress, read_events
-from engine.core.plan import CIFAR_DIRNAME, plan_run
-from engine.core.rundir import RunDir
+from engine.core.config.schema import RunConfig, apply_overrides, load_config, to_toml
+from engine.core.plan.run_plan import CIFAR_DIRNAME, plan_run
+from engine.core.runs.events import Evaluation, EventWriter, RankFinished, StepProgress, read_events
+from engine.core.runs.rundir import RunDir
 from engine.train import data
 from engine.train.training import train_rank
 from engine.train.worker import spawn_entry

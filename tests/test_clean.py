@@ -17,10 +17,15 @@ from click.testing import CliRunner
 from fixtures.made_runs import ProcessPen, make_run, ref_of
 
 from ddptui.cli import main
-from engine.core.gpus import GpuInventory
-from engine.core.process_kill import CleanPlan, clean_orphans, plan_clean
-from engine.core.process_table import ProcessTable, TrainingJob, TrainingProcess, scan_processes
-from engine.core.statuses import JobKind, JobState
+from engine.core.common.statuses import JobKind, JobState
+from engine.core.host.gpus import GpuInventory
+from engine.core.jobs.clean import CleanPlan, clean_orphans, plan_clean
+from engine.core.jobs.process_table import (
+    ProcessTable,
+    TrainingJob,
+    TrainingProcess,
+    scan_processes,
+)
 
 KIND_ENV = JobKind.ENV
 ORPHANED = JobState.ORPHANED
@@ -46,14 +51,14 @@ def pen() -> Iterator[ProcessPen]:
 
 @pytest.fixture(autouse=True)
 def no_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.core import gpus
+    from engine.core.host import gpus
 
     monkeypatch.setattr(gpus, "sample_gpus", lambda: GpuInventory(error="NVML: stand-in"))
     monkeypatch.setattr(
-        "engine.core.process_table.sample_gpus", lambda: GpuInventory(error="NVML: stand-in")
+        "engine.core.jobs.process_table.sample_gpus", lambda: GpuInventory(error="NVML: stand-in")
     )
     monkeypatch.setattr(
-        "engine.core.process_kill.sample_gpus", lambda: GpuInventory(error="NVML: stand-in")
+        "engine.core.procs.stopping.sample_gpus", lambda: GpuInventory(error="NVML: stand-in")
     )
 
 

@@ -56,7 +56,7 @@ def test_bad_input_is_refused_before_anything_starts(
 
 
 def test_gpu_index_that_does_not_exist(runs_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.core import gpus
+    from engine.core.host import gpus
 
     monkeypatch.setattr(gpus, "gpu_count", lambda: 2)
     code, output = run_cli("run", "cpu-demo", "--devices", "0,3", "--runs-dir", str(runs_dir))

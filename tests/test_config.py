@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.core.config import ConfigError, RunConfig, apply_overrides, load_config, to_toml
-from engine.core.devices import DevicePlan, resolve_devices
-from engine.core.plan import lr_at_step, plan_run
-from engine.core.presets import list_presets, load_preset
+from engine.core.config.devices import DevicePlan, resolve_devices
+from engine.core.config.presets import list_presets, load_preset
+from engine.core.config.schema import ConfigError, RunConfig, apply_overrides, load_config, to_toml
+from engine.core.plan.run_plan import lr_at_step, plan_run
 
 BUNDLED = ["cpu-demo", "fast-ddp", "seed-dataparallel", "seed-ddp", "seed-ddp-amp", "seed-single"]
 

@@ -1,5 +1,5 @@
-"""Reading stacks into a diagnosis (engine.core.stacks, engine.core.diagnosis) and the stall rule
-that follows a run's own pace (engine.core.rank_states), on hand-made stacks and events. The same
+"""Reading stacks into a diagnosis (engine.core.stacks.capture, engine.core.stacks.diagnosis) and the stall rule
+that follows a run's own pace (engine.core.runs.rank_states), on hand-made stacks and events. The same
 on real stuck runs is in tests/test_stuck_runs.py."""
 
 from __future__ import annotations
@@ -13,7 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from engine.core.diagnosis import (
+from engine.core.common.statuses import RankActivity, RankStatus
+from engine.core.procs.process_identity import ProcessRef, identify
+from engine.core.runs.events import EpochStarted, PhaseStarted, RankStarted, StepProgress
+from engine.core.runs.rank_states import RankStateTracker, Thresholds
+from engine.core.stacks.capture import (
+    Frame,
+    ProcessStack,
+    ThreadStack,
+    capture_stack,
+    parse_faulthandler,
+    parse_py_spy_json,
+)
+from engine.core.stacks.diagnosis import (
     RankDiagnosis,
     RankTarget,
     StackSnapshot,
@@ -22,18 +34,6 @@ from engine.core.diagnosis import (
     latest_snapshot,
     save_snapshot,
 )
-from engine.core.events import EpochStarted, PhaseStarted, RankStarted, StepProgress
-from engine.core.process_identity import ProcessRef, identify
-from engine.core.rank_states import RankStateTracker, Thresholds
-from engine.core.stacks import (
-    Frame,
-    ProcessStack,
-    ThreadStack,
-    capture_stack,
-    parse_faulthandler,
-    parse_py_spy_json,
-)
-from engine.core.statuses import RankActivity, RankStatus
 from tests.conftest import REPO_ROOT, wait_for
 
 ENGINE = str(REPO_ROOT / "engine" / "train")
@@ -274,8 +274,8 @@ def test_a_normal_user_gets_the_stack_of_their_own_rank(tmp_path: Path) -> None:
             import sys
             sys.path.insert(0, {str(REPO_ROOT)!r})
             from pathlib import Path
-            from engine.core.process_identity import identify
-            from engine.core.stacks import capture_stack
+            from engine.core.procs.process_identity import identify
+            from engine.core.stacks.capture import capture_stack
             ref = identify({proc.pid})
             stack = capture_stack(ref, Path({str(run_dir)!r}) / "stacks" / "pid-{proc.pid}.txt")
             main = stack.main_thread
@@ -385,8 +385,8 @@ def test_a_process_held_by_a_tracer_is_not_stopped_by_a_signal() -> None:
 
     import psutil
 
-    from engine.core.process_identity import ProcessProbe
-    from engine.core.stacks import process_state
+    from engine.core.procs.process_identity import ProcessProbe
+    from engine.core.stacks.capture import process_state
 
     libc = ctypes.CDLL(None, use_errno=True)
     ptrace_attach, ptrace_detach = 16, 17
@@ -408,7 +408,7 @@ def test_a_process_held_by_a_tracer_is_not_stopped_by_a_signal() -> None:
 
 
 def test_a_process_stopped_by_sigstop_is_seen_stopped(tmp_path: Path) -> None:
-    from engine.core.process_identity import ProcessProbe
+    from engine.core.procs.process_identity import ProcessProbe
 
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:

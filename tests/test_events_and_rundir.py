@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.core.events import (
+from engine.core.procs.process_identity import ProcessRef
+from engine.core.runs.events import (
     EVENT_TYPES,
     EpochEnded,
     EventTail,
@@ -18,8 +19,7 @@ from engine.core.events import (
     event_from_json,
     read_events,
 )
-from engine.core.process_identity import ProcessRef
-from engine.core.rundir import RunDir, RunDirError, RunInfo, find_run
+from engine.core.runs.rundir import RunDir, RunDirError, RunInfo, find_run
 
 
 def test_every_event_round_trips_through_one_json_line() -> None:

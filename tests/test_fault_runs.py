@@ -34,11 +34,11 @@ import pytest
 from fixtures.live_runs import QUICK, REPO_ROOT, ddptui, detached_run, run_processes
 from fixtures.made_runs import ProcessPen, make_run, ref_of, start_as_user
 
-from engine.core.observer import observe_run
-from engine.core.process_identity import ProcessRef, ref_alive
-from engine.core.process_table import scan_processes
-from engine.core.rundir import RunDir, list_runs
-from engine.core.statuses import JobState, RankStatus
+from engine.core.common.statuses import JobState, RankStatus
+from engine.core.jobs.process_table import scan_processes
+from engine.core.procs.process_identity import ProcessRef, ref_alive
+from engine.core.runs.observer import observe_run
+from engine.core.runs.rundir import RunDir, list_runs
 from tests.conftest import wait_for
 
 ORPHANED, STALLED = JobState.ORPHANED, RankStatus.STALLED

@@ -14,8 +14,8 @@ import pytest
 from fixtures.live_runs import REPO_ROOT, ddptui, run_processes
 from fixtures.made_runs import fill_disk, strict_json_load
 
-from engine.core.observer import RunObserver
-from engine.core.rundir import RunDir, list_runs
+from engine.core.runs.observer import RunObserver
+from engine.core.runs.rundir import RunDir, list_runs
 from tests.conftest import wait_for
 from tests.ui.standins import LIVE_RUN, RECORDED
 

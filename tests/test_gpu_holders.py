@@ -14,11 +14,11 @@ import pytest
 from click.testing import CliRunner
 from fixtures.made_runs import ProcessPen
 
-from engine.core.device_holders import minor_of, scan_device_holders
-from engine.core.gpu_view import GpuScanner
-from engine.core.gpus import GpuInventory, GpuProcess, GpuSample
-from engine.core.process_table import ProcessScanner
-from engine.core.statuses import HolderKind
+from engine.core.common.statuses import HolderKind
+from engine.core.host.gpus import GpuInventory, GpuProcess, GpuSample
+from engine.core.jobs.gpu_view import GpuScanner
+from engine.core.jobs.process_table import ProcessScanner
+from engine.core.procs.device_holders import minor_of, scan_device_holders
 
 ELASTIC = {
     "TORCHELASTIC_RUN_ID": "job-g",
@@ -140,7 +140,7 @@ def test_ps_lists_hidden_holders(
     pen: ProcessPen, devices: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from ddptui.cli import main
-    from engine.core import process_table
+    from engine.core.jobs import process_table
 
     holder = pen.python(holding(devices / "nvidia6"))
     ready(devices / "nvidia6", pen)
@@ -218,7 +218,7 @@ def test_gpus_json_with_and_without_nvml(
     pen: ProcessPen, devices: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from ddptui.cli import main
-    from engine.core import gpu_view, process_table
+    from engine.core.jobs import gpu_view, process_table
 
     holder = pen.python(holding(devices / "nvidia1"))
     ready(devices / "nvidia1", pen)
@@ -282,7 +282,7 @@ def test_the_screen_flag_is_in_the_help() -> None:
 
 def test_gpus_watch_redraws(monkeypatch: pytest.MonkeyPatch) -> None:
     from ddptui.cli import main
-    from engine.core import gpu_view
+    from engine.core.jobs import gpu_view
 
     monkeypatch.setattr(gpu_view, "sample_gpus", lambda: inventory((0, []), (1, [])))
     result = CliRunner().invoke(main, ["gpus", "--watch", "--interval", "0.2", "--count", "2"])

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from engine.core import gpus
+from engine.core.host import gpus
 
 
 class NVMLError(Exception):

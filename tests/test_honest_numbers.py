@@ -13,11 +13,17 @@ import pytest
 from fixtures.live_runs import ddptui
 from fixtures.made_runs import strict_json_load
 
-from engine.core.config import SECTION_TYPES, ConfigError, RunConfig, apply_overrides, load_config
-from engine.core.events import EpochEnded, StepProgress, event_from_json
-from engine.core.rundir import RunDir, list_runs
-from engine.core.strict_json import dumps
-from engine.core.summary import EpochFigures, RunSummary
+from engine.core.common.strict_json import dumps
+from engine.core.config.schema import (
+    SECTION_TYPES,
+    ConfigError,
+    RunConfig,
+    apply_overrides,
+    load_config,
+)
+from engine.core.runs.events import EpochEnded, StepProgress, event_from_json
+from engine.core.runs.rundir import RunDir, list_runs
+from engine.core.runs.summary import EpochFigures, RunSummary
 
 
 def strict_load(text: str) -> Any:

@@ -43,7 +43,9 @@ def fresh_interpreter(code: str) -> str:
 
 def test_the_walk_finds_the_modules_it_must_check() -> None:
     assert {"ddptui.app", "ddptui.cli", "ddptui.screens.run"} <= set(every_module("ddptui"))
-    assert {"engine.core.config", "engine.core.rundir"} <= set(every_module("engine.core"))
+    assert {"engine.core.config.schema", "engine.core.runs.rundir"} <= set(
+        every_module("engine.core")
+    )
 
 
 def test_no_ui_module_imports_torch() -> None:

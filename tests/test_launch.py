@@ -16,11 +16,11 @@ from click.testing import CliRunner
 from fixtures.spawning import free_port
 
 from ddptui.cli import main
-from engine.core.config import apply_overrides, to_toml
-from engine.core.events import EpochEnded, Evaluation, RankStarted, StepProgress, read_events
-from engine.core.presets import load_preset
-from engine.core.run_start import prepare_run, start_run
-from engine.core.rundir import RunDir
+from engine.core.config.presets import load_preset
+from engine.core.config.schema import apply_overrides, to_toml
+from engine.core.ops.run_start import prepare_run, start_run
+from engine.core.runs.events import EpochEnded, Evaluation, RankStarted, StepProgress, read_events
+from engine.core.runs.rundir import RunDir
 
 pytestmark = pytest.mark.slow
 

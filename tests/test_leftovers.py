@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from fixtures.made_runs import ProcessPen
 
 from ddptui.cli import main
-from engine.core.leftovers import plan_leftovers, remove_leftovers
-from engine.core.statuses import LeftoverKind
+from engine.core.common.statuses import LeftoverKind
+from engine.core.procs.leftovers import plan_leftovers, remove_leftovers
 
 
 def dead_pid() -> int:

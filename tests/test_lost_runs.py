@@ -1,6 +1,6 @@
 """A run whose launcher died without a summary gets a ``lost`` one from whoever reads it next, and
-a SIGKILL is traced to the OOM killer when the kernel says so (engine.core.observer settling through
-engine.core.settle, engine.core.oom_evidence). Hand-made run directories; the real processes are in
+a SIGKILL is traced to the OOM killer when the kernel says so (engine.core.runs.observer settling through
+engine.core.runs.settle, engine.core.host.oom_evidence). Hand-made run directories; the real processes are in
 tests/test_orphan_proof_runs.py."""
 
 from __future__ import annotations
@@ -13,15 +13,16 @@ from pathlib import Path
 import pytest
 from fixtures.made_runs import ProcessPen, make_run, rank_events, ref_of
 
-from engine.core import oom_evidence, settle
-from engine.core.faults import parse_fault
-from engine.core.observer import LAUNCHER_START_GRACE_SECONDS, RunObserver, observe_run
-from engine.core.oom_evidence import OomBaseline
-from engine.core.process_identity import ProcessRef
-from engine.core.rundir import RunDir, RunInfo
-from engine.core.settle import launcher_end
-from engine.core.statuses import RunStatus
-from engine.core.summary import RunSummary
+from engine.core.common.statuses import RunStatus
+from engine.core.config.faults import parse_fault
+from engine.core.host import oom_evidence
+from engine.core.host.oom_evidence import OomBaseline
+from engine.core.procs.process_identity import ProcessRef
+from engine.core.runs import settle
+from engine.core.runs.observer import LAUNCHER_START_GRACE_SECONDS, RunObserver, observe_run
+from engine.core.runs.rundir import RunDir, RunInfo
+from engine.core.runs.settle import launcher_end
+from engine.core.runs.summary import RunSummary
 
 LOST = RunStatus.LOST
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from engine.core.config import ConfigError, ModelConfig
+from engine.core.config.schema import ConfigError, ModelConfig
 from engine.train.models import SmallCNN, build_model, has_batchnorm, num_classes, prepare_model
 
 CPU = torch.device("cpu")

@@ -21,9 +21,9 @@ from fixtures.made_runs import ProcessPen, fill_disk, make_run, rank_events, ref
 from ddptui.app import DdptuiApp
 from ddptui.cli import main
 from ddptui.screens.run import RunScreen
-from engine.core import rundir as rundir_module
-from engine.core.observer import RunObserver
-from engine.core.rundir import RunDir
+from engine.core.runs import rundir as rundir_module
+from engine.core.runs.observer import RunObserver
+from engine.core.runs.rundir import RunDir
 from tests.conftest import REPO_ROOT
 from tests.ui.standins import LIVE_RUN, RECORDED, settle
 
@@ -135,7 +135,7 @@ def test_a_reader_that_cannot_write_still_observes_the_run(full_disk: Path) -> N
 
 def test_the_quit_check_never_writes(runs_dir: Path) -> None:
     from ddptui.watch import run_is_active
-    from engine.core.process_identity import ProcessProbe
+    from engine.core.procs.process_identity import ProcessProbe
 
     gone = make_run(runs_dir, "gone", launcher=None)
     assert not run_is_active(gone, ProcessProbe(), now=psutil.boot_time() + 1e9)

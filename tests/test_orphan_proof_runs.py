@@ -27,9 +27,9 @@ import psutil
 import pytest
 from fixtures.live_runs import QUICK, ddptui, detached_run, run_processes
 
-from engine.core.observer import observe_run
-from engine.core.rundir import RunDir, list_runs
-from engine.core.statuses import RunStatus
+from engine.core.common.statuses import RunStatus
+from engine.core.runs.observer import observe_run
+from engine.core.runs.rundir import RunDir, list_runs
 from engine.train.memory_fault import FAULT_CGROUP_PREFIX, own_memory_cgroup
 from tests.conftest import REPO_ROOT, wait_for
 

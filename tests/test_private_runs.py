@@ -19,9 +19,9 @@ from fixtures.live_runs import QUICK, REPO_ROOT, ddptui, detached_run, run_proce
 from fixtures.made_runs import make_run, rank_events
 
 from ddptui.watch import RunReader
-from engine.core.events import EventWriter
-from engine.core.observer import RunObserver
-from engine.core.rundir import RunDir, list_runs
+from engine.core.runs.events import EventWriter
+from engine.core.runs.observer import RunObserver
+from engine.core.runs.rundir import RunDir, list_runs
 from tests.conftest import wait_for
 
 WILDCARDS = ("0.0.0.0", "::", "")

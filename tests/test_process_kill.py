@@ -14,12 +14,13 @@ import psutil
 import pytest
 from fixtures.made_runs import STUBBORN, ProcessPen, make_run, ref_of, start_as_user
 
-from engine.core import process_kill
-from engine.core.gpus import GpuInventory, GpuProcess, GpuSample
-from engine.core.process_identity import ProcessRef
-from engine.core.process_kill import KillRefused, gpu_memory_left, kill_run, stop_processes
-from engine.core.rundir import RunDirError
-from engine.core.settle import killed_summary
+from engine.core.host.gpus import GpuInventory, GpuProcess, GpuSample
+from engine.core.ops.kill import kill_run
+from engine.core.procs import stopping
+from engine.core.procs.process_identity import ProcessRef
+from engine.core.procs.stopping import KillRefused, gpu_memory_left, stop_processes
+from engine.core.runs.rundir import RunDirError
+from engine.core.runs.settle import killed_summary
 
 SPAWNS_A_CHILD = (
     "import subprocess, sys, time\n"
@@ -38,7 +39,7 @@ def pen() -> Iterator[ProcessPen]:
 @pytest.fixture(autouse=True)
 def no_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
-        process_kill, "sample_gpus", lambda: GpuInventory(error="NVML: stand-in, no driver")
+        stopping, "sample_gpus", lambda: GpuInventory(error="NVML: stand-in, no driver")
     )
 
 
@@ -206,7 +207,7 @@ def test_a_run_json_naming_this_process_is_left_alone(runs_dir: Path) -> None:
 
 def test_a_marked_ancestor_is_still_refused() -> None:
     me = psutil.Process()
-    why = process_kill.refusal(me, allow_other_users=True, protected=process_kill.protected_pids())
+    why = stopping.refusal(me, allow_other_users=True, protected=stopping.protected_pids())
     assert why is not None and "this ddptui process or one of its parents" in why
 
 
@@ -234,9 +235,9 @@ def test_gpu_memory_check_waits_for_the_driver_then_names_holders(
     )
     released = GpuInventory(gpus=(GpuSample(index=1, name="x"),))
     samples = iter([holding, holding, released])
-    monkeypatch.setattr(process_kill, "sample_gpus", lambda: next(samples))
+    monkeypatch.setattr(stopping, "sample_gpus", lambda: next(samples))
     assert gpu_memory_left([4242], wait=5.0).startswith("GPU memory released")
-    monkeypatch.setattr(process_kill, "sample_gpus", lambda: holding)
+    monkeypatch.setattr(stopping, "sample_gpus", lambda: holding)
     assert gpu_memory_left([4242], wait=0.3) == (
         "GPU memory still held: pid 4242 on GPU 1 (512 MiB)"
     )
@@ -244,5 +245,5 @@ def test_gpu_memory_check_waits_for_the_driver_then_names_holders(
 
 
 def test_protected_pids_hold_this_process_and_its_ancestors() -> None:
-    pids = process_kill.protected_pids()
+    pids = stopping.protected_pids()
     assert os.getpid() in pids and os.getppid() in pids

@@ -15,18 +15,18 @@ from click.testing import CliRunner
 from fixtures.made_runs import ProcessPen, make_run, ref_of
 
 from ddptui.cli import main
-from engine.core import process_table
-from engine.core.events import RankStalled, RankStarted
-from engine.core.gpus import GpuInventory, GpuProcess, GpuSample
-from engine.core.process_identity import ProcessRef
-from engine.core.process_table import (
+from engine.core.common.statuses import JobKind, JobState
+from engine.core.host.gpus import GpuInventory, GpuProcess, GpuSample
+from engine.core.jobs import process_table
+from engine.core.jobs.process_table import (
     ProcessTable,
     TrainingJob,
     is_spawn_child,
     launcher_kind,
     scan_processes,
 )
-from engine.core.statuses import JobKind, JobState
+from engine.core.procs.process_identity import ProcessRef
+from engine.core.runs.events import RankStalled, RankStarted
 
 KIND_DDPTUI = JobKind.DDPTUI
 KIND_ELASTIC = JobKind.ELASTIC

@@ -17,11 +17,13 @@ import pytest
 from fixtures.live_runs import ddptui
 from fixtures.made_runs import SLEEPER, ProcessPen, make_run, ref_of
 
-from engine.core import process_kill
-from engine.core.gpus import GpuInventory
-from engine.core.process_kill import KillRefused, kill_run, plan_clean
-from engine.core.process_table import scan_processes
-from engine.core.statuses import JobKind, JobState, RunStatus
+from engine.core.common.statuses import JobKind, JobState, RunStatus
+from engine.core.host.gpus import GpuInventory
+from engine.core.jobs.clean import plan_clean
+from engine.core.jobs.process_table import scan_processes
+from engine.core.ops.kill import kill_run
+from engine.core.procs import stopping
+from engine.core.procs.stopping import KillRefused
 
 NO_GPU = GpuInventory(error="NVML: stand-in, no driver")
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (to make a user)")
@@ -29,7 +31,7 @@ as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (to make a us
 
 @pytest.fixture(autouse=True)
 def no_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(process_kill, "sample_gpus", lambda: NO_GPU)
+    monkeypatch.setattr(stopping, "sample_gpus", lambda: NO_GPU)
 
 
 @pytest.fixture

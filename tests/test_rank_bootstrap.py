@@ -134,7 +134,7 @@ BUSY_LOADER = textwrap.dedent(
     sys.path.insert(0, {repo!r})
     from torch.utils.data import DataLoader, Dataset
     from engine.train.data import _loader_options
-    from engine.core.config import RunConfig, DataConfig
+    from engine.core.config.schema import RunConfig, DataConfig
     import torch
 
     class Busy(Dataset):

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 
 from ddptui.cli import main
 from ddptui.run_options import collect_overrides
-from engine.core import resource_guard
-from engine.core.config import (
+from engine.core.config.presets import load_preset
+from engine.core.config.schema import (
     MODELS,
     ConfigError,
     ModelConfig,
@@ -27,18 +27,18 @@ from engine.core.config import (
     load_config,
     to_toml,
 )
-from engine.core.gpus import GpuInventory, GpuProcess, GpuSample
-from engine.core.memory_estimate import GIB, MIB, estimate_memory, parameter_count
-from engine.core.plan import RunPlan, plan_run
-from engine.core.presets import load_preset
-from engine.core.resource_guard import (
+from engine.core.host.gpus import GpuInventory, GpuProcess, GpuSample
+from engine.core.ops.run_start import prepare_run, start_run
+from engine.core.plan import resource_guard
+from engine.core.plan.memory_estimate import GIB, MIB, estimate_memory, parameter_count
+from engine.core.plan.resource_guard import (
     ResourceError,
     available_memory_bytes,
     cgroup_memory_headroom,
     check_resources,
     usable_cores,
 )
-from engine.core.run_start import prepare_run, start_run
+from engine.core.plan.run_plan import RunPlan, plan_run
 
 PLENTY = 10**15  # bytes: more memory than any estimate here
 

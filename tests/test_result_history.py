@@ -14,16 +14,16 @@ import pytest
 from click.testing import CliRunner
 
 from ddptui.cli import main
-from engine.core.machine_info import MachineInfo
-from engine.core.result_history import (
+from engine.core.bench.result_history import (
     HISTORY_SCHEMA_VERSION,
     HistoryError,
     RecordedRun,
     ResultHistory,
     default_db_path,
 )
-from engine.core.speedup_table import RowResult, SpeedupTable, build_speedup_table
-from engine.core.summary import EpochFigures, RunSummary
+from engine.core.bench.speedup_table import RowResult, SpeedupTable, build_speedup_table
+from engine.core.host.machine_info import MachineInfo
+from engine.core.runs.summary import EpochFigures, RunSummary
 
 A100 = MachineInfo(
     host="gpu-box",
@@ -170,7 +170,7 @@ def test_the_default_path_follows_the_data_directory_variables(
 
 def test_machine_info_names_this_machine_without_importing_torch_in_the_caller() -> None:
     probe = (
-        "import sys, json; from engine.core.machine_info import collect_machine_info; "
+        "import sys, json; from engine.core.host.machine_info import collect_machine_info; "
         "info = collect_machine_info(); "
         "print(json.dumps({'torch_here': 'torch' in sys.modules, **info.to_json()}))"
     )

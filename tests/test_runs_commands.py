@@ -13,7 +13,9 @@ from click.testing import CliRunner
 from fixtures.made_runs import ProcessPen, make_run, ref_of
 
 from ddptui.cli import main
-from engine.core.events import (
+from engine.core.common.statuses import RankStatus, RunStatus
+from engine.core.procs.process_identity import ProcessRef
+from engine.core.runs.events import (
     EpochStarted,
     RankExited,
     RankFailed,
@@ -24,12 +26,10 @@ from engine.core.events import (
     RunStarted,
     StepProgress,
 )
-from engine.core.observer import RunObserver, observe_run
-from engine.core.process_identity import ProcessRef
-from engine.core.rank_states import RankStateTracker, Thresholds
-from engine.core.statuses import RankStatus, RunStatus
-from engine.core.summarize import build_summary
-from engine.core.summary import Failure
+from engine.core.runs.observer import RunObserver, observe_run
+from engine.core.runs.rank_states import RankStateTracker, Thresholds
+from engine.core.runs.summarize import build_summary
+from engine.core.runs.summary import Failure
 
 DONE, FAILED, STOPPED = RankStatus.DONE, RankStatus.FAILED, RankStatus.STOPPED
 RUNNING, STARTING = RankStatus.RUNNING, RankStatus.STARTING

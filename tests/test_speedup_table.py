@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from engine.core.speedup_table import (
+from engine.core.bench.speedup_table import (
     CSV_COLUMNS,
     RowResult,
     SpeedupTable,
@@ -20,8 +20,8 @@ from engine.core.speedup_table import (
     build_speedup_table,
     compare_tables,
 )
-from engine.core.statuses import RowStatus
-from engine.core.summary import EpochFigures, Failure, RunSummary
+from engine.core.common.statuses import RowStatus
+from engine.core.runs.summary import EpochFigures, Failure, RunSummary
 
 FAILED, OK, SKIPPED = RowStatus.FAILED, RowStatus.OK, RowStatus.SKIPPED
 
@@ -522,7 +522,7 @@ def test_outside_load_is_flagged_from_what_the_bench_measured() -> None:
 
 
 def test_outside_load_counts_other_processes_not_the_runs_own(pen: Any) -> None:
-    from engine.core.outside_load import OutsideLoad
+    from engine.core.host.outside_load import OutsideLoad
 
     busy = "import time\nend = time.time() + 1.5\nwhile time.time() < end: pass"
     load = OutsideLoad()

@@ -6,8 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from engine.core.config import ConfigError
-from engine.core.suites import list_suites, load_suite, resolve_rows, row_config, suite_of_presets
+from engine.core.config.schema import ConfigError
+from engine.core.config.suites import (
+    list_suites,
+    load_suite,
+    row_config,
+    suite_of_presets,
+)
+from engine.core.plan.suite_plan import resolve_rows
 
 
 def write(tmp_path: Path, text: str, name: str = "mine.toml") -> Path:

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from fixtures.spawning import free_port, spawn_ranks
 from torch import nn
 
-from engine.core.config import (
+from engine.core.config.schema import (
     ConfigError,
     ModelConfig,
     RunConfig,
@@ -26,9 +26,9 @@ from engine.core.config import (
     load_config,
     to_toml,
 )
-from engine.core.events import EpochEnded, Evaluation, EventWriter, StepProgress, read_events
-from engine.core.plan import plan_run
-from engine.core.rundir import RunDir
+from engine.core.plan.run_plan import plan_run
+from engine.core.runs.events import EpochEnded, Evaluation, EventWriter, StepProgress, read_events
+from engine.core.runs.rundir import RunDir
 from engine.train.data import TestBatches
 from engine.train.models import SmallCNN, build_model
 from engine.train.training import evaluate, train_rank

@@ -18,8 +18,11 @@ import torch
 import torch.multiprocessing as mp
 from fixtures.spawning import free_port, spawn_ranks
 
-from engine.core.config import ConfigError, RunConfig, apply_overrides, load_config, to_toml
-from engine.core.events import (
+from engine.core.config.presets import load_preset
+from engine.core.config.schema import ConfigError, RunConfig, apply_overrides, load_config, to_toml
+from engine.core.plan.run_plan import plan_run
+from engine.core.procs.process_identity import ProcessRef
+from engine.core.runs.events import (
     CheckpointSaved,
     EpochEnded,
     Evaluation,
@@ -28,10 +31,7 @@ from engine.core.events import (
     StepProgress,
     read_events,
 )
-from engine.core.plan import plan_run
-from engine.core.presets import load_preset
-from engine.core.process_identity import ProcessRef
-from engine.core.rundir import RunDir
+from engine.core.runs.rundir import RunDir
 from engine.train.faults import FaultInjector
 from engine.train.models import build_model
 from engine.train.worker import (

@@ -1,4 +1,4 @@
-"""``ddptui bench``: run a suite's rows one after another (``engine.core.bench_runner``), print the
+"""``ddptui bench``: run a suite's rows one after another (``engine.core.bench.bench_runner``), print the
 speedup table, record it.
 
 Every row is planned before anything starts: bad input (an unknown suite or preset, a bad override,
@@ -21,16 +21,17 @@ import click
 from ddptui import exit_codes
 from ddptui.run_options import collect_overrides, override_options
 from ddptui.terminal_progress import ProgressPrinter, follow_with_progress
-from engine.core import gpus
-from engine.core.bench_runner import BenchState, Follow, run_rows
-from engine.core.config import ConfigError
-from engine.core.follower import FollowResult
-from engine.core.machine_info import MachineInfo, collect_machine_info
-from engine.core.result_history import HistoryError, ResultHistory, default_db_path
-from engine.core.run_start import StartedRun
-from engine.core.speedup_table import FORMATS, SpeedupTable, build_speedup_table
-from engine.core.statuses import RowStatus
-from engine.core.suites import Suite, list_suites, load_suite, resolve_rows, suite_of_presets
+from engine.core.bench.bench_runner import BenchState, Follow, run_rows
+from engine.core.bench.result_history import HistoryError, ResultHistory, default_db_path
+from engine.core.bench.speedup_table import FORMATS, SpeedupTable, build_speedup_table
+from engine.core.common.statuses import RowStatus
+from engine.core.config.schema import ConfigError
+from engine.core.config.suites import Suite, list_suites, load_suite, suite_of_presets
+from engine.core.host import gpus
+from engine.core.host.machine_info import MachineInfo, collect_machine_info
+from engine.core.ops.follower import FollowResult
+from engine.core.ops.run_start import StartedRun
+from engine.core.plan.suite_plan import resolve_rows
 
 
 def follow_on(out: TextIO) -> Follow:

@@ -13,7 +13,7 @@ import click
 
 from ddptui.commands.processes import format_age, format_bytes, runs_dir_option
 from ddptui.widgets.figures import bar, short_command
-from engine.core.gpu_view import GpuProcessRow, GpuScanner, GpuView
+from engine.core.jobs.gpu_view import GpuProcessRow, GpuScanner, GpuView
 
 KIND_WORDS = {
     "ddptui": "ddptui",

@@ -6,11 +6,12 @@ from typing import Any
 
 import click
 
-from engine.core import gpus, strict_json
-from engine.core.config import ConfigError, load_config
-from engine.core.plan import plan_run
-from engine.core.presets import list_presets
-from engine.core.resource_guard import check_resources
+from engine.core.common import strict_json
+from engine.core.config.presets import list_presets
+from engine.core.config.schema import ConfigError, load_config
+from engine.core.host import gpus
+from engine.core.plan.resource_guard import check_resources
+from engine.core.plan.run_plan import plan_run
 
 
 @click.command("presets")

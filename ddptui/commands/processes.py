@@ -20,27 +20,25 @@ import click
 from ddptui import exit_codes
 from ddptui.run_options import checked_runs_dir, default_runs_dir
 from ddptui.widgets.figures import short_command
-from engine.core import strict_json
-from engine.core.leftovers import (
+from engine.core.common import strict_json
+from engine.core.common.statuses import KillOutcome
+from engine.core.jobs.clean import CleanedJob, CleanPlan, clean_orphans, plan_clean
+from engine.core.jobs.process_table import (
+    ProcessTable,
+    TrainingJob,
+    TrainingProcess,
+    scan_processes,
+)
+from engine.core.ops.kill import KillResult, kill_run
+from engine.core.procs.leftovers import (
     DEFAULT_SHM_DIR,
     LeftoverPlan,
     LeftoverRemoval,
     plan_leftovers,
     remove_leftovers,
 )
-from engine.core.process_kill import (
-    CleanedJob,
-    CleanPlan,
-    KillRefused,
-    KillResult,
-    clean_orphans,
-    kill_run,
-    plan_clean,
-    run_dir_owner,
-)
-from engine.core.process_table import ProcessTable, TrainingJob, TrainingProcess, scan_processes
-from engine.core.rundir import RunDirError, find_run
-from engine.core.statuses import KillOutcome
+from engine.core.procs.stopping import KillRefused
+from engine.core.runs.rundir import RunDirError, find_run, run_dir_owner
 
 runs_dir_option = click.option(
     "--runs-dir",

@@ -10,8 +10,13 @@ from typing import Any
 import click
 
 from ddptui import exit_codes
-from engine.core.result_history import BenchRecord, HistoryError, ResultHistory, default_db_path
-from engine.core.speedup_table import FORMATS, comparison_markdown, markdown_table
+from engine.core.bench.result_history import (
+    BenchRecord,
+    HistoryError,
+    ResultHistory,
+    default_db_path,
+)
+from engine.core.bench.speedup_table import FORMATS, comparison_markdown, markdown_table
 
 DB_OPTION = click.option(
     "--db",

@@ -12,12 +12,12 @@ import click
 from ddptui import exit_codes
 from ddptui.run_options import collect_overrides, override_options
 from ddptui.terminal_progress import ProgressPrinter, follow_with_progress, result_line
-from engine.core import strict_json
-from engine.core.config import ConfigError, RunConfig, ScriptConfig, apply_overrides
-from engine.core.presets import load_preset
-from engine.core.run_start import start_run
-from engine.core.rundir import RunDirError
-from engine.core.statuses import RunStatus
+from engine.core.common import strict_json
+from engine.core.common.statuses import RunStatus
+from engine.core.config.presets import load_preset
+from engine.core.config.schema import ConfigError, RunConfig, ScriptConfig, apply_overrides
+from engine.core.ops.run_start import start_run
+from engine.core.runs.rundir import RunDirError
 
 # Shortcuts that set the engine's own workload: a script has its own options, after --.
 ENGINE_ONLY = ("epochs", "max_steps", "batch_size", "precision", "data", "model", "seed")

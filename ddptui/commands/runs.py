@@ -15,12 +15,12 @@ import click
 from ddptui import exit_codes
 from ddptui.commands.processes import format_age, runs_dir_option
 from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
-from engine.core import strict_json
-from engine.core.config import ConfigError, load_config
-from engine.core.observer import RunState, observe_run
-from engine.core.rank_states import RankState, Thresholds
-from engine.core.rundir import RunDirError, find_run, list_runs
-from engine.core.summary import RunSummary
+from engine.core.common import strict_json
+from engine.core.config.schema import ConfigError, load_config
+from engine.core.runs.observer import RunState, observe_run
+from engine.core.runs.rank_states import RankState, Thresholds
+from engine.core.runs.rundir import RunDirError, find_run, list_runs
+from engine.core.runs.summary import RunSummary
 
 
 def _stalled_cell(progress: RunState) -> str:

@@ -13,13 +13,13 @@ import click
 from ddptui import exit_codes
 from ddptui.commands.processes import runs_dir_option
 from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
-from engine.core import strict_json
-from engine.core.diagnosis import RankDiagnosis, StackSnapshot, read_activity
-from engine.core.observer import observe_run
-from engine.core.process_identity import identify
-from engine.core.run_snapshot import request_flight_recorder_dumps, snapshot_run
-from engine.core.rundir import RunDirError, find_run
-from engine.core.stacks import capture_stack, process_state
+from engine.core.common import strict_json
+from engine.core.ops.run_snapshot import request_flight_recorder_dumps, snapshot_run
+from engine.core.procs.process_identity import identify
+from engine.core.runs.observer import observe_run
+from engine.core.runs.rundir import RunDirError, find_run
+from engine.core.stacks.capture import capture_stack, process_state
+from engine.core.stacks.diagnosis import RankDiagnosis, StackSnapshot, read_activity
 
 
 def _fail(message: str, code: int = exit_codes.BAD_INPUT) -> NoReturn:

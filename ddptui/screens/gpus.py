@@ -29,9 +29,9 @@ from ddptui.messages import GpusScanned, StopFinished, WorkerProblem
 from ddptui.widgets.confirm import AllUsersToggle, ConfirmDialog
 from ddptui.widgets.gpu_panel import gpu_bar_line
 from ddptui.widgets.gpu_process_list import GpuProcessList
-from engine.core.gpu_view import GpuProcessRow, GpuView
-from engine.core.gpus import GpuInventory
-from engine.core.process_identity import ProcessRef
+from engine.core.host.gpus import GpuInventory
+from engine.core.jobs.gpu_view import GpuProcessRow, GpuView
+from engine.core.procs.process_identity import ProcessRef
 
 if TYPE_CHECKING:
     from ddptui.app import DdptuiApp

@@ -5,7 +5,7 @@ path (or ``-m module``), to run like torchrun would; a preset that names a scrip
 with its arguments in the form instead of the engine's settings.
 
 Presets that cannot run on this machine stay in the list, marked, with the reason. Starting a run
-goes through ``engine.core.run_start`` in a thread worker: the launcher runs in its own session, never in
+goes through ``engine.core.ops.run_start`` in a thread worker: the launcher runs in its own session, never in
 the UI process.
 """
 
@@ -42,7 +42,8 @@ from ddptui.messages import PresetsChecked, RunLaunched, WorkerProblem
 from ddptui.widgets import figures
 from ddptui.widgets.confirm import ConfirmDialog
 from ddptui.widgets.script_prompt import ScriptPrompt
-from engine.core.config import (
+from engine.core.config.devices import DevicePlan, resolve_devices
+from engine.core.config.schema import (
     DATASETS,
     PRECISIONS,
     ConfigError,
@@ -50,13 +51,12 @@ from engine.core.config import (
     apply_overrides,
     parse_setting,
 )
-from engine.core.devices import DevicePlan, resolve_devices
-from engine.core.gpus import GpuInventory, GpuSample
-from engine.core.plan import RunPlan, plan_run
+from engine.core.host.gpus import GpuInventory, GpuSample
+from engine.core.plan.run_plan import RunPlan, plan_run
 
 if TYPE_CHECKING:
     from ddptui.app import DdptuiApp
-    from engine.core.resource_guard import ResourceCheck
+    from engine.core.plan.resource_guard import ResourceCheck
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class PresetCheck:
 def check_presets(gpu_count: int) -> list[PresetCheck]:
     """Every preset with the reason it cannot run on a machine with ``gpu_count`` GPUs, if any."""
     # Here, not at the top: the launch screen is the first frame, and these are not needed for it.
-    from engine.core.presets import list_presets, load_preset_file
+    from engine.core.config.presets import list_presets, load_preset_file
 
     checks = []
     for preset in list_presets():

@@ -22,7 +22,7 @@ from ddptui.actions import KILL_GRACE_SECONDS
 from ddptui.messages import CleanFinished, ProcessesListed, WorkerProblem
 from ddptui.widgets import figures
 from ddptui.widgets.confirm import AllUsersToggle, ConfirmDialog
-from engine.core.statuses import JobState
+from engine.core.common.statuses import JobState
 
 if TYPE_CHECKING:
     from ddptui.app import DdptuiApp

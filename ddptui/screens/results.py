@@ -1,4 +1,4 @@
-"""Results: the speedup table (``engine.core.speedup_table``) of the runs launched since the app opened,
+"""Results: the speedup table (``engine.core.bench.speedup_table``) of the runs launched since the app opened,
 or of a stored bench; the baseline row is choosable, and the table exports to Markdown or CSV.
 
 The essential columns come first (row, devices, precision, images/s, speedup, efficiency, accuracy,

@@ -31,9 +31,9 @@ from ddptui.widgets.gpu_panel import GpuPanel
 from ddptui.widgets.log_tail import LogTail
 from ddptui.widgets.rank_table import RankTable
 from ddptui.widgets.run_summary import CHARTS_FROM, RunSummaryPanel
-from engine.core.gpus import GpuInventory
-from engine.core.rundir import RunDir
-from engine.core.statuses import RankStatus, RunStatus
+from engine.core.common.statuses import RankStatus, RunStatus
+from engine.core.host.gpus import GpuInventory
+from engine.core.runs.rundir import RunDir
 
 if TYPE_CHECKING:
     from ddptui.app import DdptuiApp

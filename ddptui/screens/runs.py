@@ -19,7 +19,7 @@ from ddptui.screens.run import STATUS_STYLES
 from ddptui.watch import RunLister, RunListing
 from ddptui.widgets import figures
 from ddptui.widgets.fitted_table import FittedTable
-from engine.core.rundir import RunDir
+from engine.core.runs.rundir import RunDir
 
 if TYPE_CHECKING:
     from ddptui.app import DdptuiApp

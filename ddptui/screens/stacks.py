@@ -16,8 +16,8 @@ from textual.widgets import Footer, Header, Static
 
 from ddptui.messages import StacksTaken
 from ddptui.stack_report import diagnosis_lines
-from engine.core.diagnosis import StackSnapshot
-from engine.core.rundir import RunDir
+from engine.core.runs.rundir import RunDir
+from engine.core.stacks.diagnosis import StackSnapshot
 
 if TYPE_CHECKING:
     from ddptui.app import DdptuiApp

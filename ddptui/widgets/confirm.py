@@ -12,9 +12,9 @@ from textual.widgets import Button, Static
 
 
 def may_stop_other_users() -> bool:
-    """Root only (``engine.core.process_kill``, imported when first asked: the launch screen,
+    """Root only (``engine.core.procs.stopping``, imported when first asked: the launch screen,
     the first frame, uses this module too)."""
-    from engine.core.process_kill import may_stop_other_users as root_only
+    from engine.core.procs.stopping import may_stop_other_users as root_only
 
     return root_only()
 

@@ -13,8 +13,8 @@ from textual.widget import Widget
 
 from ddptui.gpu_history import GpuHistory
 from ddptui.widgets import figures
-from engine.core.gpus import GpuInventory, GpuSample
-from engine.core.rank_states import RankState
+from engine.core.host.gpus import GpuInventory, GpuSample
+from engine.core.runs.rank_states import RankState
 
 CPU_HISTORY = 60
 

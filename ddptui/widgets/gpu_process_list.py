@@ -18,8 +18,8 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from ddptui.widgets import figures
-from engine.core.gpu_view import GpuProcessRow
-from engine.core.statuses import HolderKind
+from engine.core.common.statuses import HolderKind
+from engine.core.jobs.gpu_view import GpuProcessRow
 
 KIND_STYLES = {
     HolderKind.DDPTUI: "green",

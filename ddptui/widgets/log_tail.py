@@ -16,7 +16,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Static
 
-from engine.core.summary import Failure
+from engine.core.runs.summary import Failure
 
 TRACEBACK_LINES = 6
 NOTICES = 2

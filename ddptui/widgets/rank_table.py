@@ -15,8 +15,8 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from ddptui.widgets import figures
-from engine.core.rank_states import RankState
-from engine.core.statuses import RankStatus
+from engine.core.common.statuses import RankStatus
+from engine.core.runs.rank_states import RankState
 
 STATE_STYLES = {
     RankStatus.RUNNING: "green",

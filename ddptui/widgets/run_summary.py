@@ -3,7 +3,7 @@ cause of a failure or the diagnosis of a lost or killed run, and its curves per 
 accuracy and throughput. Charts (plotext, through textual-plotext) where the terminal has room,
 sparklines where it has not.
 
-Everything shown comes from the run's summary (``engine.core.summary.RunSummary``) and the run
+Everything shown comes from the run's summary (``engine.core.runs.summary.RunSummary``) and the run
 observer's root cause; nothing is computed here beyond formatting.
 """
 
@@ -20,8 +20,8 @@ from textual.widgets import Static
 
 from ddptui.widgets import figures
 from ddptui.widgets.log_tail import failure_message
-from engine.core.observer import RunState
-from engine.core.statuses import RunStatus
+from engine.core.common.statuses import RunStatus
+from engine.core.runs.observer import RunState
 
 CHART_HEIGHT = 12
 CHARTS_FROM = (100, 40)  # (columns, rows) from which charts replace sparklines

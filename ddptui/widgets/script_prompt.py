@@ -3,7 +3,7 @@ or ``-m package.module``, and the script's own arguments. Enter in the script fi
 arguments, Enter there checks and returns the run's config; a script that cannot be found is said
 in the dialog, which stays open. Escape cancels (returns None).
 
-Nothing is imported: finding the file or the module is all the check does (``engine.core.user_code``).
+Nothing is imported: finding the file or the module is all the check does (``engine.core.config.user_code``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
-from engine.core.config import ConfigError, RunConfig, ScriptConfig
+from engine.core.config.schema import ConfigError, RunConfig, ScriptConfig
 
 
 def script_from_fields(target: str, arguments: str) -> RunConfig:
@@ -36,7 +36,7 @@ def script_from_fields(target: str, arguments: str) -> RunConfig:
         script = ScriptConfig(path=target, args=args)
     else:
         raise ConfigError(f"{target!r} is neither a .py file nor -m package.module")
-    from engine.core.user_code import check_script
+    from engine.core.config.user_code import check_script
 
     config = RunConfig.for_script(script)
     check_script(config)

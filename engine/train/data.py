@@ -10,7 +10,7 @@ Data sets (``data.dataset``):
   linear model of its pixels, so a model has to learn spatial patterns; the random crop (4-pixel
   padding) + flip augmentation keeps the class. The small CNN reaches 99 % test accuracy in the 2
   epochs of the cpu-demo preset.
-- ``cifar10``: ``torchvision.datasets.CIFAR10`` under ``engine.core.plan.dataset_root(config)``.
+- ``cifar10``: ``torchvision.datasets.CIFAR10`` under ``engine.core.plan.run_plan.dataset_root(config)``.
 
 Pipelines (``data.pipeline``):
 
@@ -43,8 +43,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
-from engine.core.config import RunConfig
-from engine.core.plan import dataset_root
+from engine.core.config.schema import RunConfig
+from engine.core.plan.run_plan import dataset_root
 from engine.train.rank_bootstrap import bind_dataloader_worker
 from engine.train.user_factories import user_datasets
 

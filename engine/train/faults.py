@@ -1,5 +1,5 @@
 """The faults a rank acts out for tests and the soak (``--fault KIND:RANK:STEP``, parsed by
-``engine.core.faults``). Each kind is one function, so a stack taken during a fault names it:
+``engine.core.config.faults``). Each kind is one function, so a stack taken during a fault names it:
 ``faults.py:NN in hang``.
 
 - ``crash``: raise; ``exit``: ``os._exit(3)``; ``slow``: sleep every step from then on;
@@ -19,8 +19,8 @@ import threading
 import time
 from collections.abc import Iterable
 
-from engine.core.faults import parse_fault
-from engine.core.run_environment import LAUNCHER_PID_ENV
+from engine.core.common.run_environment import LAUNCHER_PID_ENV
+from engine.core.config.faults import parse_fault
 from engine.train.memory_fault import allocate_until_killed
 
 SLOW_FAULT_SECONDS = 0.5

@@ -34,37 +34,37 @@ from pathlib import Path
 
 import psutil
 
-from engine.core import gpus
-from engine.core.config import ConfigError, load_config
-from engine.core.disk_space import SpaceReserve, WriteFailed
-from engine.core.events import (
-    Event,
-    EventWriter,
-    RunFinished,
-    RunStarted,
-)
-from engine.core.oom_evidence import oom_baseline
-from engine.core.plan import RunPlan, plan_run
-from engine.core.process_identity import ProcessRef
-from engine.core.process_kill import stop_processes
-from engine.core.resource_guard import available_memory_bytes, check_resources
-from engine.core.run_environment import (
+from engine.core.common.disk_space import SpaceReserve, WriteFailed
+from engine.core.common.run_environment import (
     LAUNCHER_PID_ENV,
     RENDEZVOUS_ENV,
     RUN_DIR_ENV,
     RUN_MARKER_ENV,
     THREADS_ENV,
 )
-from engine.core.run_files import PRIVATE_FILE_MODE
-from engine.core.rundir import (
+from engine.core.common.run_files import PRIVATE_FILE_MODE
+from engine.core.common.statuses import RunStatus
+from engine.core.config.schema import ConfigError, load_config
+from engine.core.host import gpus
+from engine.core.host.oom_evidence import oom_baseline
+from engine.core.plan.resource_guard import available_memory_bytes, check_resources
+from engine.core.plan.run_plan import RunPlan, plan_run
+from engine.core.procs.process_identity import ProcessRef
+from engine.core.procs.stopping import stop_processes
+from engine.core.runs.events import (
+    Event,
+    EventWriter,
+    RunFinished,
+    RunStarted,
+)
+from engine.core.runs.rundir import (
     RunDir,
     RunDirError,
     RunInfo,
     this_host,
 )
-from engine.core.statuses import RunStatus
-from engine.core.summarize import build_summary
-from engine.core.summary import Failure, RunSummary
+from engine.core.runs.summarize import build_summary
+from engine.core.runs.summary import Failure, RunSummary
 from engine.train.memory_fault import own_memory_cgroup, remove_fault_cgroup
 from engine.train.supervisor import supervise
 

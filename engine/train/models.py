@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from engine.core.config import ConfigError, ModelConfig
+from engine.core.config.schema import ConfigError, ModelConfig
 from engine.train.data import NUM_CLASSES
 from engine.train.user_factories import build_user_model
 

@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import IO
 
-from engine.core.run_environment import (
+from engine.core.common.run_environment import (
     LAUNCHER_PID_ENV,
     RUN_DIR_ENV,
     STACK_DUMP_SIGNAL,

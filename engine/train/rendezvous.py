@@ -23,7 +23,7 @@ from urllib.parse import parse_qs, urlparse
 
 import torch.distributed as dist
 
-from engine.core.run_environment import RENDEZVOUS_ENV
+from engine.core.common.run_environment import RENDEZVOUS_ENV
 
 if TYPE_CHECKING:  # nothing of torch.distributed is touched while it may still be importing
     StoreTriple = tuple[dist.Store, int, int]

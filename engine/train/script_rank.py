@@ -38,10 +38,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
 
-from engine.core.config import RunConfig, load_config
-from engine.core.events import EventWriter, RankFailed, RankFinished, RankStarted, one_line_error
-from engine.core.rundir import RunDir, this_host
-from engine.core.script_reporting import BarReader, ScriptReporter, install
+from engine.core.config.schema import RunConfig, load_config
+from engine.core.runs.events import (
+    EventWriter,
+    RankFailed,
+    RankFinished,
+    RankStarted,
+    one_line_error,
+)
+from engine.core.runs.rundir import RunDir, this_host
+from engine.core.runs.script_reporting import BarReader, ScriptReporter, install
 
 OPTIMIZER_MODULE = "torch.optim.optimizer"
 RENDEZVOUS_MODULE = "torch.distributed.rendezvous"

@@ -1,7 +1,7 @@
 """The launcher's watch over its ranks, from the moment they run until the last has exited.
 
 Every ``POLL_SECONDS`` it reaps exits; every ``READ_SECONDS`` it reads the ranks' events and applies
-the stall and straggler rules of ``engine.core.rank_states`` (the one place they live):
+the stall and straggler rules of ``engine.core.runs.rank_states`` (the one place they live):
 
 - the first rank to fail is the root cause; the others get ``supervision.failure_grace_seconds``
   to exit, then SIGKILL (a rank stuck in a collective never exits by itself);
@@ -26,9 +26,11 @@ from pathlib import Path
 
 import psutil
 
-from engine.core.config import RunConfig
-from engine.core.diagnosis import RankTarget, StackSnapshot, latest_snapshot, take_snapshot
-from engine.core.events import (
+from engine.core.common.statuses import RankStatus, RunStatus
+from engine.core.config.schema import RunConfig
+from engine.core.host.oom_evidence import OomBaseline, sigkill_cause
+from engine.core.procs.process_identity import ProcessRef
+from engine.core.runs.events import (
     EventTail,
     EventWriter,
     RankExited,
@@ -38,12 +40,10 @@ from engine.core.events import (
     RankStraggling,
     StacksTaken,
 )
-from engine.core.oom_evidence import OomBaseline, sigkill_cause
-from engine.core.process_identity import ProcessRef
-from engine.core.rank_states import RankStateTracker, Thresholds
-from engine.core.rundir import RunDir
-from engine.core.statuses import RankStatus, RunStatus
-from engine.core.summary import Failure, exit_status
+from engine.core.runs.rank_states import RankStateTracker, Thresholds
+from engine.core.runs.rundir import RunDir
+from engine.core.runs.summary import Failure, exit_status
+from engine.core.stacks.diagnosis import RankTarget, StackSnapshot, latest_snapshot, take_snapshot
 
 # Exits are reaped every POLL_SECONDS, so a dead rank stops its peers at once; the event files
 # are read, and the stall and straggler rules applied, every READ_SECONDS, which keeps the

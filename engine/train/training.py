@@ -31,9 +31,11 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from engine.core.config import ConfigError, ModelConfig
-from engine.core.disk_space import WriteFailed
-from engine.core.events import (
+from engine.core.common.disk_space import WriteFailed
+from engine.core.common.run_files import PRIVATE_FILE_MODE
+from engine.core.config.schema import ConfigError, ModelConfig
+from engine.core.plan.run_plan import RunPlan, lr_at_step
+from engine.core.runs.events import (
     CheckpointSaved,
     EpochEnded,
     EpochStarted,
@@ -42,9 +44,7 @@ from engine.core.events import (
     PhaseStarted,
     StepProgress,
 )
-from engine.core.plan import RunPlan, lr_at_step
-from engine.core.run_files import PRIVATE_FILE_MODE
-from engine.core.rundir import RunDir
+from engine.core.runs.rundir import RunDir
 from engine.train.data import Batch, TestBatches, TrainBatches, make_train_batches
 from engine.train.faults import FaultInjector
 from engine.train.models import build_model, prepare_model

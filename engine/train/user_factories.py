@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from engine.core.config import ConfigError, DataConfig, ModelConfig
-from engine.core.user_code import split_factory
+from engine.core.config.schema import ConfigError, DataConfig, ModelConfig
+from engine.core.config.user_code import split_factory
 
 
 def load_callable(key: str, value: str) -> Callable[..., Any]:

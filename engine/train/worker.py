@@ -43,19 +43,25 @@ import psutil
 import torch
 import torch.distributed as dist
 
-from engine.core import gpus
-from engine.core.config import ConfigError, apply_overrides, load_config, to_toml
-from engine.core.disk_space import WriteFailed, disk_full
-from engine.core.events import EventWriter, RankFailed, RankFinished, RankStarted, one_line_error
-from engine.core.plan import RunPlan, plan_run
-from engine.core.presets import load_preset
-from engine.core.process_identity import ProcessRef, identify, ref_alive
-from engine.core.run_environment import LAUNCHER_PID_ENV, THREADS_ENV
-from engine.core.run_files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, make_dirs
-from engine.core.rundir import RunDir, this_host, write_text_atomic
-from engine.core.settle import settle_run
-from engine.core.statuses import RunStatus
-from engine.core.summarize import build_summary
+from engine.core.common.disk_space import WriteFailed, disk_full
+from engine.core.common.run_environment import LAUNCHER_PID_ENV, THREADS_ENV
+from engine.core.common.run_files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, make_dirs
+from engine.core.common.statuses import RunStatus
+from engine.core.config.presets import load_preset
+from engine.core.config.schema import ConfigError, apply_overrides, load_config, to_toml
+from engine.core.host import gpus
+from engine.core.plan.run_plan import RunPlan, plan_run
+from engine.core.procs.process_identity import ProcessRef, identify, ref_alive
+from engine.core.runs.events import (
+    EventWriter,
+    RankFailed,
+    RankFinished,
+    RankStarted,
+    one_line_error,
+)
+from engine.core.runs.rundir import RunDir, this_host, write_text_atomic
+from engine.core.runs.settle import settle_run
+from engine.core.runs.summarize import build_summary
 from engine.train.rank_bootstrap import bootstrap_rank, prepare_stack_dumps
 from engine.train.rendezvous import rendezvous_store
 from engine.train.training import gpu_index, pick_device, train_rank

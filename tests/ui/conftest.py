@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from ddptui.app import DdptuiApp
-from engine.core.gpus import GpuInventory
-from engine.core.plan import RunPlan
-from engine.core.resource_guard import ResourceCheck, check_resources
+from engine.core.host.gpus import GpuInventory
+from engine.core.plan.resource_guard import ResourceCheck, check_resources
+from engine.core.plan.run_plan import RunPlan
 from tests.conftest import REPO_ROOT
 from tests.fixtures import make_recorded_run as recorded
 from tests.ui.standins import (

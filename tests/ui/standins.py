@@ -15,15 +15,20 @@ from typing import Any
 
 from ddptui.actions import EngineActions, Outcome
 from ddptui.app import DdptuiApp
-from engine.core import gpus
-from engine.core.config import RunConfig
-from engine.core.device_holders import DeviceHolder, HolderScan
-from engine.core.gpu_view import GpuView, build_gpu_view
-from engine.core.gpus import GpuInventory
-from engine.core.process_identity import ProcessProbe, ProcessRef, ProcessUsage
-from engine.core.process_table import ProcessTable, TrainingJob, TrainingProcess, hidden_holders
-from engine.core.rundir import RunDir
-from engine.core.statuses import JobKind, JobState, ProcessRole
+from engine.core.common.statuses import JobKind, JobState, ProcessRole
+from engine.core.config.schema import RunConfig
+from engine.core.host import gpus
+from engine.core.host.gpus import GpuInventory
+from engine.core.jobs.gpu_view import GpuView, build_gpu_view
+from engine.core.jobs.process_table import (
+    ProcessTable,
+    TrainingJob,
+    TrainingProcess,
+    hidden_holders,
+)
+from engine.core.procs.device_holders import DeviceHolder, HolderScan
+from engine.core.procs.process_identity import ProcessProbe, ProcessRef, ProcessUsage
+from engine.core.runs.rundir import RunDir
 from tests.fixtures import make_recorded_run as recorded
 
 RECORDED = Path("tests/fixtures/recorded-run")  # relative: snapshots show it as is
@@ -156,7 +161,7 @@ def _machine_pynvml(machine: tuple[StandInGpu, ...], fail_init: str | None) -> t
 
 @contextmanager
 def standin_nvml(**kwargs: Any) -> Iterator[types.ModuleType]:
-    """Install the fake pynvml in sys.modules for the duration (engine.core.gpus imports it lazily)."""
+    """Install the fake pynvml in sys.modules for the duration (engine.core.host.gpus imports it lazily)."""
     saved = sys.modules.get("pynvml")
     module = fake_pynvml(**kwargs)
     sys.modules["pynvml"] = module
@@ -562,8 +567,10 @@ EIGHT_RANK_PIDS = tuple(525210 + r for r in range(8))
 
 def make_eight_rank_run(runs_dir: Path) -> RunDir:
     """A run of 8 ranks on GPUs 0-7, going at NOW: rank 3 stalled, rank 6 a straggler."""
-    from engine.core.config import apply_overrides, to_toml
-    from engine.core.events import (
+    from engine.core.common.statuses import RunStatus
+    from engine.core.config.presets import load_preset
+    from engine.core.config.schema import apply_overrides, to_toml
+    from engine.core.runs.events import (
         EpochStarted,
         EventWriter,
         RankStalled,
@@ -572,9 +579,7 @@ def make_eight_rank_run(runs_dir: Path) -> RunDir:
         RunStarted,
         StepProgress,
     )
-    from engine.core.presets import load_preset
-    from engine.core.rundir import RunInfo
-    from engine.core.statuses import RunStatus
+    from engine.core.runs.rundir import RunInfo
 
     run = RunDir(runs_dir / EIGHT_RANK_RUN)
     run.create()

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from ddptui.actions import EngineActions
-from engine.core.machine_info import MachineInfo
-from engine.core.result_history import RecordedRun, ResultHistory
-from engine.core.rundir import RunDir
-from engine.core.speedup_table import RowResult, build_speedup_table
-from engine.core.summary import RunSummary
-from engine.core.table_rows import session_rows
+from engine.core.bench.result_history import RecordedRun, ResultHistory
+from engine.core.bench.speedup_table import RowResult, build_speedup_table
+from engine.core.bench.table_rows import session_rows
+from engine.core.host.machine_info import MachineInfo
+from engine.core.runs.rundir import RunDir
+from engine.core.runs.summary import RunSummary
 from tests.conftest import REPO_ROOT
 from tests.ui.standins import FAILED_RUN, GPU_RUN, LIVE_RUN, RECORDED, StandInProbe
 from tests.ui.test_watch import LIVE_PIDS

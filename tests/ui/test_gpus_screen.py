@@ -23,8 +23,8 @@ from ddptui.screens.gpus import GpuBars, GpusScreen
 from ddptui.widgets import confirm
 from ddptui.widgets.confirm import ConfirmDialog
 from ddptui.widgets.gpu_process_list import GpuProcessList
-from engine.core.process_identity import ProcessRef, find_process
-from engine.core.statuses import HolderKind
+from engine.core.common.statuses import HolderKind
+from engine.core.procs.process_identity import ProcessRef, find_process
 from tests.ui.standins import (
     EIGHT_GPUS,
     NOW,

@@ -15,7 +15,7 @@ from ddptui.app import DdptuiApp
 from ddptui.screens.launch import LaunchScreen, holders_text, short_model
 from ddptui.screens.run import RunScreen
 from ddptui.widgets.confirm import ConfirmDialog
-from engine.core.gpus import GpuProcess, GpuSample
+from engine.core.host.gpus import GpuProcess, GpuSample
 from tests.ui.standins import (
     EIGHT_GPUS,
     LIVE_RUN,

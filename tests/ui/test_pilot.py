@@ -25,7 +25,7 @@ from ddptui.widgets import confirm
 from ddptui.widgets.confirm import ConfirmDialog
 from ddptui.widgets.gpu_panel import GpuPanel
 from ddptui.widgets.keys_dialog import KeysDialog
-from engine.core.rundir import RunDir
+from engine.core.runs.rundir import RunDir
 from tests.conftest import REPO_ROOT
 from tests.ui.standins import (
     FAILED_RUN,
@@ -382,9 +382,9 @@ async def test_a_stalled_run_shows_its_stacks_inline_and_in_full(
 ) -> None:
     """The recorded live run has a stalled rank 2; a stored snapshot names it the culprit."""
     from ddptui.screens.stacks import StacksScreen
-    from engine.core.diagnosis import RankDiagnosis, StackSnapshot, save_snapshot
-    from engine.core.stacks import Frame
-    from engine.core.statuses import RankActivity
+    from engine.core.common.statuses import RankActivity
+    from engine.core.stacks.capture import Frame
+    from engine.core.stacks.diagnosis import RankDiagnosis, StackSnapshot, save_snapshot
 
     runs = tmp_path / "runs"
     shutil.copytree(REPO_ROOT / RECORDED, runs)

@@ -23,8 +23,8 @@ from ddptui.screens.launch import LaunchScreen
 from ddptui.screens.results import ResultsScreen
 from ddptui.screens.run import RunScreen
 from ddptui.widgets.confirm import ConfirmDialog
-from engine.core.run_environment import RUN_MARKER_ENV
-from engine.core.rundir import list_runs
+from engine.core.common.run_environment import RUN_MARKER_ENV
+from engine.core.runs.rundir import list_runs
 from tests.ui.standins import settle
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio]
@@ -62,7 +62,7 @@ def runs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     (presets / "hang-demo.toml").write_text(HANG_PRESET, encoding="utf-8")
     monkeypatch.setenv("DDPTUI_PRESETS", str(presets))
     yield runs
-    from engine.core.process_kill import kill_run
+    from engine.core.ops.kill import kill_run
 
     for run_dir in list_runs(runs):
         # A failure here is not hidden: the process reaper still fails the test on leftovers.

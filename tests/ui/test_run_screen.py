@@ -15,7 +15,7 @@ from ddptui.screens.run import LOG_KEEP, RunScreen
 from ddptui.widgets.log_tail import TailLines
 from ddptui.widgets.rank_table import RankTable
 from ddptui.widgets.run_summary import RunSummaryPanel
-from engine.core.rundir import RunDir
+from engine.core.runs.rundir import RunDir
 from tests.ui.standins import (
     EIGHT_GPUS,
     EIGHT_RANK_LAUNCHER,

@@ -17,7 +17,7 @@ from textual.pilot import Pilot
 
 from ddptui.app import DdptuiApp
 from ddptui.widgets import confirm
-from engine.core.rundir import RunDir
+from engine.core.runs.rundir import RunDir
 from tests.ui.conftest import SIZES
 from tests.ui.standins import (
     EIGHT_GPUS,

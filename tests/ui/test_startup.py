@@ -24,7 +24,7 @@ class Timed(DdptuiApp):
         # the launch screen is composed and its first frame drawn
         self.set_timer(0.01, self.exit)
 
-Timed(sys.argv[1], gpu_sampler=lambda: __import__("engine.core.gpus").gpus.GpuInventory(error="off")).run(headless=True)
+Timed(sys.argv[1], gpu_sampler=lambda: __import__("engine.core.host.gpus").gpus.GpuInventory(error="off")).run(headless=True)
 usage = resource.getrusage(resource.RUSAGE_SELF)
 print(usage.ru_utime + usage.ru_stime)
 """

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ddptui.messages import RunProgressed
 from ddptui.watch import RunReader, list_run_listings
-from engine.core.rundir import RunDir
+from engine.core.runs.rundir import RunDir
 from tests.conftest import REPO_ROOT
 from tests.ui.standins import FAILED_RUN, GPU_RUN, LIVE_RUN, NOW, RECORDED, StandInProbe
 

@@ -1,0 +1,39 @@
+"""Fault injection specs ``KIND:RANK:STEP`` (plain Python; the training loop acts on them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.core.common.config_error import ConfigError
+
+FAULT_KINDS = (
+    "crash",
+    "exit",
+    "hang",
+    "hang-collective",
+    "sigstop",
+    "slow",
+    "oom",
+    "kill-launcher",
+)
+
+
+@dataclass(frozen=True)
+class Fault:
+    # What each kind does is in engine.train.faults (one function each).
+    kind: str
+    rank: int
+    step: int  # global step (counted from 0 across epochs) at which it fires
+
+
+def parse_fault(text: str) -> Fault:
+    parts = text.split(":")
+    if (
+        len(parts) != 3
+        or parts[0] not in FAULT_KINDS
+        or not (parts[1].isdigit() and parts[2].isdigit())
+    ):
+        raise ConfigError(
+            f"fault {text!r} is not KIND:RANK:STEP with KIND one of {', '.join(FAULT_KINDS)}"
+        )
+    return Fault(kind=parts[0], rank=int(parts[1]), step=int(parts[2]))

@@ -1,0 +1,323 @@
+"""The machine's GPUs and every process on them, each named for what it is: a rank of a ddptui run,
+a foreign torchrun job's rank, an orphaned job's process, a DataLoader worker, or unknown
+(``ddptui gpus`` and the GPUs screen).
+
+Plain Python. It joins three readings, each made elsewhere: the NVML sample
+(``engine.core.host.gpus``), the process scan with its jobs (``engine.core.jobs.process_table``) and the
+scan of open device files (``engine.core.procs.device_holders``), so a process NVML does not list but
+that holds ``/dev/nvidia<N>`` open is shown on card N too, marked as found that way.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from engine.core.common.statuses import HolderKind, JobKind, JobState, ProcessRole
+from engine.core.host.gpus import GpuInventory, GpuSample, sample_gpus
+from engine.core.jobs.process_table import (
+    ProcessScanner,
+    ProcessTable,
+    TrainingJob,
+    TrainingProcess,
+    card_index,
+)
+from engine.core.procs.device_holders import DEFAULT_DEVICE_GLOB, DeviceHolder
+from engine.core.procs.process_identity import ProcessProbe, ProcessRef
+
+
+@dataclass(frozen=True)
+class GpuProcessRow:
+    """One process on one GPU (or, without NVML, one CPU rank: ``gpu_index`` None)."""
+
+    gpu_index: int | None
+    pid: int
+    kind: HolderKind
+    what: str  # "ddptui run <id> rank 2", "torchrun job 'x' at host:port rank 1", ...
+    user: str = "?"
+    own: bool = False  # started by the user looking
+    start_time: float | None = None  # None: no process with this pid is visible here
+    gpu_memory_bytes: int | None = None  # None: NVML did not say (or does not list it)
+    cpu_percent: float | None = None
+    rss_bytes: int | None = None
+    age_seconds: float | None = None
+    command: str = ""
+    listed: bool = True  # NVML lists it; False: found by its open device file only
+    job_key: str | None = None  # its training job (for stopping the whole job)
+    job_label: str = ""
+    note: str = ""
+
+    @property
+    def visible(self) -> bool:
+        return self.start_time is not None
+
+    @property
+    def ref(self) -> ProcessRef | None:
+        return ProcessRef(self.pid, self.start_time) if self.start_time is not None else None
+
+
+@dataclass(frozen=True)
+class GpuView:
+    """Every GPU and its processes at one moment; ``error``: NVML is not available, and why."""
+
+    gpus: tuple[GpuSample, ...]
+    rows: tuple[GpuProcessRow, ...]
+    error: str | None = None
+    driver_version: str = ""
+    notes: tuple[str, ...] = ()
+    scanned_at: float = 0.0
+    table: ProcessTable | None = field(default=None, repr=False, compare=False)
+
+    def rows_of(self, gpu_index: int | None) -> tuple[GpuProcessRow, ...]:
+        return tuple(r for r in self.rows if r.gpu_index == gpu_index)
+
+    def job_refs(self, job_key: str) -> tuple[ProcessRef, ...]:
+        """Every live process of one job (its launcher and workers too), for stopping it whole."""
+        job = self.table.job(job_key) if self.table is not None else None
+        if job is None:
+            return tuple(r.ref for r in self.rows if r.job_key == job_key and r.ref is not None)
+        return tuple(p.ref for p in job.live_processes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "scanned_at": self.scanned_at,
+            "error": self.error,
+            "driver_version": self.driver_version,
+            "gpus": [_gpu_json(g, self.rows_of(g.index)) for g in self.gpus],
+            "processes": [_row_json(r) for r in self.rows],
+            "notes": list(self.notes),
+        }
+
+
+def _gpu_json(gpu: GpuSample, rows: tuple[GpuProcessRow, ...]) -> dict[str, Any]:
+    return {
+        "index": gpu.index,
+        "name": gpu.name,
+        "uuid": gpu.uuid,
+        "error": gpu.error,
+        "utilization_percent": gpu.utilization_percent,
+        "memory_used_bytes": gpu.memory_used_bytes,
+        "memory_total_bytes": gpu.memory_total_bytes,
+        "temperature_c": gpu.temperature_c,
+        "power_watts": gpu.power_watts,
+        "processes": [r.pid for r in rows],
+    }
+
+
+def _row_json(row: GpuProcessRow) -> dict[str, Any]:
+    return {
+        "gpu": row.gpu_index,
+        "pid": row.pid,
+        "kind": str(row.kind),
+        "what": row.what,
+        "user": row.user,
+        "own": row.own,
+        "visible": row.visible,
+        "start_time": row.start_time,
+        "gpu_memory_bytes": row.gpu_memory_bytes,
+        "cpu_percent": row.cpu_percent,
+        "rss_bytes": row.rss_bytes,
+        "age_seconds": row.age_seconds,
+        "command": row.command,
+        "listed_by_nvml": row.listed,
+        "job": row.job_key,
+        "job_label": row.job_label,
+        "note": row.note,
+    }
+
+
+# ---- naming each process --------------------------------------------------------------------
+
+
+def describe(job: TrainingJob, process: TrainingProcess) -> tuple[HolderKind, str]:
+    """What a process of a training job is, in one kind and a few words."""
+    name = f"ddptui run {job.run_id}" if job.kind == JobKind.DDPTUI else job.label
+    if process.role == ProcessRole.WORKER:
+        of = f"rank {process.rank} of " if process.rank is not None else ""
+        dead = "orphaned " if job.state == JobState.ORPHANED else ""
+        return HolderKind.WORKER, f"DataLoader worker of {of}{dead}{name}"
+    role = f"rank {process.rank}" if process.rank is not None else str(process.role)
+    if job.state == JobState.ORPHANED:
+        return HolderKind.ORPHANED, f"orphaned {name} {role}: {job.reason}"
+    if job.kind == JobKind.DDPTUI:
+        return HolderKind.DDPTUI, f"{name} {role}"
+    return HolderKind.FOREIGN, f"{name} {role}"
+
+
+def _job_row(
+    gpu_index: int | None,
+    job: TrainingJob,
+    p: TrainingProcess,
+    memory: int | None,
+    listed: bool,
+) -> GpuProcessRow:
+    kind, what = describe(job, p)
+    return GpuProcessRow(
+        gpu_index=gpu_index,
+        pid=p.pid,
+        kind=kind,
+        what=what,
+        user=p.user,
+        own=p.own,
+        start_time=p.start_time,
+        gpu_memory_bytes=memory,
+        cpu_percent=p.cpu_percent,
+        rss_bytes=p.rss_bytes,
+        age_seconds=p.age_seconds,
+        command=p.command,
+        listed=listed,
+        job_key=job.key,
+        job_label=job.label,
+        note=p.note,
+    )
+
+
+def _holder_row(
+    gpu_index: int | None,
+    holder: DeviceHolder,
+    probe: ProcessProbe,
+    memory: int | None,
+    listed: bool,
+    me: int,
+    now: float,
+    command: str,
+) -> GpuProcessRow:
+    usage = probe.usage([holder.pid]).get(holder.pid)
+    if holder.zombie:
+        what = (
+            "a zombie whose other threads still hold the device: freed when its parent collects it"
+        )
+    else:
+        what = "not part of any training job found"
+    return GpuProcessRow(
+        gpu_index=gpu_index,
+        pid=holder.pid,
+        kind=HolderKind.UNKNOWN,
+        what=what,
+        user=holder.user,
+        own=holder.uid == me,
+        start_time=holder.start_time,
+        gpu_memory_bytes=memory,
+        cpu_percent=usage.cpu_percent if usage else None,
+        rss_bytes=usage.rss_bytes if usage else None,
+        age_seconds=max(0.0, now - holder.start_time),
+        command=command or f"[{holder.name}]",
+        listed=listed,
+    )
+
+
+def build_gpu_view(
+    inventory: GpuInventory,
+    table: ProcessTable,
+    *,
+    probe: ProcessProbe | None = None,
+    commands: dict[int, str] | None = None,
+    uid: int | None = None,
+    now: float | None = None,
+) -> GpuView:
+    """Join an NVML sample with a process scan (which carries its device-file scan).
+
+    ``commands`` gives the command line of processes outside every job (the scan knows those of
+    job members); ``probe`` their CPU and memory. Without NVML the rows are the processes with a
+    card open, and the ranks of ddptui runs on the CPU.
+    """
+    probe = probe or ProcessProbe()
+    me = os.getuid() if uid is None else uid
+    now = time.time() if now is None else now
+    commands = commands or {}
+    by_holder = table.holders.by_pid()
+    rows: list[GpuProcessRow] = []
+    notes = list(table.notes)
+
+    def row_for(
+        pid: int, gpu_index: int | None, memory: int | None, listed: bool
+    ) -> GpuProcessRow | None:
+        found = table.job_of(pid)
+        if found is not None:
+            return _job_row(gpu_index, found[0], found[1], memory, listed)
+        holder = by_holder.get(pid)
+        if holder is not None:
+            return _holder_row(
+                gpu_index, holder, probe, memory, listed, me, now, commands.get(pid, "")
+            )
+        return None
+
+    if inventory.error is None:
+        listed = inventory.listed_pids()
+        for gpu in inventory.gpus:
+            for nv in gpu.processes:
+                local = table.holders.holds(nv.pid) is not False or table.job_of(nv.pid)
+                row = row_for(nv.pid, gpu.index, nv.used_memory_bytes, True) if local else None
+                rows.append(
+                    row
+                    or GpuProcessRow(
+                        gpu_index=gpu.index,
+                        pid=nv.pid,
+                        kind=HolderKind.UNKNOWN,
+                        what="not visible here: another PID namespace (a container's NVML "
+                        "reports host pids)",
+                        gpu_memory_bytes=nv.used_memory_bytes,
+                    )
+                )
+    else:
+        listed = set()
+    for holder in table.hidden_holders:
+        if holder.pid in listed:
+            continue
+        for minor in holder.minors:
+            index = card_index(inventory, minor)
+            row = row_for(holder.pid, index, None, False)
+            if row is not None:
+                rows.append(row)
+    if inventory.error is not None or not inventory.gpus:
+        shown = {r.pid for r in rows}
+        for job in table.jobs:
+            if job.kind != JobKind.DDPTUI:
+                continue
+            for p in job.live_processes:
+                if p.role == ProcessRole.RANK and p.pid not in shown:
+                    rows.append(_job_row(None, job, p, None, False))
+    return GpuView(
+        gpus=inventory.gpus,
+        rows=tuple(rows),
+        error=inventory.error,
+        driver_version=inventory.driver_version,
+        notes=tuple(notes),
+        scanned_at=now,
+        table=table,
+    )
+
+
+class GpuScanner:
+    """What the GPUs screen and ``ddptui gpus --watch`` keep between scans: the process scanner
+    (CPU percentages cover the time since the previous scan) and a probe for the processes
+    outside every job."""
+
+    def __init__(self, runs_dir: Path | None = None, device_glob: str | None = None) -> None:
+        self.scanner = ProcessScanner(runs_dir, device_glob=device_glob or DEFAULT_DEVICE_GLOB)
+        self.probe = ProcessProbe()
+
+    def scan(self, inventory: GpuInventory | None = None, cpu_interval: float = 0.0) -> GpuView:
+        inventory = sample_gpus() if inventory is None else inventory
+        table = self.scanner.scan(gpus=inventory, cpu_interval=cpu_interval)
+        outside = [
+            h.pid for h in table.holders.holders if table.job_of(h.pid) is None and h.any_card
+        ]
+        return build_gpu_view(inventory, table, probe=self.probe, commands=_commands(outside))
+
+
+def _commands(pids: list[int]) -> dict[int, str]:
+    found = {}
+    for pid in pids:
+        try:
+            cmdline = psutil.Process(pid).cmdline()
+        except psutil.Error:
+            continue
+        if cmdline:
+            found[pid] = " ".join(cmdline)
+    return found

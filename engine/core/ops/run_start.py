@@ -1,0 +1,159 @@
+"""Start a run: validate, make the run directory, start the launcher (docs/architecture.md).
+
+Validating is ``plan_run`` (can this combination run here at all) and then
+``engine.core.plan.resource_guard.check_resources`` (do its ranks fit in this machine's cores, memory and
+GPUs); both refuse with a ConfigError before anything is created.
+
+Plain Python: the CLI and the UI call this, and it never imports torch. The launcher
+(``python -m engine.train.launch RUN_DIR``) runs as a child in a new session, so a closed terminal, a
+dropped SSH link or a crashed UI does not kill training.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.core.common.disk_space import SpaceReserve, write_failure
+from engine.core.common.run_environment import RUN_MARKER_ENV
+from engine.core.common.run_files import PRIVATE_FILE_MODE
+from engine.core.common.statuses import RunStatus
+from engine.core.config.schema import RunConfig, to_toml
+from engine.core.host import gpus
+from engine.core.plan.resource_guard import ResourceCheck, check_resources
+from engine.core.plan.run_plan import RunPlan, plan_run
+from engine.core.runs.rundir import (
+    RunDir,
+    RunDirError,
+    RunInfo,
+    check_run_id,
+    check_runs_dir,
+    new_run_id,
+    this_host,
+    write_text_atomic,
+)
+
+
+@dataclass
+class StartedRun:
+    """A launcher this process started. ``wait`` / ``poll`` give its exit code."""
+
+    run_dir: RunDir
+    plan: RunPlan
+    process: subprocess.Popen[bytes]
+    # What the resource guard found: the estimate, the figures and the warnings.
+    resources: ResourceCheck | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self.run_dir.run_id
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """Sentences to show the user before following the run (a GPU other processes hold)."""
+        return self.resources.warnings if self.resources is not None else ()
+
+    def poll(self) -> int | None:
+        return self.process.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.process.wait(timeout)
+
+
+def check_run(config: RunConfig, *, gpu_count: int | None = None) -> tuple[RunPlan, ResourceCheck]:
+    """Plan ``config`` for this machine and check that its ranks fit; raises ConfigError
+    (ResourceError for cores, memory or GPUs) with the reason. Creates nothing."""
+    plan = plan_run(config, gpus.gpu_count() if gpu_count is None else gpu_count)
+    return plan, check_resources(plan)
+
+
+def prepare_run(
+    config: RunConfig, runs_dir: Path, *, gpu_count: int | None = None, run_id: str | None = None
+) -> tuple[RunDir, RunPlan]:
+    """Check the config for this machine, then create the run directory with config.toml and
+    run.json (state ``starting``). Raises ConfigError before creating anything."""
+    plan, _ = check_run(config, gpu_count=gpu_count)
+    return _create_run_dir(config, plan, runs_dir, run_id), plan
+
+
+def _create_run_dir(config: RunConfig, plan: RunPlan, runs_dir: Path, run_id: str | None) -> RunDir:
+    """The run directory with config.toml, run.json and the space reserve the launcher gives
+    back for its summary. RunDirError (one sentence: the path, and the free space on a full disk)
+    when it cannot be made; then nothing of it is left."""
+    check_runs_dir(Path(runs_dir), write=True)
+    if run_id is not None:
+        check_run_id(run_id)
+    run_dir = RunDir(Path(runs_dir) / (run_id or new_run_id(config.name)))
+    try:
+        run_dir.create()
+    except OSError as err:
+        raise RunDirError(write_failure(run_dir.path, err)) from None
+    try:
+        _fill_run_dir(run_dir, config, plan)
+    except OSError as err:
+        shutil.rmtree(run_dir.path, ignore_errors=True)
+        sentence = write_failure(run_dir.path, err)
+        raise RunDirError(f"the run could not start: {sentence}") from None
+    return run_dir
+
+
+def _fill_run_dir(run_dir: RunDir, config: RunConfig, plan: RunPlan) -> None:
+    SpaceReserve(run_dir.path).make()
+    write_text_atomic(run_dir.config_path, to_toml(config))
+    run_dir.write_run_info(
+        RunInfo(
+            run_id=run_dir.run_id,
+            preset=config.name,
+            host=this_host(),
+            created=time.time(),
+            state=RunStatus.STARTING,
+            world_size=plan.world_size,
+            devices=plan.devices.describe(),
+        )
+    )
+
+
+def launcher_command(run_dir: RunDir, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "engine.train.launch", str(run_dir.path), *extra]
+
+
+def start_run(
+    config: RunConfig,
+    runs_dir: Path,
+    *,
+    gpu_count: int | None = None,
+    run_id: str | None = None,
+    launcher_args: tuple[str, ...] = (),
+) -> StartedRun:
+    """Validate ``config``, make its run directory and start its launcher in a new session.
+
+    Returns at once; the run goes on without this process. Raises ConfigError (nothing started,
+    nothing created) when the config cannot run here or its ranks do not fit; the resource
+    guard's warnings are ``StartedRun.warnings``.
+    """
+    plan, resources = check_run(config, gpu_count=gpu_count)
+    run_dir = _create_run_dir(config, plan, runs_dir, run_id)
+    # The launcher's own output (before it redirects the ranks) goes to logs/launcher.log.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+    try:
+        log_fd = os.open(run_dir.launcher_log_path, flags, PRIVATE_FILE_MODE)
+    except OSError as err:
+        shutil.rmtree(run_dir.path, ignore_errors=True)
+        raise RunDirError(write_failure(run_dir.launcher_log_path, err)) from None
+    with os.fdopen(log_fd, "ab") as log:
+        process = subprocess.Popen(
+            launcher_command(run_dir, *launcher_args),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            # The launcher carries the run marker from its first instruction: `ddptui kill` and
+            # `clean` stop only processes that carry it.
+            env={**os.environ, "PYTHONUNBUFFERED": "1", RUN_MARKER_ENV: run_dir.run_id},
+        )
+    return StartedRun(run_dir=run_dir, plan=plan, process=process, resources=resources)

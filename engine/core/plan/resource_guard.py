@@ -1,0 +1,231 @@
+"""Refuse, before anything starts, a plan whose ranks cannot fit on this machine.
+
+Plain Python (the UI calls it on every change of the launch form): the machine is read from
+``os``, ``psutil``, the memory cgroup files and NVML (``engine.core.host.gpus``), never from torch. The rules:
+
+- CPU ranks: at most ``CPU_RANKS_PER_CORE`` per usable core, unless the config sets
+  ``devices.oversubscribe = true``;
+- host memory: the run's estimated peak (``engine.core.plan.memory_estimate``) must fit in what is available
+  now: the kernel's available memory, or the memory cgroup's limit minus its usage where that is
+  less. No override: a run that does not fit is killed by the kernel, or takes the machine down;
+- GPUs: each chosen GPU must have the estimated device memory free. A GPU that other processes
+  hold but that has room is a warning, not a refusal. Without NVML the GPU rules are skipped.
+
+Every refusal is a ``ResourceError`` (a ``ConfigError``), one sentence with the figures, so every
+caller that already turns a ConfigError into "exit code 2, nothing started" does so here too.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from engine.core.config.schema import ConfigError
+from engine.core.host.gpus import GpuInventory, GpuSample, sample_gpus
+from engine.core.plan.memory_estimate import GIB, MIB, MemoryEstimate, estimate_memory
+from engine.core.plan.run_plan import RunPlan
+
+CPU_RANKS_PER_CORE = 4
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PROC_SELF_CGROUP = Path("/proc/self/cgroup")
+# cgroup v1 writes "no limit" as the largest page-aligned 64-bit number (9223372036854771712).
+_V1_UNLIMITED = 2**62
+
+
+class ResourceError(ConfigError):
+    """The plan's ranks cannot fit on this machine; the message names what and the figures."""
+
+
+@dataclass(frozen=True)
+class ResourceCheck:
+    """A plan that fits, with the figures it was judged by (bytes) and what to warn about."""
+
+    estimate: MemoryEstimate
+    available_bytes: int  # host memory available when checked
+    cores: int  # usable CPU cores
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def host_bytes(self) -> int:
+        return self.estimate.host_bytes
+
+    @property
+    def device_bytes_per_gpu(self) -> int:
+        return self.estimate.device_bytes_per_gpu
+
+
+# ---- reading the machine -----------------------------------------------------------------------
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask where the platform has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _read_int(path: Path) -> int | None:
+    """An integer file; None when it is missing, unreadable or says "max" (no limit)."""
+    try:
+        text = path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _inactive_file_bytes(stat: Path) -> int:
+    """Page cache the kernel reclaims before it runs out of memory, from ``memory.stat``."""
+    try:
+        lines = stat.read_text(encoding="ascii").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return 0
+    values = dict(line.split(" ", 1) for line in lines if " " in line)
+    raw = values.get("total_inactive_file", values.get("inactive_file", "0")).strip()
+    return int(raw) if raw.isdigit() else 0
+
+
+def cgroup_memory_headroom(
+    root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_SELF_CGROUP
+) -> int | None:
+    """Bytes this process's memory cgroups leave for new allocations, or None without a limit.
+
+    The tightest of limit minus usage (less reclaimable page cache) over the process's own cgroup
+    and its ancestors up to ``root``: a limit may be set on any of them, and a directory that is
+    not mounted here (a container sees its own cgroup as the root) is skipped. cgroup v1's memory
+    hierarchy (``root/memory/<path>/memory.limit_in_bytes``, ``memory.usage_in_bytes``) is used
+    where ``proc_cgroup`` names one, else v2's (``root/<path>/memory.max``, ``memory.current``).
+    """
+    try:
+        lines = proc_cgroup.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    entries = [line.split(":", 2) for line in lines if line.count(":") >= 2]
+    v1 = [path for _, controllers, path in entries if "memory" in controllers.split(",")]
+    v2 = [path for hierarchy, controllers, path in entries if hierarchy == "0" and not controllers]
+    if v1:
+        base, path = root / "memory", v1[0]
+        limit_name, usage_name = "memory.limit_in_bytes", "memory.usage_in_bytes"
+    elif v2:
+        base, path = root, v2[0]
+        limit_name, usage_name = "memory.max", "memory.current"
+    else:
+        return None
+    parts = [p for p in path.strip("/").split("/") if p]
+    headroom: int | None = None
+    for depth in range(len(parts), -1, -1):
+        directory = base.joinpath(*parts[:depth])
+        limit = _read_int(directory / limit_name)
+        if limit is None or limit >= _V1_UNLIMITED:
+            continue
+        usage = _read_int(directory / usage_name) or 0
+        used = max(0, usage - _inactive_file_bytes(directory / "memory.stat"))
+        room = max(0, limit - used)
+        headroom = room if headroom is None else min(headroom, room)
+    return headroom
+
+
+def available_memory_bytes(root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_SELF_CGROUP) -> int:
+    """Host memory a new run may use now: the kernel's estimate of available memory, or the
+    memory cgroup's headroom where that is less."""
+    available = int(psutil.virtual_memory().available)
+    headroom = cgroup_memory_headroom(root, proc_cgroup)
+    return available if headroom is None else min(available, headroom)
+
+
+# ---- the rules ---------------------------------------------------------------------------------
+
+
+def _size(value: int) -> str:
+    """Bytes as GiB with one decimal, or MiB below 1 GiB (as the sentences show them)."""
+    return f"{value / GIB:.1f} GiB" if value >= GIB else f"{value / MIB:.0f} MiB"
+
+
+def _check_cpu_ranks(plan: RunPlan, cores: int) -> None:
+    ranks = plan.world_size
+    limit = CPU_RANKS_PER_CORE * cores
+    if plan.devices.kind != "cpu" or ranks <= limit or plan.config.devices.oversubscribe:
+        return
+    raise ResourceError(
+        f"devices.spec {plan.config.devices.spec} asks for {ranks} CPU ranks, but this machine has "
+        f"{cores} core{'s' if cores != 1 else ''} (at most {limit} ranks, {CPU_RANKS_PER_CORE} "
+        "per core); use fewer ranks or set devices.oversubscribe = true"
+    )
+
+
+def _check_host_memory(plan: RunPlan, estimate: MemoryEstimate, available: int) -> None:
+    if estimate.host_bytes <= available:
+        return
+    config = plan.config
+    ranks = estimate.ranks
+    per_rank = _size(estimate.rank_host_bytes)
+    remedy = "use fewer ranks, a smaller batch or fewer images"
+    if estimate.workers_host_bytes:
+        per_rank += f" + {_size(estimate.workers_host_bytes)} of DataLoader workers"
+        remedy = "use fewer ranks, a smaller batch, fewer images or fewer data.num_workers"
+    raise ResourceError(
+        f"the run ({plan.devices.describe()}, {config.model.label}, batch "
+        f"{config.training.batch_size} per rank, {config.data.train_size} + "
+        f"{config.data.test_size} images) needs an estimated {_size(estimate.host_bytes)} of host "
+        f"memory ({ranks} rank{'s' if ranks != 1 else ''} x {per_rank}, plus the launcher), but "
+        f"{_size(available)} is available here; {remedy}"
+    )
+
+
+def _gpu_problems(
+    plan: RunPlan, estimate: MemoryEstimate, inventory: GpuInventory
+) -> tuple[str, ...]:
+    """Refuse a chosen GPU without room; the warnings for chosen GPUs others hold."""
+    if inventory.error is not None:
+        return ()  # no NVML: nothing to judge by, and plan_run has already counted the GPUs
+    by_index: dict[int, GpuSample] = {gpu.index: gpu for gpu in inventory.gpus}
+    needed = estimate.device_bytes_per_gpu
+    warnings = []
+    for index in plan.devices.gpu_indices:
+        gpu = by_index.get(index)
+        if gpu is None or gpu.memory_total_bytes is None or gpu.memory_used_bytes is None:
+            continue  # this card did not answer; the launcher's CUDA errors will say more
+        free = gpu.memory_total_bytes - gpu.memory_used_bytes
+        if free < needed:
+            raise ResourceError(
+                f"GPU {index} has {_size(free)} free of {_size(gpu.memory_total_bytes)}, but each "
+                f"GPU of this run needs an estimated {_size(needed)} ({plan.config.model.label} at "
+                f"batch {plan.config.training.batch_size}); free that GPU, pick another with "
+                "--devices, or use a smaller batch"
+            )
+        if gpu.processes:
+            n = len(gpu.processes)
+            pids = ", ".join(str(p.pid) for p in gpu.processes[:3]) + (", …" if n > 3 else "")
+            warnings.append(
+                f"GPU {index} is also used by {n} other process{'es' if n != 1 else ''} (pid "
+                f"{pids}); the run shares it ({_size(free)} free, {_size(needed)} needed)"
+            )
+    return tuple(warnings)
+
+
+def check_resources(
+    plan: RunPlan,
+    *,
+    inventory: GpuInventory | None = None,
+    available_bytes: int | None = None,
+    cores: int | None = None,
+) -> ResourceCheck:
+    """Judge ``plan`` against this machine; raise ResourceError when its ranks cannot fit.
+
+    Whatever is None is read from the machine now: ``cores`` (usable cores), ``available_bytes``
+    (``available_memory_bytes()``) and, for a CUDA plan only, ``inventory`` (``sample_gpus()``).
+    Rules in order: CPU ranks per core, host memory, then each chosen GPU.
+    """
+    cores = usable_cores() if cores is None else cores
+    _check_cpu_ranks(plan, cores)
+    estimate = estimate_memory(plan)
+    available = available_memory_bytes() if available_bytes is None else available_bytes
+    _check_host_memory(plan, estimate, available)
+    warnings: tuple[str, ...] = ()
+    if plan.devices.kind == "cuda":
+        warnings = _gpu_problems(plan, estimate, sample_gpus() if inventory is None else inventory)
+    return ResourceCheck(
+        estimate=estimate, available_bytes=available, cores=cores, warnings=warnings
+    )

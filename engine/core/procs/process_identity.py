@@ -1,0 +1,198 @@
+"""Which process is which: a process is named by its pid *and* its start time, and it is alive only
+while that very process exists and is not a zombie. The one place that decides it, for liveness
+(the run observer), scanning (``ddptui ps``), stopping (``ddptui kill`` / ``clean``) and the rank's
+launcher watchdog.
+
+Plain Python (psutil).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+
+from engine.core.common.run_environment import RUN_MARKER_ENV
+
+# psutil's create_time is boot time + start ticks; boot time can shift by a second when the clock
+# is adjusted. A pid cannot be reused within a second (the pid counter has to wrap first).
+START_TIME_TOLERANCE = 1.0
+
+
+@dataclass(frozen=True)
+class ProcessRef:
+    """A process identified by pid *and* start time, so a reused pid is never mistaken for it."""
+
+    pid: int
+    start_time: float  # psutil.Process.create_time()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "start_time": self.start_time}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProcessRef:
+        return cls(pid=int(data["pid"]), start_time=float(data["start_time"]))
+
+
+def same_start(a: float, b: float) -> bool:
+    return abs(a - b) <= START_TIME_TOLERANCE
+
+
+def ref_of(proc: psutil.Process) -> ProcessRef:
+    """The identity of a live process (psutil.Error when it is gone)."""
+    return ProcessRef(proc.pid, proc.create_time())
+
+
+def identify(pid: int) -> ProcessRef | None:
+    """The identity of the process that has ``pid`` now, or None when there is none."""
+    try:
+        return ref_of(psutil.Process(pid))
+    except (psutil.Error, OSError):
+        return None
+
+
+def find_process(ref: ProcessRef) -> psutil.Process | None:
+    """The live process ``ref`` names, or None when it is gone or its pid now belongs to another
+    process (a different start time). Zombies count as gone: they ended, only the entry is left."""
+    try:
+        proc = psutil.Process(ref.pid)
+        if not same_start(proc.create_time(), ref.start_time):
+            return None
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return proc
+    except (psutil.Error, OSError):
+        return None
+
+
+def marker_mismatch(proc: psutil.Process, run_id: str) -> str | None:
+    """Why ``proc`` is not provably a process of run ``run_id``, or None when it carries the run
+    marker (``DDPTUI_RUN_ID``, set by ``run_start`` for the launcher and inherited by every rank
+    and worker) with that id. A pid and start time alone prove nothing: run.json can be written by
+    anyone who can write the run directory."""
+    try:
+        marker = proc.environ().get(RUN_MARKER_ENV)
+    except psutil.NoSuchProcess:
+        return f"pid {proc.pid} is gone"
+    except (psutil.Error, OSError) as err:
+        return f"pid {proc.pid}'s environment cannot be read ({type(err).__name__}), so it is not provably this run's"
+    if marker is None:
+        return f"pid {proc.pid} does not carry the run marker {RUN_MARKER_ENV}={run_id}"
+    if marker != run_id:
+        return f"pid {proc.pid} carries the marker of another run ({RUN_MARKER_ENV}={marker})"
+    return None
+
+
+def ref_alive(ref: ProcessRef | None) -> bool:
+    return ref is not None and find_process(ref) is not None
+
+
+def process_ended(proc: psutil.Process) -> bool:
+    """True once ``proc`` (this very process, not a later one with its pid) is gone or a zombie."""
+    try:
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False
+
+
+def marked_processes(run_id: str, *, exclude: frozenset[int] = frozenset()) -> list[psutil.Process]:
+    """Live processes carrying run ``run_id``'s marker in their environment (its launcher, ranks,
+    their children, multiprocessing's helpers), zombies left out."""
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid in exclude:
+            continue
+        try:
+            if proc.environ().get(RUN_MARKER_ENV) == run_id and not process_ended(proc):
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+@dataclass(frozen=True)
+class ProcessUsage:
+    cpu_percent: float | None  # of one core, since the previous reading; None on the first
+    rss_bytes: int | None
+
+
+def stopped_by_signal(status: str) -> bool:
+    """A process status (psutil's) that is a stop by SIGSTOP, SIGTSTP (Ctrl-Z) and the like: it
+    runs again on SIGCONT. Not a tracer's stop: py-spy holds every rank in one for a moment while
+    ddptui takes their stacks, and a debugger's stop is not the user's kill -STOP either."""
+    return status == psutil.STATUS_STOPPED
+
+
+def user_of(proc: psutil.Process) -> str:
+    """The name of the process's user; its uid when the name is unknown here (another container's
+    user); "?" when the process is gone."""
+    try:
+        return str(proc.username())
+    except (psutil.Error, KeyError):
+        try:
+            return str(proc.uids().real)
+        except psutil.Error:
+            return "?"
+
+
+class ProcessProbe:
+    """Liveness and CPU / memory of processes: what the run observer asks the OS.
+
+    Tests replace it with a stand-in so that views show fixed figures. ``alive`` is ``ref_alive``;
+    ``usage`` keeps one psutil handle per process between calls, so CPU percentages cover the time
+    since the previous call. Safe to share between threads.
+    """
+
+    def __init__(self) -> None:
+        self._procs: dict[int, psutil.Process] = {}
+        self._lock = threading.Lock()
+
+    def alive(self, ref: ProcessRef | None) -> bool:
+        return ref_alive(ref)
+
+    def stopped(self, pids: Iterable[int]) -> frozenset[int]:
+        """Those of ``pids`` whose process is stopped by a signal (``stopped_by_signal``)."""
+        found = set()
+        for pid in pids:
+            try:
+                status = psutil.Process(pid).status()
+            except (psutil.Error, OSError):
+                continue
+            if stopped_by_signal(status):
+                found.add(pid)
+        return frozenset(found)
+
+    def users(self, pids: Iterable[int]) -> dict[int, str]:
+        """The user of each of ``pids`` still running here (NVML's pids of processes in another
+        PID namespace are not: they are left out)."""
+        found = {}
+        for pid in pids:
+            try:
+                found[pid] = user_of(psutil.Process(pid))
+            except (psutil.Error, OSError):
+                continue
+        return found
+
+    def usage(self, pids: Iterable[int]) -> dict[int, ProcessUsage]:
+        """CPU percent (of one core, since the previous call for that pid) and resident memory."""
+        found: dict[int, ProcessUsage] = {}
+        with self._lock:
+            for pid in pids:
+                proc = self._procs.get(pid)
+                try:
+                    if proc is None or not proc.is_running():
+                        proc = psutil.Process(pid)
+                        self._procs[pid] = proc
+                        proc.cpu_percent(None)  # primes the counter; the first figure is 0
+                        cpu: float | None = None
+                    else:
+                        cpu = proc.cpu_percent(None)
+                    found[pid] = ProcessUsage(cpu, int(proc.memory_info().rss))
+                except (psutil.Error, OSError):
+                    self._procs.pop(pid, None)
+        return found

@@ -1,0 +1,363 @@
+"""The typed event protocol between the engine and everything that watches it.
+
+Plain, frozen dataclasses of plain values. Each serialises to one JSON line
+``{"v": SCHEMA_VERSION, "type": "<type>", ...fields}`` in ``events/rank-<r>.jsonl`` (rank events) or
+``events/launcher.jsonl`` (launcher events), and reads back to an equal object. Readers skip a
+torn last line (a writer mid-append) and count lines they cannot understand instead of failing.
+Plain Python only: the UI imports this module.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, BinaryIO, ClassVar
+
+from engine.core.common import strict_json
+from engine.core.common.disk_space import WriteFailed
+from engine.core.common.run_files import FILE_MODE, UnsafeRunFile, make_dirs, open_in_run
+from engine.core.common.strict_json import float_or_nan
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Event:
+    type: ClassVar[str] = "event"
+    time: float = field(default_factory=time.time, kw_only=True)
+
+    def to_json(self) -> str:
+        return strict_json.dumps({"v": SCHEMA_VERSION, "type": self.type, **asdict(self)})
+
+
+# ---- rank events -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RankStarted(Event):
+    type: ClassVar[str] = "rank_started"
+    rank: int
+    world_size: int
+    pid: int
+    host: str
+    device: str  # "cpu", "cuda:0" (CUDA index inside CUDA_VISIBLE_DEVICES)
+    gpu_index: int | None = None  # NVML index of the card, None on CPU
+
+
+@dataclass(frozen=True)
+class EpochStarted(Event):
+    type: ClassVar[str] = "epoch_started"
+    rank: int
+    epoch: int
+    steps: int  # steps this epoch will run on this rank
+
+
+@dataclass(frozen=True)
+class StepProgress(Event):
+    """Throttled: a few a second per rank at most. A rank of the user's own script knows only
+    what its optimizer steps, progress bars and ``ddptui.report`` calls say: its loss, images/s
+    and lr are None where they did not say, and ``steps`` 0 where no bar gave the epoch's total."""
+
+    type: ClassVar[str] = "step"
+    rank: int
+    epoch: int
+    step: int  # steps done in this epoch
+    steps: int
+    global_step: int
+    loss: float | None
+    images_per_s: float | None  # this rank, since the previous report
+    step_seconds: float  # mean seconds per step since the previous report
+    lr: float | None
+
+
+@dataclass(frozen=True)
+class EpochEnded(Event):
+    """Per-rank figures; the ``global_*`` fields are reduced across ranks (max time, summed images)."""
+
+    type: ClassVar[str] = "epoch_ended"
+    rank: int
+    epoch: int
+    steps: int
+    images: int
+    seconds: float  # device-synchronised wall seconds of the epoch, data loading included
+    data_wait_seconds: float  # of those, seconds spent waiting for the next batch
+    warmup_steps: int  # steps left out of the steady-state figure
+    steady_images_per_s: float  # this rank, after the warm-up steps
+    train_loss: float  # mean over the epoch, this rank
+    global_images: int
+    global_seconds: float
+    global_data_wait_seconds: float
+    global_steady_images_per_s: float
+    global_train_loss: float
+
+
+@dataclass(frozen=True)
+class Evaluation(Event):
+    """Full test set, counts all-reduced across ranks: identical on every rank."""
+
+    type: ClassVar[str] = "evaluation"
+    rank: int
+    epoch: int
+    accuracy: float
+    loss: float
+    samples: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class CheckpointSaved(Event):
+    type: ClassVar[str] = "checkpoint"
+    rank: int
+    path: str
+    bytes: int
+
+
+def one_line_error(err: BaseException) -> str:
+    """An exception as a RankFailed's ``error``: its type and the first line of its message."""
+    message = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {message[0]}" if message else type(err).__name__
+
+
+@dataclass(frozen=True)
+class RankFailed(Event):
+    type: ClassVar[str] = "rank_failed"
+    rank: int
+    error: str
+    traceback: str
+
+
+@dataclass(frozen=True)
+class PhaseStarted(Event):
+    """A rank starts one of the engine's known slow phases, during which it reports no steps:
+    ``setup`` (model, data and process group), ``evaluation``, ``checkpoint``. Its next step report
+    (or epoch start) ends it. Silence in a slow phase is not a stall until the longer
+    ``supervision.slow_phase_seconds``."""
+
+    type: ClassVar[str] = "phase_started"
+    rank: int
+    phase: str
+
+
+@dataclass(frozen=True)
+class MetricsReported(Event):
+    """A rank of the user's script called ``ddptui.report(**metrics)`` (loss, accuracy,
+    images_per_s, epoch, or anything else it chose)."""
+
+    type: ClassVar[str] = "metrics"
+    rank: int
+    metrics: dict[str, float]
+
+
+@dataclass(frozen=True)
+class RankFinished(Event):
+    type: ClassVar[str] = "rank_finished"
+    rank: int
+
+
+# ---- launcher events -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunStarted(Event):
+    type: ClassVar[str] = "run_started"
+    run_id: str
+    world_size: int
+    launcher_pid: int
+    devices: str
+
+
+@dataclass(frozen=True)
+class RankExited(Event):
+    type: ClassVar[str] = "rank_exited"
+    rank: int
+    pid: int
+    exitcode: int | None  # None when ended by a signal
+    signal: str | None  # "SIGKILL" ...
+
+
+@dataclass(frozen=True)
+class RankStalled(Event):
+    """The launcher saw no event from this rank for ``silent_seconds``."""
+
+    type: ClassVar[str] = "rank_stalled"
+    rank: int
+    silent_seconds: float
+
+
+@dataclass(frozen=True)
+class RankStraggling(Event):
+    type: ClassVar[str] = "rank_straggling"
+    rank: int
+    step_seconds: float
+    others_median_step_seconds: float
+
+
+@dataclass(frozen=True)
+class StacksTaken(Event):
+    """The launcher took every rank's stack (``engine.core.stacks.diagnosis``) and stored it at ``path``."""
+
+    type: ClassVar[str] = "stacks_taken"
+    path: str
+    reason: str  # stall | before stop | ...
+    culprit_rank: int | None
+    summary: str  # "rank 1 stuck at faults.py:NN in hang; rank 0 waiting in backward (all-reduce)"
+
+
+@dataclass(frozen=True)
+class RunFinished(Event):
+    type: ClassVar[str] = "run_finished"
+    status: str  # completed | failed | killed
+    reason: str = ""
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.type: cls
+    for cls in (
+        RankStarted,
+        EpochStarted,
+        StepProgress,
+        EpochEnded,
+        Evaluation,
+        CheckpointSaved,
+        RankFailed,
+        PhaseStarted,
+        MetricsReported,
+        RankFinished,
+        RunStarted,
+        RankExited,
+        RankStalled,
+        RankStraggling,
+        StacksTaken,
+        RunFinished,
+    )
+}
+
+
+class UnknownEvent(ValueError):
+    pass
+
+
+def event_from_json(line: str) -> Event:
+    """Parse one line; raises UnknownEvent for a newer schema, an unknown type or bad fields."""
+    try:
+        data: dict[str, Any] = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise UnknownEvent(f"not JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise UnknownEvent("not a JSON object")
+    version = data.pop("v", None)
+    if version != SCHEMA_VERSION:
+        raise UnknownEvent(f"event schema {version!r}, this ddptui reads {SCHEMA_VERSION}")
+    cls = EVENT_TYPES.get(data.pop("type", None))
+    if cls is None:
+        raise UnknownEvent("unknown event type")
+    kinds = {f.name: f.type for f in fields(cls)}
+    try:
+        # a float written as null was a NaN or an infinity (engine.core.common.strict_json)
+        return cls(
+            **{
+                k: float_or_nan(v) if kinds[k] == "float" else v
+                for k, v in data.items()
+                if k in kinds
+            }
+        )
+    except TypeError as err:
+        raise UnknownEvent(str(err)) from None
+
+
+class EventWriter:
+    """Appends events to one JSONL file, one ``write`` of one line each (no buffer that a full
+    disk could leave half-flushed); producers never wait on readers.
+
+    The file is made 0644 whatever the umask and never through a symbolic link. A line the disk
+    refuses raises WriteFailed, whose message names the file and the free space.
+    """
+
+    def __init__(self, path: Path) -> None:
+        make_dirs(path.parent)
+        self.path = path
+        try:
+            self._fd: int | None = os.open(
+                path,
+                os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
+                FILE_MODE,
+            )
+        except OSError as err:
+            raise WriteFailed(path, err) from None
+
+    def write(self, event: Event) -> None:
+        if self._fd is None:
+            raise WriteFailed(self.path, OSError(errno.EBADF, "the event file is closed"))
+        data = (event.to_json() + "\n").encode("utf-8")
+        try:
+            while data:
+                data = data[os.write(self._fd, data) :]
+        except OSError as err:
+            raise WriteFailed(self.path, err) from None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> EventWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class EventTail:
+    """Incremental reader of one JSONL file: each ``read_new`` returns the events appended since.
+
+    A partial last line is left for the next call; unreadable lines are counted in ``skipped``.
+    Given the run directory (``run_path``), it opens the file as ``engine.core.common.run_files.open_in_run``
+    allows: never through a symbolic link, never another user's file; ``refused`` then says why.
+    """
+
+    path: Path
+    run_path: Path | None = None
+    offset: int = 0
+    skipped: int = 0
+    refused: str = ""
+    _partial: bytes = b""
+
+    def read_new(self) -> list[Event]:
+        try:
+            with self._open() as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return []
+        except UnsafeRunFile as err:
+            self.refused = str(err)
+            return []
+        self.refused = ""
+        self.offset += len(chunk)
+        data = self._partial + chunk
+        lines = data.split(b"\n")
+        self._partial = lines.pop()  # empty when the chunk ended on a newline
+        events = []
+        for raw in lines:
+            if not raw.strip():
+                continue
+            try:
+                events.append(event_from_json(raw.decode("utf-8", errors="replace")))
+            except UnknownEvent:
+                self.skipped += 1
+        return events
+
+    def _open(self) -> BinaryIO:
+        if self.run_path is None:
+            return open(self.path, "rb")
+        return open_in_run(self.run_path, self.path)
+
+
+def read_events(path: Path, run_path: Path | None = None) -> list[Event]:
+    """Every complete event in one file (opened safely when ``run_path`` is given)."""
+    return EventTail(path, run_path).read_new()

@@ -1,0 +1,364 @@
+"""The run observer: the one place that decides what state a run and each of its ranks are in.
+
+Everyone who asks "how is this run doing" asks here: the launcher's supervision (through the rank
+rules of ``engine.core.runs.rank_states``), ``ddptui run``'s follower, ``ddptui runs`` / ``show`` /
+``ps``, the Run and Runs screens and the UI's quit check. Plain Python.
+
+``RunObserver`` reads one run directory incrementally (its events fed to a ``RankStateTracker``)
+and adds what only the machine can tell: run.json, summary.json, and whether the launcher and
+ranks are alive (through a ``ProcessProbe``, with an injectable clock). It never writes, except to
+settle a ``lost`` run through ``engine.core.runs.settle`` when it was made with ``settle=True``; a disk
+that refuses that write changes nothing of what it returns.
+
+Run statuses (``RunStatus``): from summary.json when there; else run.json's final state; else
+run.json's ``starting`` / ``running`` while the launcher lives (it writes ``running`` once it has
+recorded itself and started the ranks), ``orphaned`` when the launcher is gone but a rank is alive,
+``lost`` when nothing is alive.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from engine.core.config.schema import ConfigError, RunConfig, load_config
+from engine.core.stacks.diagnosis import StackSnapshot, latest_snapshot, snapshot_paths
+from engine.core.runs.events import EventTail
+from engine.core.procs.process_identity import ProcessProbe
+from engine.core.runs.rank_states import (
+    RankState,
+    RankStateTracker,
+    Thresholds,
+    root_failure,
+)
+from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
+from engine.core.runs.settle import lost_summary, settle_run
+from engine.core.common.statuses import RankStatus, RunStatus
+from engine.core.runs.summary import Failure, RunSummary
+
+# A launcher records itself in run.json within seconds of its start; a run.json that names none
+# this long after it was made belongs to a launcher that died first.
+LAUNCHER_START_GRACE_SECONDS = 30.0
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class RunState:
+    """One run at one moment: what ``ddptui runs`` lists, ``ddptui show`` prints, the UI draws and
+    the follower prints."""
+
+    run_id: str
+    path: Path
+    status: RunStatus
+    reason: str = ""  # why that status, one sentence (a final run: its summary's reason)
+    preset: str = ""
+    created: float | None = None
+    devices: str = ""
+    world_size: int = 0
+    info: RunInfo | None = None
+    launcher_alive: bool | None = None  # None: no launcher recorded (yet), or not asked
+    ranks: tuple[RankState, ...] = ()
+    summary: RunSummary | None = None  # summary.json, or the lost one built when it is missing
+    failure: Failure | None = None  # the root cause: the summary's, else the first failed rank
+    started: float | None = None
+    elapsed: float | None = None
+    eta: float | None = None  # seconds, while running and every rank's pace is known
+    now: float = 0.0
+    epochs: int = 0  # from config.toml
+    accuracy: float | None = None
+    notices: tuple[str, ...] = ()
+    events_read: int = 0
+    skipped_lines: int = 0  # event lines this ddptui could not read (counted, never hidden)
+    diagnosis: StackSnapshot | None = None  # the latest stack snapshot of its ranks, if any
+    script: str = ""  # the user's script it runs ("" for the engine's workload)
+    metrics_reported: bool = False  # the script called ddptui.report: loss, accuracy, images/s
+    problem: str = ""  # what could not be read (a corrupt run.json or summary.json)
+    unsaved: str = ""  # the lost summary shown here could not be written (a full disk), and why
+
+    @property
+    def final(self) -> bool:
+        return self.status.final
+
+    @property
+    def active(self) -> bool:
+        return self.status.active
+
+    @property
+    def stalled_ranks(self) -> tuple[int, ...]:
+        return tuple(r.rank for r in self.ranks if r.state == RankStatus.STALLED)
+
+    @property
+    def straggler_ranks(self) -> tuple[int, ...]:
+        return tuple(r.rank for r in self.ranks if r.state == RankStatus.STRAGGLER)
+
+    @property
+    def gpu_indices(self) -> tuple[int, ...]:
+        """The NVML indices of the run's GPUs: from its devices, else what its ranks reported."""
+        kind, _, rest = self.devices.partition(":")
+        if kind == "gpu":
+            return tuple(int(p) for p in rest.split(",") if p.strip().isdigit())
+        return tuple(sorted({r.gpu_index for r in self.ranks if r.gpu_index is not None}))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "path": str(self.path),
+            "state": self.status,
+            "reason": self.reason,
+            "preset": self.preset,
+            "created": self.created,
+            "devices": self.devices,
+            "world_size": self.world_size,
+            "launcher_alive": self.launcher_alive,
+            "stalled_ranks": list(self.stalled_ranks),
+            "straggler_ranks": list(self.straggler_ranks),
+            "ranks": [r.to_json() for r in self.ranks],
+            "summary": self.summary.to_json() if self.summary else None,
+            "diagnosis": self.diagnosis.to_json() if self.diagnosis else None,
+            "problem": self.problem,
+            "unsaved": self.unsaved,
+        }
+
+
+class RunObserver:
+    """Incremental observer of one run directory: ``observe()`` reads only what was appended.
+
+    ``launcher_poll`` is given by the process that started the launcher (its ``Popen.poll``): it
+    knows the launcher's exit status, and polling reaps it. ``settle`` lets this observer write
+    the ``lost`` summary of a run it finds lost (never on a UI thread: the UI's quit check passes
+    False); the summary it returns is the same either way. ``measure_usage`` adds each live rank's
+    CPU and memory. Not thread-safe: one caller at a time (the UI wraps it in a lock).
+    """
+
+    def __init__(
+        self,
+        run_dir: RunDir,
+        *,
+        clock: Clock = time.time,
+        probe: ProcessProbe | None = None,
+        launcher_poll: Callable[[], int | None] | None = None,
+        settle: bool = True,
+        measure_usage: bool = False,
+    ) -> None:
+        self.run_dir = run_dir
+        self.clock = clock
+        self.probe = probe or ProcessProbe()
+        self.launcher_poll = launcher_poll
+        self.settle = settle
+        self.measure_usage = measure_usage
+        self.tracker = RankStateTracker()
+        self._tails: dict[Path, EventTail] = {}
+        self._config: RunConfig | None = None
+        self._config_problem = ""
+        self._summary: RunSummary | None = None  # summary.json, once there
+        self._lost: RunSummary | None = None  # the lost summary this observer built
+        self._settle_tried = False
+        self._snapshot: tuple[Path, StackSnapshot | None] | None = None
+        self._settle_problem = ""
+
+    @property
+    def config(self) -> RunConfig | None:
+        return self._config
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _load_config(self) -> None:
+        """Thresholds and epochs from config.toml once it is there (defaults otherwise)."""
+        if self._config is not None or self._config_problem:
+            return
+        if not self.run_dir.config_path.exists():
+            return
+        try:
+            self._config = load_config(self.run_dir.config_path)
+        except ConfigError as err:  # a broken config must not hide the ranks
+            self._config_problem = str(err)
+            return
+        self.tracker.thresholds = Thresholds.of(self._config)
+
+    def _read_events(self) -> None:
+        paths = [self.run_dir.launcher_events_path, *self.run_dir.rank_event_paths().values()]
+        for path in paths:
+            tail = self._tails.setdefault(path, EventTail(path, self.run_dir.path))
+            self.tracker.feed_all(tail.read_new())
+
+    def _is_script(self) -> bool:
+        return self._config is not None and self._config.script.given
+
+    def _latest_snapshot(self) -> StackSnapshot | None:
+        """The newest stored stack snapshot, read again only when a newer file appears."""
+        paths = snapshot_paths(self.run_dir.path)
+        if paths and (self._snapshot is None or self._snapshot[0] != paths[-1]):
+            self._snapshot = (paths[-1], latest_snapshot(self.run_dir.path))
+        return self._snapshot[1] if self._snapshot else None
+
+    @property
+    def skipped_lines(self) -> int:
+        return sum(t.skipped for t in self._tails.values())
+
+    # -- the run's status ------------------------------------------------------------------------
+
+    def _decide(
+        self, info: RunInfo | None, info_problem: str, now: float
+    ) -> tuple[RunStatus, str, bool | None]:
+        """(status, why, launcher alive): the one decision of a run's status."""
+        if self._summary is not None:
+            return self._summary.status, self._summary.reason, False
+        if info is None:
+            return (RunStatus.UNREADABLE if info_problem else RunStatus.STARTING), "", None
+        finished = self.tracker.run_finished
+        if info.state.final:
+            return info.state, finished.reason if finished else "", False
+        if self.launcher_poll is not None:
+            code = self.launcher_poll()
+            if code is not None:
+                with contextlib.suppress(RunDirError):  # it may have written it meanwhile
+                    self._summary = self.run_dir.read_summary()
+                if self._summary is not None:
+                    return self._summary.status, self._summary.reason, False
+                why = f"the launcher exited (code {code}) without a summary"
+                return self._gone(info, why, launcher_exit=code)
+        if info.launcher is None:
+            if self.launcher_poll is not None or now - info.created < LAUNCHER_START_GRACE_SECONDS:
+                return RunStatus.STARTING, "", None
+            return self._gone(info, "no launcher was ever recorded in run.json")
+        if self.probe.alive(info.launcher):  # starting until it has started the ranks
+            return info.state, "", True
+        return self._gone(info, f"the launcher (pid {info.launcher.pid}) is gone without a summary")
+
+    def _gone(
+        self, info: RunInfo, why: str, launcher_exit: int | None = None
+    ) -> tuple[RunStatus, str, bool | None]:
+        """The launcher is gone and left no summary: orphaned while a rank lives, else lost."""
+        if any(self.probe.alive(r) for r in info.ranks):
+            return (
+                RunStatus.ORPHANED,
+                f"{why}; some of its ranks are still alive (ddptui ps / clean, or Processes)",
+                False,
+            )
+        if self._lost is None:  # built once: nothing of the run is alive to change it
+            reached = tuple(
+                s.reached()
+                for s in self.tracker.states(now=self.clock(), run_status=RunStatus.LOST)
+            )
+            self._lost = lost_summary(self.run_dir, info, reached, launcher_exit)
+        summary = self._lost
+        if self.settle and not self._settle_tried:
+            self._settle_tried = True
+            self._settle_problem = settle_run(self.run_dir, summary)
+            # another settler may have been first: what is on disk is the truth
+            with contextlib.suppress(RunDirError):
+                self._summary = self.run_dir.read_summary()
+            summary = self._summary or summary
+        return summary.status, summary.reason, False
+
+    # -- the whole state -------------------------------------------------------------------------
+
+    def observe(self) -> RunState:
+        """Read what is new and return the run's whole state as of the clock's now."""
+        now = self.clock()
+        self._load_config()
+        problems = [self._config_problem] if self._config_problem else []
+        info: RunInfo | None = None
+        info_problem = ""
+        if self.run_dir.run_json_path.exists():
+            try:
+                info = self.run_dir.read_run_info()
+            except RunDirError as err:
+                info_problem = str(err)
+                problems.append(info_problem)
+        summary_problem = ""
+        if self._summary is None:
+            try:
+                self._summary = self.run_dir.read_summary()
+            except RunDirError as err:
+                summary_problem = str(err)
+                problems.append(summary_problem)
+        self._read_events()
+        problems += [t.refused for t in self._tails.values() if t.refused]
+        if info is not None:
+            self.tracker.world_size = max(self.tracker.world_size, info.world_size)
+        if summary_problem:  # how it ended cannot be told
+            status, reason, launcher_alive = RunStatus.UNREADABLE, summary_problem, None
+        else:
+            status, reason, launcher_alive = self._decide(info, info_problem, now)
+        live = status in (RunStatus.RUNNING, RunStatus.STARTING, RunStatus.ORPHANED)
+        pids = [r.pid for r in info.ranks] if info is not None else []
+        ranks = self.tracker.states(
+            now=now,
+            launcher_alive=launcher_alive is not False,
+            run_status=status if status.final else None,
+            stopped_pids=self.probe.stopped(pids) if live else frozenset(),
+        )
+        if self.measure_usage and live:
+            usage = self.probe.usage([r.pid for r in ranks if r.pid])
+            ranks = tuple(replace(r, usage=usage.get(r.pid)) if r.pid else r for r in ranks)
+        summary = self._summary or (self._lost if status == RunStatus.LOST else None)
+        started = self.tracker.run_started or (info.created if info else None)
+        if summary is not None:
+            elapsed: float | None = summary.elapsed_seconds
+        elif self.tracker.run_finished is not None and started is not None:
+            elapsed = self.tracker.run_finished.time - started
+        else:
+            elapsed = now - started if started is not None and live else None
+        epochs = self._config.training.epochs if self._config else 0
+        preset = (self._config.name if self._config else info.preset if info else "") or (
+            summary.preset if summary else ""
+        )
+        devices = (info.devices if info else "") or (summary.devices if summary else "")
+        return RunState(
+            run_id=self.run_dir.run_id,
+            path=self.run_dir.path,
+            status=status,
+            reason=reason,
+            preset=preset,
+            created=info.created if info else None,
+            devices=devices,
+            world_size=info.world_size if info else self.tracker.world_size,
+            info=info,
+            launcher_alive=launcher_alive,
+            ranks=ranks,
+            summary=summary,
+            failure=(summary.failure if summary else None) or root_failure(ranks),
+            started=started,
+            elapsed=elapsed,
+            eta=eta_seconds(ranks, epochs) if status == RunStatus.RUNNING else None,
+            now=now,
+            epochs=epochs,
+            # a script's accuracy is what it reported; the engine's, its summary's last epoch
+            accuracy=summary.test_accuracy
+            if summary is not None and not self._is_script()
+            else self.tracker.accuracy,
+            notices=tuple(self.tracker.notices),
+            events_read=self.tracker.events_read,
+            skipped_lines=self.skipped_lines,
+            diagnosis=self._latest_snapshot(),
+            script=self._config.script.label if self._config and self._is_script() else "",
+            metrics_reported=self.tracker.metrics_reported,
+            problem="; ".join(problems),
+            unsaved=self._settle_problem,
+        )
+
+
+def eta_seconds(ranks: tuple[RankState, ...], epochs: int) -> float | None:
+    """Seconds until the slowest rank finishes at its current pace; None while a pace is unknown."""
+    remaining = []
+    for r in ranks:
+        if r.state == RankStatus.DONE:
+            continue
+        report = r.report
+        if report is None or not report.steps or not report.step_seconds or not epochs:
+            return None
+        steps_left = (report.steps - report.step) + (epochs - report.epoch - 1) * report.steps
+        remaining.append(max(0, steps_left) * report.step_seconds)
+    return max(remaining) if remaining else None
+
+
+def observe_run(run_dir: RunDir, now: float | None = None, **options: Any) -> RunState:
+    """One-shot observation of a run (the CLI); the UI keeps a ``RunObserver`` per run instead."""
+    clock: Clock = time.time if now is None else (lambda: now)
+    return RunObserver(run_dir, clock=clock, **options).observe()

@@ -1,0 +1,395 @@
+"""The run directory: the one channel between the engine (writer) and the UI (reader).
+
+Layout (docs/architecture.md)::
+
+    runs/<run-id>/config.toml            resolved preset        (launcher)
+                  run.json               ids, pids, state       (launcher)
+                  events/rank-<r>.jsonl  rank events            (rank r)
+                  events/launcher.jsonl  launcher events        (launcher)
+                  logs/rank-<r>.log      stdout + stderr        (rank r)
+                  logs/launcher.log      launcher output        (launcher)
+                  stacks/                stack dumps, snapshots (ranks, launcher, kill)
+                  flight-recorder/       collective traces      (ranks, torch)
+                  summary.json           final status, figures  (launcher, always)
+                  checkpoint.pt          state_dict             (rank 0)
+
+Plain Python only. JSON files are replaced atomically (write to a temp file, then rename), so a
+reader never sees half a file, and read back into the typed objects that wrote them (``RunInfo``,
+``RunSummary``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.core.common import strict_json
+from engine.core.common.disk_space import WriteFailed
+from engine.core.host.oom_evidence import OomBaseline
+from engine.core.procs.process_identity import ProcessRef
+from engine.core.common.run_environment import RUN_MARKER_ENV, STACKS_DIR
+from engine.core.common.run_files import (
+    DIR_MODE,
+    FILE_MODE,
+    PRIVATE_DIR_MODE,
+    make_dirs,
+    user_name,
+)
+from engine.core.common.statuses import RunStatus
+from engine.core.runs.summary import RunSummary
+
+RUN_SCHEMA_VERSION = 1
+DEFAULT_RUNS_DIR = Path("runs")
+NAME_MAX = 255  # bytes in one path component (Linux, macOS)
+# Kernel file systems: nothing can be made there, whatever the permissions say.
+VIRTUAL_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
+class RunDirError(ValueError):
+    """A run directory that cannot be used; the message is one sentence naming the path."""
+
+
+def new_run_id(preset: str) -> str:
+    """Sortable, unique and readable: ``20261202-105133-cpu-demo-3f9a``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{preset}-{secrets.token_hex(2)}"
+
+
+def write_text_atomic(path: Path, text: str, mode: int = FILE_MODE) -> None:
+    """Write ``text`` to a temporary file beside ``path`` (made with ``mode``, whatever the
+    umask), then rename it over ``path``: a reader sees the old file or the new one, never half of
+    one. A failed write (a full disk) leaves neither a half file nor the temporary one, and raises
+    WriteFailed, whose message names the path and the free space."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException as err:
+        tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError) and not isinstance(err, WriteFailed):
+            raise WriteFailed(path, err) from None
+        raise
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """``data`` as strict JSON (``engine.core.common.strict_json``), written as ``write_text_atomic``."""
+    write_text_atomic(path, strict_json.dumps(data, indent=2) + "\n")
+
+
+def _read_versioned_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RunDirError(f"{path}: no {what} here") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise RunDirError(f"{path}: {what} is corrupt ({err})") from None
+    if not isinstance(data, dict):
+        raise RunDirError(f"{path}: {what} is corrupt (not a JSON object)")
+    version = data.get("schema")
+    if not isinstance(version, int):
+        raise RunDirError(f"{path}: {what} is corrupt (no schema version)")
+    if version > RUN_SCHEMA_VERSION:
+        raise RunDirError(
+            f"{path}: {what} was written by a newer ddptui (schema {version}, this one reads "
+            f"{RUN_SCHEMA_VERSION}); upgrade ddptui to read it"
+        )
+    return data
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """run.json: who is (or was) running this run."""
+
+    run_id: str
+    preset: str
+    host: str
+    created: float
+    state: RunStatus  # starting | running, then how it ended (completed | failed | killed | lost)
+    world_size: int
+    devices: str
+    launcher: ProcessRef | None = None
+    pgid: int | None = None
+    ranks: tuple[ProcessRef, ...] = ()
+    node_rank: int = 0
+    nnodes: int = 1
+    # The launcher's boot, uptime and memory cgroup's OOM count at its start: what ties a later
+    # OOM kill to this run (engine.core.host.oom_evidence).
+    oom_baseline: OomBaseline | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", RunStatus(self.state))  # the word, typed where made
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": RUN_SCHEMA_VERSION,
+            "run_id": self.run_id,
+            "preset": self.preset,
+            "host": self.host,
+            "created": self.created,
+            "state": self.state,
+            "world_size": self.world_size,
+            "devices": self.devices,
+            "launcher": self.launcher.to_json() if self.launcher else None,
+            "pgid": self.pgid,
+            "ranks": [r.to_json() for r in self.ranks],
+            "node_rank": self.node_rank,
+            "nnodes": self.nnodes,
+            "oom_baseline": self.oom_baseline.to_json() if self.oom_baseline else None,
+            "marker_env": RUN_MARKER_ENV,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunInfo:
+        launcher = data.get("launcher")
+        return cls(
+            run_id=str(data["run_id"]),
+            preset=str(data.get("preset", "")),
+            host=str(data.get("host", "")),
+            created=float(data.get("created", 0.0)),
+            state=RunStatus(data.get("state", RunStatus.STARTING)),
+            world_size=int(data.get("world_size", 0)),
+            devices=str(data.get("devices", "")),
+            launcher=ProcessRef.from_json(launcher) if launcher else None,
+            pgid=data.get("pgid"),
+            ranks=tuple(ProcessRef.from_json(r) for r in data.get("ranks", [])),
+            node_rank=int(data.get("node_rank", 0)),
+            nnodes=int(data.get("nnodes", 1)),
+            oom_baseline=OomBaseline.from_json(data.get("oom_baseline")),
+        )
+
+
+class RunDir:
+    """Paths and readers/writers of one run directory."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    # paths
+    @property
+    def config_path(self) -> Path:
+        return self.path / "config.toml"
+
+    @property
+    def run_json_path(self) -> Path:
+        return self.path / "run.json"
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / "summary.json"
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.path / "checkpoint.pt"
+
+    @property
+    def rendezvous_path(self) -> Path:
+        """The file store where the ranks of a single-node run meet (exists while it runs)."""
+        return self.path / ".rendezvous"
+
+    @property
+    def events_dir(self) -> Path:
+        return self.path / "events"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.path / "logs"
+
+    @property
+    def stacks_dir(self) -> Path:
+        """Stack dumps of the ranks (faulthandler) and the snapshots taken of them."""
+        return self.path / STACKS_DIR
+
+    @property
+    def flight_recorder_dir(self) -> Path:
+        """torch's flight-recorder dumps, ``rank_<r>`` each."""
+        return self.path / "flight-recorder"
+
+    def flight_recorder_dumps(self) -> list[Path]:
+        try:
+            return sorted(p for p in self.flight_recorder_dir.glob("rank_*") if p.is_file())
+        except OSError:
+            return []
+
+    def rank_events_path(self, rank: int) -> Path:
+        return self.events_dir / f"rank-{rank}.jsonl"
+
+    @property
+    def launcher_events_path(self) -> Path:
+        return self.events_dir / "launcher.jsonl"
+
+    def rank_log_path(self, rank: int) -> Path:
+        return self.logs_dir / f"rank-{rank}.log"
+
+    @property
+    def launcher_log_path(self) -> Path:
+        return self.logs_dir / "launcher.log"
+
+    def rank_event_paths(self) -> dict[int, Path]:
+        """Existing rank event files by rank."""
+        found = {}
+        for p in self.events_dir.glob("rank-*.jsonl"):
+            suffix = p.stem.removeprefix("rank-")
+            if suffix.isdigit():
+                found[int(suffix)] = p
+        return dict(sorted(found.items()))
+
+    def create(self) -> None:
+        """Make the run directory (and the runs directory above it) with private modes
+        (``engine.core.common.run_files``); raises RunDirError or OSError."""
+        if self.path.exists():
+            raise RunDirError(f"{self.path}: a run directory of that name exists already")
+        make_dirs(self.path.parent)
+        self.path.mkdir(mode=DIR_MODE)
+        self.events_dir.mkdir(mode=DIR_MODE)
+        self.logs_dir.mkdir(mode=PRIVATE_DIR_MODE)
+
+    def make_missing_dirs(self) -> None:
+        """The events and logs directories, where a launcher or a torchrun rank finds none."""
+        make_dirs(self.events_dir, DIR_MODE)
+        make_dirs(self.logs_dir, PRIVATE_DIR_MODE)
+
+    # run.json
+    def write_run_info(self, info: RunInfo) -> None:
+        write_json_atomic(self.run_json_path, info.to_json())
+
+    def read_run_info(self) -> RunInfo:
+        data = _read_versioned_json(self.run_json_path, "run.json")
+        try:
+            return RunInfo.from_json(data)
+        except (KeyError, TypeError, ValueError) as err:
+            raise RunDirError(f"{self.run_json_path}: run.json is corrupt ({err!r})") from None
+
+    # summary.json
+    def write_summary(self, summary: RunSummary) -> None:
+        write_json_atomic(self.summary_path, {"schema": RUN_SCHEMA_VERSION, **summary.to_json()})
+
+    def read_summary(self) -> RunSummary | None:
+        """The summary, or None while the run has not finished; RunDirError when it is corrupt
+        or from a newer ddptui."""
+        if not self.summary_path.exists():
+            return None
+        data = _read_versioned_json(self.summary_path, "summary.json")
+        try:
+            return RunSummary.from_json(data)
+        except (KeyError, TypeError, ValueError) as err:
+            raise RunDirError(f"{self.summary_path}: summary.json is corrupt ({err!r})") from None
+
+
+def this_host() -> str:
+    return socket.gethostname()
+
+
+def check_run_id(run_id: str) -> None:
+    """A run id names one directory inside the runs directory, never a path: RunDirError for an
+    empty id, one with a slash or a NUL, and ``.`` / ``..``."""
+    if not run_id:
+        raise RunDirError("a run id cannot be empty; `ddptui runs` lists them")
+    if "/" in run_id or "\0" in run_id or run_id in (".", ".."):
+        raise RunDirError(
+            f"{run_id!r} is not a run id: a run id names a directory inside --runs-dir, without "
+            "'/' (use --runs-dir for another runs directory)"
+        )
+
+
+def check_runs_dir(runs_dir: Path, *, write: bool = False) -> None:
+    """RunDirError, one sentence, when ``runs_dir`` cannot be a runs directory: a name longer than
+    a file system allows, a place inside /proc, /sys or /dev, something that is not a directory,
+    or (``write``) a directory this user cannot make runs in. A missing one is fine: it is made."""
+    where = f"--runs-dir {runs_dir}"
+    for part in runs_dir.parts:
+        if len(os.fsencode(part)) > NAME_MAX:
+            raise RunDirError(
+                f"{where[:80]}...: one of its names is {len(part)} characters long, and a file "
+                f"system allows at most {NAME_MAX}"
+            )
+    resolved = Path(os.path.abspath(runs_dir))
+    for root in VIRTUAL_ROOTS:
+        if resolved == root or root in resolved.parents:
+            raise RunDirError(
+                f"{where} is inside {root}, a kernel file system that cannot hold run directories"
+            )
+    try:
+        exists = runs_dir.exists()
+        if exists and not runs_dir.is_dir():
+            raise RunDirError(f"{where} is not a directory")
+    except OSError as err:
+        raise RunDirError(f"{where} cannot be reached by {user_name(os.getuid())} ({err.strerror})") from None
+    if not write:
+        return
+    existing = runs_dir
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not os.access(existing, os.W_OK | os.X_OK):
+        user = user_name(os.getuid())
+        how = "a read-only file system" if _read_only(existing) else f"not writable by {user}"
+        raise RunDirError(
+            f"{where} cannot hold new runs: {existing} is {how}; choose another with --runs-dir "
+            "or $DDPTUI_RUNS_DIR"
+        )
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def find_run(runs_dir: Path, run_id: str) -> RunDir:
+    """A run by id (or a unique prefix of one) under ``runs_dir``; RunDirError names what is
+    missing, or why ``run_id`` is no run id at all."""
+    check_run_id(run_id)
+    check_runs_dir(runs_dir)
+    exact = runs_dir / run_id
+    if (exact / "run.json").exists() or (exact / "config.toml").exists():
+        return RunDir(exact)
+    if runs_dir.is_dir():
+        matches = sorted(p for p in _entries(runs_dir) if p.is_dir() and p.name.startswith(run_id))
+        if len(matches) == 1:
+            return RunDir(matches[0])
+        if len(matches) > 1:
+            raise RunDirError(
+                f"run id {run_id!r} matches {len(matches)} runs in {runs_dir}; give more of it"
+            )
+    raise RunDirError(f"no run {run_id!r} in {runs_dir}")
+
+
+def list_runs(runs_dir: Path) -> list[RunDir]:
+    """Run directories under ``runs_dir``, oldest first; RunDirError when it cannot be read."""
+    check_runs_dir(runs_dir)
+    if not runs_dir.is_dir():
+        return []
+    return [RunDir(p) for p in sorted(_entries(runs_dir)) if (p / "config.toml").exists()]
+
+
+def _entries(runs_dir: Path) -> list[Path]:
+    try:
+        return list(runs_dir.iterdir())
+    except OSError as err:
+        raise RunDirError(f"--runs-dir {runs_dir} cannot be listed ({err.strerror})") from None
+
+
+def run_dir_owner(run_dir: RunDir) -> str | None:
+    """The user who owns ``run_dir`` or its run.json when that is not this user, else None. A run
+    directory is the word of whoever wrote it: another user's run.json may name any process."""
+    me = os.getuid()
+    for path in (run_dir.path, run_dir.run_json_path):
+        try:
+            uid = path.lstat().st_uid if path != run_dir.path else path.stat().st_uid
+        except OSError:
+            continue
+        if uid != me:
+            return user_name(uid)
+    return None

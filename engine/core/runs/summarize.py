@@ -1,0 +1,159 @@
+"""Build a run's summary from what its directory holds: config.toml, run.json and rank 0's events.
+
+Plain Python. The launcher calls it at its end; the settler (``engine.core.runs.settle``) for a run whose
+launcher could not. Reading only: whoever calls it decides whether and where to write.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from engine.core.config.schema import load_config
+from engine.core.stacks.diagnosis import latest_snapshot
+from engine.core.runs.events import (
+    EpochEnded,
+    Evaluation,
+    Event,
+    RankFailed,
+    RankStarted,
+    RunStarted,
+    StepProgress,
+    read_events,
+)
+from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
+from engine.core.common.statuses import RunStatus
+from engine.core.runs.summary import EpochFigures, Failure, RunSummary
+
+
+def epoch_figures(rank0_events: list[Event]) -> list[EpochFigures]:
+    """Per-epoch figures from rank 0's events (its EpochEnded carries the reduced figures)."""
+    evaluations = {e.epoch: e for e in rank0_events if isinstance(e, Evaluation)}
+    figures = []
+    for e in rank0_events:
+        if not isinstance(e, EpochEnded):
+            continue
+        ev = evaluations.get(e.epoch)
+        steady = e.global_steady_images_per_s
+        figures.append(
+            EpochFigures(
+                epoch=e.epoch,
+                seconds=e.global_seconds,
+                data_wait_seconds=e.global_data_wait_seconds,
+                images=e.global_images,
+                steps=e.steps,
+                warmup_steps=e.warmup_steps,
+                steady_images_per_s=steady,
+                steady_epoch_seconds=e.global_images / steady if steady > 0 else e.global_seconds,
+                train_loss=e.global_train_loss,
+                test_accuracy=ev.accuracy if ev else None,
+                test_loss=ev.loss if ev else None,
+            )
+        )
+    return figures
+
+
+def figure_warnings(epochs: list[EpochFigures]) -> tuple[str, ...]:
+    """Sentences for figures that are not numbers: a loss that became NaN or infinite in a run
+    that went on (``training.on_divergence = "warn"``)."""
+    bad = [e.epoch + 1 for e in epochs if not math.isfinite(e.train_loss)]
+    if not bad:
+        return ()
+    which = ", ".join(map(str, bad))
+    return (
+        f"the training loss was not finite in epoch {which} (training.on_divergence = warn): "
+        "the model diverged and its figures mean little",
+    )
+
+
+def first_rank_failure(run_dir: RunDir) -> Failure | None:
+    """The earliest RankFailed event of any rank (the root cause), if a rank reported one."""
+    failures = [
+        e
+        for path in run_dir.rank_event_paths().values()
+        for e in read_events(path, run_dir.path)
+        if isinstance(e, RankFailed)
+    ]
+    if not failures:
+        return None
+    first = min(failures, key=lambda e: e.time)
+    return Failure(rank=first.rank, error=first.error, traceback=first.traceback)
+
+
+def started_time(run_dir: RunDir, info: RunInfo) -> float:
+    for e in read_events(run_dir.launcher_events_path, run_dir.path):
+        if isinstance(e, RunStarted):
+            return e.time
+    return info.created
+
+
+def build_summary(
+    run_dir: RunDir, status: RunStatus, failure: Failure | None = None, reason: str = ""
+) -> RunSummary:
+    """The summary of a run from its config, run.json (when there) and rank 0's events.
+
+    Works on whatever the run left: a run killed before rank 0 wrote anything gets a summary with
+    no epochs. ``failure`` defaults to the first RankFailed event when ``status`` is failed.
+    """
+    config = load_config(run_dir.config_path)
+    try:
+        info: RunInfo | None = run_dir.read_run_info()
+    except RunDirError:  # a summary must be written even next to a broken run.json
+        info = None
+    rank0 = read_events(run_dir.rank_events_path(0), run_dir.path)
+    started = started_time(run_dir, info) if info else _first_time(rank0)
+    world_size = info.world_size if info else _reported_world_size(rank0)
+    devices = info.devices if info else config.devices.spec
+    device_count = _device_count(devices)
+    global_batch = config.training.batch_size * (world_size if config.strategy.name == "ddp" else 1)
+    if failure is None and status == RunStatus.FAILED:
+        failure = first_rank_failure(run_dir)
+    finished = time.time()
+    epochs = epoch_figures(rank0)
+    return RunSummary(
+        run_id=run_dir.run_id,
+        preset=config.name,
+        status=status,
+        strategy="script" if config.script.given else config.strategy.name,
+        precision="-" if config.script.given else config.precision.mode,
+        model=config.workload[0],
+        dataset=config.workload[1],
+        devices=devices,
+        device_count=device_count,
+        world_size=world_size,
+        global_batch=global_batch,
+        started=started,
+        finished=finished,
+        elapsed_seconds=max(0.0, finished - started),
+        epochs=tuple(epochs),
+        failure=failure,
+        reason=reason,
+        diagnosis=latest_snapshot(run_dir.path),
+        global_steps=_last_global_step(rank0),
+        warnings=figure_warnings(epochs),
+    )
+
+
+def _last_global_step(rank0_events: list[Event]) -> int | None:
+    steps = [e.global_step for e in rank0_events if isinstance(e, StepProgress)]
+    return steps[-1] if steps else None
+
+
+def _reported_world_size(rank0_events: list[Event]) -> int:
+    """The world size rank 0 reported; runs with no run.json (torchrun) have only this."""
+    started = [e for e in rank0_events if isinstance(e, RankStarted)]
+    return started[0].world_size if started else 1
+
+
+def _first_time(events: list[Event]) -> float:
+    return events[0].time if events else time.time()
+
+
+def _device_count(devices: str) -> int:
+    """'cpu:2' -> 2, 'gpu:0,2' -> 2."""
+    kind, _, rest = devices.partition(":")
+    if kind == "cpu":
+        return int(rest) if rest.isdigit() else 1
+    if kind == "gpu":
+        return len([p for p in rest.split(",") if p])
+    return 1

@@ -1,0 +1,161 @@
+"""summary.json's typed contents: the final status and figures of a run.
+
+Plain Python, and only types: ``engine.core.runs.summarize`` builds a summary from a run directory,
+``RunDir.read_summary`` reads one back into these same objects. The launcher writes it whatever
+happens (completed, failed, killed); ``engine.core.runs.settle`` writes it for a run whose launcher
+cannot (lost, or stopped by ``ddptui kill`` / ``clean`` after its launcher was gone).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from engine.core.stacks.diagnosis import StackSnapshot
+from engine.core.common.statuses import RankStatus, RunStatus
+from engine.core.common.strict_json import float_or_nan
+
+
+@dataclass(frozen=True)
+class EpochFigures:
+    """One epoch, reduced across ranks (slowest rank's seconds, all ranks' images)."""
+
+    epoch: int
+    seconds: float  # device-synchronised wall seconds, data loading included
+    data_wait_seconds: float
+    images: int
+    steps: int
+    warmup_steps: int  # left out of the steady-state figures
+    steady_images_per_s: float
+    steady_epoch_seconds: float  # images / steady_images_per_s: the epoch without warm-up
+    train_loss: float
+    test_accuracy: float | None = None
+    test_loss: float | None = None
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The root cause of a failed run: the first rank to fail."""
+
+    rank: int | None
+    exitcode: int | None = None
+    signal: str | None = None
+    error: str = ""
+    traceback: str = ""
+
+
+@dataclass(frozen=True)
+class RankReached:
+    """How far one rank got, for a run whose launcher could not say (a ``lost`` run)."""
+
+    rank: int
+    state: RankStatus  # the state the run observer saw it end in
+    epoch: int | None = None  # counted from 0, as in the events
+    step: int | None = None  # steps done in that epoch
+    steps: int | None = None  # steps in that epoch
+    global_step: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", RankStatus(self.state))  # the word, typed where made
+
+    def describe(self) -> str:
+        if self.epoch is None:
+            return f"rank {self.rank} had not started training"
+        of = f"/{self.steps}" if self.steps is not None else ""
+        return f"rank {self.rank} reached epoch {self.epoch + 1} step {self.step or 0}{of}"
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    preset: str
+    status: RunStatus  # completed | failed | killed | lost
+    strategy: str
+    precision: str
+    model: str
+    dataset: str
+    devices: str  # "cpu:2", "gpu:0,1"
+    device_count: int
+    world_size: int
+    global_batch: int
+    started: float
+    finished: float = field(default_factory=time.time)
+    elapsed_seconds: float = 0.0
+    epochs: tuple[EpochFigures, ...] = ()
+    failure: Failure | None = None
+    reason: str = ""  # one sentence for killed / failed / lost runs
+    launcher_end: str = ""  # lost runs: how the launcher ended, as far as can be told
+    ranks: tuple[RankReached, ...] = ()  # lost runs: how far each rank got
+    diagnosis: StackSnapshot | None = None  # the last stack snapshot of the ranks, if one was taken
+    global_steps: int | None = None  # optimizer steps rank 0 reported (a script's only figure)
+    warnings: tuple[str, ...] = ()  # one sentence each: what a reader must know of the figures
+    # Cores other processes kept busy while it ran, when a bench measured it (never in the run's
+    # own summary.json: a bench adds it to the copy it records).
+    outside_load_cores: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", RunStatus(self.status))  # the word, typed where made
+
+    # figures of the last epoch, the ones a speedup table shows
+    @property
+    def last_epoch(self) -> EpochFigures | None:
+        return self.epochs[-1] if self.epochs else None
+
+    @property
+    def test_accuracy(self) -> float | None:
+        return self.last_epoch.test_accuracy if self.last_epoch else None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["epochs"] = [asdict(e) for e in self.epochs]
+        data["ranks"] = [asdict(r) for r in self.ranks]
+        data["diagnosis"] = self.diagnosis.to_json() if self.diagnosis else None
+        data["test_accuracy"] = self.test_accuracy
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunSummary:
+        """The summary ``to_json`` wrote. Keys this version does not know are ignored; a missing
+        key or a value of the wrong kind raises KeyError, TypeError or ValueError."""
+        values = _known(cls, data)
+        values["status"] = RunStatus(data["status"])
+        values["epochs"] = tuple(
+            EpochFigures(**_known(EpochFigures, e)) for e in data.get("epochs") or []
+        )
+        values["ranks"] = tuple(
+            RankReached(**{**_known(RankReached, r), "state": RankStatus(r["state"])})
+            for r in data.get("ranks") or []
+        )
+        values["warnings"] = tuple(str(w) for w in data.get("warnings") or ())
+        failure = data.get("failure")
+        values["failure"] = Failure(**_known(Failure, failure)) if failure else None
+        diagnosis = data.get("diagnosis")
+        values["diagnosis"] = StackSnapshot.from_json(diagnosis) if diagnosis else None
+        return cls(**values)
+
+
+def _known(cls: type, data: Any) -> dict[str, Any]:
+    """The keys of ``data`` that ``cls`` has; a float written as null (a NaN or an infinity, see
+    ``engine.core.common.strict_json``) reads back as NaN."""
+    if not isinstance(data, dict):
+        raise TypeError(f"{cls.__name__}: expected a JSON object, found {type(data).__name__}")
+    fields = cls.__dataclass_fields__  # type: ignore[attr-defined]
+    return {
+        k: float_or_nan(v) if fields[k].type == "float" else v
+        for k, v in data.items()
+        if k in fields
+    }
+
+
+def exit_status(code: int | None) -> tuple[int | None, str | None]:
+    """(exit code, signal name) of a waited-for process; a negative code is a signal."""
+    if code is None:
+        return None, None
+    if code >= 0:
+        return code, None
+    try:
+        return None, signal.Signals(-code).name
+    except ValueError:
+        return None, f"signal {-code}"

@@ -1,0 +1,293 @@
+"""Asking a process for its stack without its cooperation: py-spy where it may attach, else the
+faulthandler file the rank bootstrap registered. Plain Python.
+
+``capture_stack(pid, start_time, dump_file)`` tries ``py-spy dump --json [--native]`` first (native
+frames, where the kernel and the container allow a ptrace attach by this user), then sends the
+rank ``STACK_DUMP_SIGNAL`` and reads what faulthandler appended to its file. Either way the result
+is a ``ProcessStack``: every thread's frames, innermost first, the text as the method printed it,
+and which method produced it. A process that is gone, a zombie or stopped (SIGSTOP) says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from engine.core.common.run_environment import STACK_DUMP_SIGNAL
+from engine.core.common.run_files import open_in_run
+from engine.core.procs.process_identity import ProcessRef, same_start, stopped_by_signal
+
+PY_SPY_TIMEOUT_SECONDS = 5.0  # per attempt: with native frames, then without
+DUMP_WAIT_SECONDS = 5.0  # for faulthandler to write the dump after the signal
+DUMP_QUIET_SECONDS = 0.15  # the dump is complete once the file stops growing this long
+
+PY_SPY = "py-spy"
+FAULTHANDLER = "faulthandler"
+
+
+@dataclass(frozen=True)
+class Frame:
+    function: str
+    filename: str
+    line: int | None = None
+    native: bool = False
+
+    @property
+    def where(self) -> str:
+        name = Path(self.filename).name if self.filename else "?"
+        return f"{name}:{self.line}" if self.line is not None else name
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "function": self.function,
+            "filename": self.filename,
+            "line": self.line,
+            "native": self.native,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Frame:
+        return cls(
+            function=str(data.get("function", "")),
+            filename=str(data.get("filename", "")),
+            line=data.get("line") if isinstance(data.get("line"), int) else None,
+            native=bool(data.get("native", False)),
+        )
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    name: str  # "MainThread" / "Thread 0x7f..." / "Thread 1234 (idle)"
+    frames: tuple[Frame, ...]  # innermost first
+    main: bool = False  # the process's main thread
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "main": self.main, "frames": [f.to_json() for f in self.frames]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ThreadStack:
+        return cls(
+            name=str(data.get("name", "")),
+            main=bool(data.get("main", False)),
+            frames=tuple(Frame.from_json(f) for f in data.get("frames") or []),
+        )
+
+
+@dataclass(frozen=True)
+class ProcessStack:
+    """One process's stack at one moment, or why there is none."""
+
+    pid: int
+    method: str = ""  # py-spy | faulthandler | "" (none could be taken)
+    process_state: str = "running"  # running | stopped | gone | zombie
+    threads: tuple[ThreadStack, ...] = ()
+    text: str = ""  # as the method printed it
+    problem: str = ""  # why there is no stack, one sentence
+    notes: tuple[str, ...] = field(default=())  # e.g. why py-spy could not attach
+
+    @property
+    def main_thread(self) -> ThreadStack | None:
+        return next((t for t in self.threads if t.main), self.threads[0] if self.threads else None)
+
+
+# ---- parsing ---------------------------------------------------------------------------------
+
+_FH_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+) \(most recent call first\):")
+_FH_FRAME = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>.*)$')
+
+
+def parse_faulthandler(text: str) -> tuple[ThreadStack, ...]:
+    """Threads from faulthandler's ``dump_traceback`` text. The main thread is the one whose
+    outermost frame is a module (``<module>``) or the multiprocessing spawn entry."""
+    threads: list[tuple[str, list[Frame]]] = []
+    for line in text.splitlines():
+        head = _FH_THREAD.match(line)
+        if head:
+            threads.append((f"Thread {head.group(2)}", []))
+            continue
+        frame = _FH_FRAME.match(line)
+        if frame and threads:
+            threads[-1][1].append(
+                Frame(frame.group("func"), frame.group("file"), int(frame.group("line")))
+            )
+    stacks = [ThreadStack(name, tuple(frames)) for name, frames in threads]
+    main = next((i for i, t in enumerate(stacks) if _looks_main(t)), 0 if stacks else None)
+    return tuple(ThreadStack(t.name, t.frames, main=(i == main)) for i, t in enumerate(stacks))
+
+
+def _looks_main(thread: ThreadStack) -> bool:
+    if not thread.frames:
+        return False
+    outer = thread.frames[-1]
+    return outer.function == "<module>" or outer.function in ("spawn_main", "_main")
+
+
+def parse_py_spy_json(data: Any, pid: int) -> tuple[ThreadStack, ...]:
+    """Threads from ``py-spy dump --json``: the main thread is the one whose OS thread id is the
+    process id."""
+    threads = []
+    for raw in data if isinstance(data, list) else []:
+        frames = tuple(
+            Frame(
+                function=str(f.get("name", "?")),
+                filename=str(f.get("filename") or f.get("short_filename") or ""),
+                line=f.get("line") if isinstance(f.get("line"), int) and f.get("line") else None,
+                native=not str(f.get("filename") or "").endswith(".py")
+                and not str(f.get("filename") or "").startswith("<"),
+            )
+            for f in raw.get("frames") or []
+        )
+        name = raw.get("thread_name") or f"Thread {raw.get('os_thread_id') or raw.get('thread_id')}"
+        if raw.get("active") is False:
+            name += " (idle)"
+        threads.append(ThreadStack(str(name), frames, main=raw.get("os_thread_id") == pid))
+    return tuple(threads)
+
+
+def format_threads(threads: tuple[ThreadStack, ...]) -> str:
+    """Threads as text, innermost frame last within each thread (as a Python traceback reads)."""
+    lines = []
+    for t in threads:
+        lines.append(f"{t.name}{' (main)' if t.main else ''}:")
+        for f in reversed(t.frames):
+            where = f"{f.filename}:{f.line}" if f.line is not None else f.filename
+            lines.append(f"    {f.function} ({where})")
+    return "\n".join(lines)
+
+
+# ---- capturing -------------------------------------------------------------------------------
+
+
+def py_spy_path() -> str | None:
+    """py-spy beside this interpreter (installed with ddptui), else on PATH."""
+    beside = Path(sys.executable).parent / "py-spy"
+    if beside.exists():
+        return str(beside)
+    return shutil.which("py-spy")
+
+
+def process_state(pid: int, start_time: float | None = None) -> str:
+    """running | stopped | gone | zombie, for the process with this pid (and start time)."""
+    try:
+        proc = psutil.Process(pid)
+        if start_time is not None and not same_start(proc.create_time(), start_time):
+            return "gone"
+        status = proc.status()
+    except (psutil.Error, OSError):
+        return "gone"
+    if status == psutil.STATUS_ZOMBIE:
+        return "zombie"
+    if stopped_by_signal(status):
+        return "stopped"
+    return "running"
+
+
+def py_spy_dump(pid: int, *, native: bool = True) -> tuple[tuple[ThreadStack, ...], str]:
+    """(threads, "") from py-spy, or ((), why it could not)."""
+    exe = py_spy_path()
+    if exe is None:
+        return (), "py-spy is not installed"
+    why = ""
+    # Native frames may be refused (or miss on a busy machine) where plain ones are not.
+    for native_frames in [True, False] if native else [False]:
+        command = [exe, "dump", "--json", "--pid", str(pid)]
+        if native_frames:
+            command.insert(2, "--native")
+        try:
+            done = subprocess.run(
+                command,
+                capture_output=True,
+                text=True,
+                timeout=PY_SPY_TIMEOUT_SECONDS,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            why = f"no answer within {PY_SPY_TIMEOUT_SECONDS:g} s"
+            continue
+        except OSError as err:
+            return (), f"py-spy could not run ({err})"
+        if done.returncode == 0:
+            try:
+                threads = parse_py_spy_json(json.loads(done.stdout), pid)
+            except json.JSONDecodeError:
+                threads = ()
+            if threads:
+                return threads, ""
+        why = (done.stderr.strip().splitlines() or ["no output"])[0]
+    return (), f"py-spy could not attach ({why})"
+
+
+def faulthandler_dump(
+    pid: int, dump_file: Path, *, wait: float = DUMP_WAIT_SECONDS
+) -> tuple[str, str]:
+    """(text, "") of the stack the process wrote after ``STACK_DUMP_SIGNAL``, or ("", why)."""
+    try:
+        start = dump_file.stat().st_size
+    except OSError:
+        return "", f"it registered no stack dump file ({dump_file.name})"
+    try:
+        os.kill(pid, STACK_DUMP_SIGNAL)
+    except OSError as err:
+        return "", f"it could not be signalled ({err.strerror})"
+    deadline = time.monotonic() + wait
+    size, changed = start, time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        try:
+            now_size = dump_file.stat().st_size
+        except OSError:
+            break
+        if now_size != size:
+            size, changed = now_size, time.monotonic()
+        elif size > start and time.monotonic() - changed >= DUMP_QUIET_SECONDS:
+            break
+    if size <= start:
+        return "", f"it wrote no stack within {wait:g} s"
+    try:  # RUN_DIR/stacks/pid-N.txt: read as every run file is, through no planted link
+        with open_in_run(dump_file.parent.parent, dump_file) as f:
+            f.seek(start)
+            return f.read(size - start).decode("utf-8", errors="replace"), ""
+    except OSError as err:
+        return "", f"its stack file could not be read ({err})"
+
+
+def capture_stack(
+    ref: ProcessRef, dump_file: Path | None = None, *, use_py_spy: bool = True
+) -> ProcessStack:
+    """The stack of one process: py-spy first, then faulthandler through ``dump_file``."""
+    state = process_state(ref.pid, ref.start_time)
+    if state in ("gone", "zombie"):
+        return ProcessStack(ref.pid, process_state=state, problem=f"the process is {state}")
+    notes: list[str] = []
+    if use_py_spy:
+        threads, why = py_spy_dump(ref.pid)
+        if threads:
+            return ProcessStack(ref.pid, PY_SPY, state, threads, text=format_threads(threads))
+        notes.append(why)
+    if state == "stopped":  # a stopped process cannot run its signal handler until SIGCONT
+        return ProcessStack(
+            ref.pid,
+            process_state=state,
+            problem="it is stopped (SIGSTOP) and py-spy could not read it",
+            notes=tuple(notes),
+        )
+    if dump_file is None:
+        return ProcessStack(
+            ref.pid, process_state=state, problem="; ".join(notes), notes=tuple(notes)
+        )
+    text, why = faulthandler_dump(ref.pid, dump_file)
+    if not text:
+        return ProcessStack(ref.pid, process_state=state, problem=why, notes=tuple(notes))
+    return ProcessStack(
+        ref.pid, FAULTHANDLER, state, parse_faulthandler(text), text=text, notes=tuple(notes)
+    )
