@@ -25,10 +25,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.config.schema import ConfigError, RunConfig, load_config
-from engine.core.stacks.diagnosis import StackSnapshot, latest_snapshot, snapshot_paths
-from engine.core.runs.events import EventTail
 from engine.core.procs.process_identity import ProcessProbe
+from engine.core.runs.events import EventTail
 from engine.core.runs.rank_states import (
     RankState,
     RankStateTracker,
@@ -37,8 +37,8 @@ from engine.core.runs.rank_states import (
 )
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
 from engine.core.runs.settle import lost_summary, settle_run
-from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.runs.summary import Failure, RunSummary
+from engine.core.stacks.diagnosis import StackSnapshot, latest_snapshot, snapshot_paths
 
 # A launcher records itself in run.json within seconds of its start; a run.json that names none
 # this long after it was made belongs to a launcher that died first.

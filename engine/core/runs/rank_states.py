@@ -27,7 +27,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.config.schema import RunConfig
+from engine.core.procs.process_identity import ProcessUsage
 from engine.core.runs.events import (
     CheckpointSaved,
     EpochStarted,
@@ -46,8 +48,6 @@ from engine.core.runs.events import (
     StacksTaken,
     StepProgress,
 )
-from engine.core.procs.process_identity import ProcessUsage
-from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.runs.summary import Failure, RankReached
 
 # Before its first event a rank imports torch and loads its data: silence is expected that long.

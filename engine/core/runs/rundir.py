@@ -31,8 +31,6 @@ from typing import Any
 
 from engine.core.common import strict_json
 from engine.core.common.disk_space import WriteFailed
-from engine.core.host.oom_evidence import OomBaseline
-from engine.core.procs.process_identity import ProcessRef
 from engine.core.common.run_environment import RUN_MARKER_ENV, STACKS_DIR
 from engine.core.common.run_files import (
     DIR_MODE,
@@ -42,6 +40,8 @@ from engine.core.common.run_files import (
     user_name,
 )
 from engine.core.common.statuses import RunStatus
+from engine.core.host.oom_evidence import OomBaseline
+from engine.core.procs.process_identity import ProcessRef
 from engine.core.runs.summary import RunSummary
 
 RUN_SCHEMA_VERSION = 1
@@ -325,7 +325,9 @@ def check_runs_dir(runs_dir: Path, *, write: bool = False) -> None:
         if exists and not runs_dir.is_dir():
             raise RunDirError(f"{where} is not a directory")
     except OSError as err:
-        raise RunDirError(f"{where} cannot be reached by {user_name(os.getuid())} ({err.strerror})") from None
+        raise RunDirError(
+            f"{where} cannot be reached by {user_name(os.getuid())} ({err.strerror})"
+        ) from None
     if not write:
         return
     existing = runs_dir

@@ -23,11 +23,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from engine.core.config.schema import ConfigError
 from engine.core.common.disk_space import SpaceReserve, write_failure
+from engine.core.common.statuses import RunStatus
+from engine.core.config.schema import ConfigError
 from engine.core.host.oom_evidence import sigkill_cause
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
-from engine.core.common.statuses import RunStatus
 from engine.core.runs.summarize import build_summary
 from engine.core.runs.summary import Failure, RankReached, RunSummary, exit_status
 

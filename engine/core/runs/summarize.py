@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 import time
 
+from engine.core.common.statuses import RunStatus
 from engine.core.config.schema import load_config
-from engine.core.stacks.diagnosis import latest_snapshot
 from engine.core.runs.events import (
     EpochEnded,
     Evaluation,
@@ -22,8 +22,8 @@ from engine.core.runs.events import (
     read_events,
 )
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
-from engine.core.common.statuses import RunStatus
 from engine.core.runs.summary import EpochFigures, Failure, RunSummary
+from engine.core.stacks.diagnosis import latest_snapshot
 
 
 def epoch_figures(rank0_events: list[Event]) -> list[EpochFigures]:

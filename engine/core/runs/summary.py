@@ -13,9 +13,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from engine.core.stacks.diagnosis import StackSnapshot
 from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.common.strict_json import float_or_nan
+from engine.core.stacks.diagnosis import StackSnapshot
 
 
 @dataclass(frozen=True)
