@@ -8,7 +8,6 @@ and the launcher's own supervision; this module only adds what a screen shows be
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -17,7 +16,7 @@ from pathlib import Path
 
 # Kept here for its importers; it lives apart so the app can start without this module.
 from ddptui.gpu_history import GpuHistory as GpuHistory
-from engine.core.common.run_files import UnsafeRunFile, open_in_run
+from engine.core.common.run_files import tail_lines
 from engine.core.common.statuses import RunStatus
 from engine.core.procs.process_identity import ProcessProbe
 from engine.core.runs.observer import RunObserver, RunState
@@ -37,28 +36,6 @@ class RunView:
     log_rank: int | None = None
     log_path: Path | None = None
     log_lines: tuple[str, ...] = ()
-
-
-def tail_lines(
-    path: Path, count: int, max_bytes: int = 32_768, *, run_path: Path | None = None
-) -> tuple[str, ...]:
-    """The last ``count`` lines of a log, read from its end only. Given its run directory, the
-    log is opened as ``engine.core.common.run_files.open_in_run`` allows (no symbolic link, nobody
-    else's file), and a refusal is the one line shown."""
-    try:
-        with open(path, "rb") if run_path is None else open_in_run(run_path, path) as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - max_bytes))
-            data = f.read()
-    except UnsafeRunFile as err:
-        return (f"({err})",)
-    except OSError:
-        return ()
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    if size > max_bytes and lines:
-        lines = lines[1:]  # the first line is probably cut
-    return tuple(line.rstrip() for line in lines[-count:])
 
 
 class RunReader:

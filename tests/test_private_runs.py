@@ -15,14 +15,16 @@ from pathlib import Path
 
 import psutil
 import pytest
-from fixtures.live_runs import QUICK, REPO_ROOT, ddptui, detached_run, run_processes
-from fixtures.made_runs import make_run, rank_events
 
 from ddptui.watch import RunReader
+from engine.core.common.run_files import open_private, write_atomic
 from engine.core.runs.events import EventWriter
 from engine.core.runs.observer import RunObserver
 from engine.core.runs.rundir import RunDir, list_runs
-from tests.conftest import wait_for
+from tests.fixtures.live_runs import QUICK, ddptui, detached_run, run_processes
+from tests.fixtures.made_runs import make_run, rank_events
+from tests.fixtures.repo import REPO_ROOT
+from tests.fixtures.waiting import wait_for
 
 WILDCARDS = ("0.0.0.0", "::", "")
 
@@ -173,9 +175,8 @@ def test_your_own_script_listens_on_loopback_only(runs_dir: Path, run_reaper: No
 def test_a_multi_node_store_listens_on_the_given_address_only(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from fixtures.spawning import free_port
-
     from engine.train.rendezvous import rendezvous_store
+    from tests.fixtures.spawning import free_port
 
     port = free_port()
     monkeypatch.setenv("DDPTUI_RENDEZVOUS", f"tcp://127.0.0.1:{port}")
@@ -185,3 +186,38 @@ def test_a_multi_node_store_listens_on_the_given_address_only(
     mine = [s for s in listening({os.getpid()}) if s[2] == port]
     assert mine == [(os.getpid(), "127.0.0.1", port)]
     del store
+
+
+# ---- the one private-file primitive (engine.core.common.run_files) ------------------------------
+
+
+def test_open_private_never_writes_through_a_planted_link(tmp_path: Path) -> None:
+    target = tmp_path / "victim"
+    target.write_text("keep")
+    planted = tmp_path / "run" / "logs" / "rank-0.log"
+    planted.parent.mkdir(parents=True)
+    planted.symlink_to(target)
+    with pytest.raises(OSError):
+        open_private(planted, "append")
+    assert target.read_text() == "keep"
+
+
+def test_open_private_makes_its_parents_and_the_file_private(tmp_path: Path) -> None:
+    path = tmp_path / "run" / "stacks" / "pid-1.txt"
+    old = os.umask(0)
+    try:
+        os.close(open_private(path, "exclusive", parents=0o700))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    with pytest.raises(FileExistsError):
+        open_private(path, "exclusive")
+
+
+def test_write_atomic_takes_bytes_and_text_and_leaves_no_temporary_file(tmp_path: Path) -> None:
+    write_atomic(tmp_path / "checkpoint.pt", b"\x00\x01", 0o600)
+    write_atomic(tmp_path / "config.toml", "a = 1\n")
+    assert (tmp_path / "checkpoint.pt").read_bytes() == b"\x00\x01"
+    assert (tmp_path / "config.toml").read_text() == "a = 1\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt", "config.toml"]

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import click
 
-from ddptui.commands.processes import format_age, format_bytes, runs_dir_option
+from ddptui.commands.processes import runs_dir_option
 from ddptui.widgets.figures import bar, short_command
+from engine.core.common.formatting import format_bytes, format_duration, gib
 from engine.core.jobs.gpu_view import GpuProcessRow, GpuScanner, GpuView
 
 KIND_WORDS = {
@@ -35,7 +36,7 @@ def _gpu_lines(view: GpuView) -> list[str]:
         parts = [
             f"GPU {gpu.index}  {gpu.name.removeprefix('NVIDIA ')[:20]:<20}",
             f"util {bar(util or 0, 100, 10)} {util if util is not None else '?':>3}%",
-            f"mem {bar(used, total, 10)} {used / 2**30:5.1f}/{total / 2**30:.1f} GiB",
+            f"mem {bar(used, total, 10)} {gib(used):>5}/{gib(total)} GiB",
         ]
         if gpu.temperature_c is not None:
             parts.append(f"{gpu.temperature_c}°C")
@@ -82,7 +83,7 @@ def render_gpus(view: GpuView, width: int = 120) -> str:
                     _memory_cell(r),
                     f"{r.cpu_percent:.0f}" if r.cpu_percent is not None else "-",
                     format_bytes(r.rss_bytes),
-                    format_age(r.age_seconds),
+                    format_duration(r.age_seconds),
                     KIND_WORDS.get(str(r.kind), str(r.kind)),
                 )
             )

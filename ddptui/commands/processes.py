@@ -21,6 +21,7 @@ from ddptui import exit_codes
 from ddptui.run_options import checked_runs_dir, default_runs_dir
 from ddptui.widgets.figures import short_command
 from engine.core.common import strict_json
+from engine.core.common.formatting import format_bytes, format_duration
 from engine.core.common.statuses import KillOutcome
 from engine.core.jobs.clean import CleanedJob, CleanPlan, clean_orphans, plan_clean
 from engine.core.jobs.process_table import (
@@ -58,28 +59,6 @@ def _fail(message: str, code: int = exit_codes.BAD_INPUT) -> NoReturn:
 # ---- formatting ------------------------------------------------------------------------------
 
 
-def format_age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
-
-
-def format_bytes(value: int | None) -> str:
-    if value is None:
-        return "-"
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if value >= size:
-            return f"{value / size:.1f} {unit}"
-    return f"{value} B"
-
-
 def _gpu_cell(p: TrainingProcess, gpu_error: str | None) -> str:
     if not p.gpu:
         return "n/a" if gpu_error else "-"
@@ -114,7 +93,7 @@ def render_table(table: ProcessTable, width: int = 120) -> str:
                     p.user,
                     p.role,
                     _rank_cell(p),
-                    format_age(p.age_seconds),
+                    format_duration(p.age_seconds),
                     f"{p.cpu_percent:.0f}" if p.cpu_percent is not None else "-",
                     format_bytes(p.rss_bytes),
                     _gpu_cell(p, table.gpu_error),

@@ -13,9 +13,10 @@ from pathlib import Path
 import click
 
 from ddptui import exit_codes
-from ddptui.commands.processes import format_age, runs_dir_option
+from ddptui.commands.processes import runs_dir_option
 from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
 from engine.core.common import strict_json
+from engine.core.common.formatting import format_duration
 from engine.core.config.schema import ConfigError, load_config
 from engine.core.runs.observer import RunState, observe_run
 from engine.core.runs.rank_states import RankState, Thresholds
@@ -60,7 +61,7 @@ def runs_command(runs_dir: Path, as_json: bool) -> None:
                 r.run_id,
                 r.preset or "-",
                 r.status,
-                format_age(now - r.created) if r.created else "-",
+                format_duration(now - r.created) if r.created else "-",
                 r.devices or "-",
                 str(r.world_size or "-"),
                 _stalled_cell(r),
@@ -85,7 +86,9 @@ def _rank_rows(ranks: tuple[RankState, ...], now: float) -> list[str]:
     rows = [("RANK", "PID", "STATE", "EPOCH", "STEP", "LOSS", "IMG/S", "LAST EVENT", "NOTE")]
     for r in ranks:
         step = "-" if r.step is None else f"{r.step}/{r.steps if r.steps is not None else '?'}"
-        last = "-" if r.last_event_time is None else f"{format_age(now - r.last_event_time)} ago"
+        last = (
+            "-" if r.last_event_time is None else f"{format_duration(now - r.last_event_time)} ago"
+        )
         rows.append(
             (
                 str(r.rank),
@@ -180,7 +183,7 @@ def show_command(run_id: str, runs_dir: Path, as_json: bool) -> None:
             launcher = f"   launcher pid {progress.info.launcher.pid} ({alive})"
         created = (
             f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(progress.created))} "
-            f"({format_age(now - progress.created)} ago)"
+            f"({format_duration(now - progress.created)} ago)"
             if progress.created
             else "-"
         )

@@ -39,9 +39,9 @@ from textual.widgets.option_list import Option
 from textual.widgets.selection_list import Selection
 
 from ddptui.messages import PresetsChecked, RunLaunched, WorkerProblem
-from ddptui.widgets import figures
 from ddptui.widgets.confirm import ConfirmDialog
 from ddptui.widgets.script_prompt import ScriptPrompt
+from engine.core.common import formatting
 from engine.core.config.devices import DevicePlan, resolve_devices
 from engine.core.config.schema import (
     DATASETS,
@@ -150,12 +150,12 @@ def describe_resources(resources: ResourceCheck) -> Text:
     """The resource guard's figures for a plan that fits, and its warnings."""
     estimate = resources.estimate
     text = Text(
-        f"\n  host memory ~{figures.gib(estimate.host_bytes)} of "
-        f"{figures.gib(resources.available_bytes)} GiB available",
+        f"\n  host memory ~{formatting.gib(estimate.host_bytes)} of "
+        f"{formatting.gib(resources.available_bytes)} GiB available",
         style="dim",
     )
     if resources.device_bytes_per_gpu:
-        text.append(f", ~{figures.gib(resources.device_bytes_per_gpu)} GiB per GPU", "dim")
+        text.append(f", ~{formatting.gib(resources.device_bytes_per_gpu)} GiB per GPU", "dim")
     for warning in resources.warnings:
         text.append(f"\n  ⚠ {warning}", style="yellow")
     return text

@@ -22,6 +22,7 @@ from ddptui.actions import KILL_GRACE_SECONDS
 from ddptui.messages import CleanFinished, ProcessesListed, WorkerProblem
 from ddptui.widgets import figures
 from ddptui.widgets.confirm import AllUsersToggle, ConfirmDialog
+from engine.core.common import formatting
 from engine.core.common.statuses import JobState
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ def _gpu_cell(p: Any) -> str:
     listed = [g for g in p.gpu if g.listed]
     if not listed:
         return "unlisted"
-    return figures.mib(p.gpu_bytes)
+    return formatting.mib(p.gpu_bytes)
 
 
 def jobs_renderable(jobs: list[Any], width: int, hidden: tuple[Any, ...] = ()) -> Group:
@@ -70,9 +71,9 @@ def jobs_renderable(jobs: list[Any], width: int, hidden: tuple[Any, ...] = ()) -
                 p.role + (f" {p.rank}" if p.rank is not None else ""),
                 str(p.state),
                 f"{p.cpu_percent:.0f}%" if p.cpu_percent is not None else "-",
-                figures.mib(p.rss_bytes),
+                formatting.mib(p.rss_bytes),
                 _gpu_cell(p),
-                figures.duration(p.age_seconds),
+                formatting.format_duration(p.age_seconds),
             )
             for p in job.processes
         ]

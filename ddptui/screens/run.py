@@ -25,12 +25,12 @@ from textual.worker import Worker, WorkerState
 from ddptui.actions import KILL_GRACE_SECONDS
 from ddptui.messages import KillFinished, RunProgressed, WorkerProblem
 from ddptui.watch import RunReader, RunView
-from ddptui.widgets import figures
 from ddptui.widgets.confirm import confirm_kill
 from ddptui.widgets.gpu_panel import GpuPanel
 from ddptui.widgets.log_tail import LogTail
 from ddptui.widgets.rank_table import RankTable
 from ddptui.widgets.run_summary import CHARTS_FROM, RunSummaryPanel
+from engine.core.common import formatting
 from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.host.gpus import GpuInventory
 from engine.core.runs.rundir import RunDir
@@ -256,11 +256,11 @@ class RunScreen(Screen[None]):
         head.append(str(run.status), style=STATUS_STYLES.get(run.status, "bold"))
         if run.devices:
             head.append(f" · {run.devices}")
-        head.append(f" · {figures.duration(run.elapsed)}")
+        head.append(f" · {formatting.format_duration(run.elapsed)}")
         if run.stalled_ranks:  # a frozen ETA would be a lie
             head.append(" · ETA stalled", style="bold yellow")
         elif run.eta is not None:
-            head.append(f" · ETA ~{figures.duration(run.eta)}")
+            head.append(f" · ETA ~{formatting.format_duration(run.eta)}")
         if run.accuracy is not None:
             head.append(f" · acc {run.accuracy:.1%}")
         if run.reason:

@@ -17,8 +17,8 @@ from textual.widgets import DataTable, Footer, Header, Static
 from ddptui.messages import RunsListed, WorkerProblem
 from ddptui.screens.run import STATUS_STYLES
 from ddptui.watch import RunLister, RunListing
-from ddptui.widgets import figures
 from ddptui.widgets.fitted_table import FittedTable
+from engine.core.common import formatting
 from engine.core.runs.rundir import RunDir
 
 if TYPE_CHECKING:
@@ -117,9 +117,9 @@ class RunsScreen(Screen[None]):
             started = (
                 time.strftime("%m-%d %H:%M", time.localtime(run.created)) if run.created else "-"
             )
-            elapsed = figures.duration(run.elapsed) if run.elapsed is not None else "-"
+            elapsed = formatting.format_duration(run.elapsed) if run.elapsed is not None else "-"
             if run.status.active and run.elapsed is None:
-                elapsed = figures.duration(now - run.created)
+                elapsed = formatting.format_duration(now - run.created)
             status = Text(str(run.status), style=STATUS_STYLES.get(run.status, ""))
             table.add_row(
                 marker + run.run_id,

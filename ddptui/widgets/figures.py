@@ -1,4 +1,5 @@
-"""How figures are written in the UI: durations, sizes, rates and text sparklines. Pure functions."""
+"""How figures are drawn in the UI: rates, losses, text sparklines, bars and command lines cut to a
+width. Pure functions. Sizes and durations are ``engine.core.common.formatting``'s."""
 
 from __future__ import annotations
 
@@ -6,48 +7,6 @@ import math
 from collections.abc import Sequence
 
 BLOCKS = "▁▂▃▄▅▆▇█"
-
-
-def duration(seconds: float | None) -> str:
-    """``42s``, ``3m07s``, ``2h05m``; ``-`` when unknown."""
-    if seconds is None or math.isnan(seconds) or seconds < 0:
-        return "-"
-    s = round(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-
-
-def age(seconds: float | None) -> str:
-    """Seconds since a report: one decimal under ten seconds, then whole units."""
-    if seconds is None:
-        return "-"
-    if seconds < 10:
-        return f"{max(0.0, seconds):.1f}s"
-    return duration(seconds)
-
-
-def gib(value: int | None) -> str:
-    if value is None:
-        return "?"
-    return f"{value / 2**30:.1f}"
-
-
-def mib(value: int | None) -> str:
-    if value is None:
-        return "?"
-    return f"{value / 2**20:.0f}M"
-
-
-def size(value: int | None) -> str:
-    """Bytes in four or five columns: ``612M``, ``30.2G``; ``-`` when unknown."""
-    if value is None:
-        return "-"
-    if value >= 2**30:
-        return f"{value / 2**30:.1f}G"
-    return f"{value / 2**20:.0f}M"
 
 
 def rate(value: float | None) -> str:

@@ -13,6 +13,7 @@ from textual.widget import Widget
 
 from ddptui.gpu_history import GpuHistory
 from ddptui.widgets import figures
+from engine.core.common import formatting
 from engine.core.host.gpus import GpuInventory, GpuSample
 from engine.core.runs.rank_states import RankState
 
@@ -48,7 +49,9 @@ def gpu_line(gpu: GpuSample, history: GpuHistory, width: int) -> Text:
     line.append(
         figures.sparkline(history.memory.get(gpu.index, []), spark, maximum=1.0), style="magenta"
     )
-    line.append(f" {figures.gib(gpu.memory_used_bytes)}/{figures.gib(gpu.memory_total_bytes)}G")
+    line.append(
+        f" {formatting.gib(gpu.memory_used_bytes)}/{formatting.gib(gpu.memory_total_bytes)}G"
+    )
     if gpu.temperature_c is not None:
         line.append(f" {gpu.temperature_c}°C")
     if gpu.power_watts is not None:
@@ -67,7 +70,9 @@ def gpu_cell(gpu: GpuSample, history: GpuHistory, width: int) -> Text:
     spark = max(3, min(12, width - 30))
     cell.append(figures.sparkline(history.utilization.get(gpu.index, []), spark), style="cyan")
     cell.append(f" {util:>3}%" if util is not None else "   ?%", style=_percent_style(util))
-    cell.append(f" {figures.gib(gpu.memory_used_bytes)}/{figures.gib(gpu.memory_total_bytes)}G")
+    cell.append(
+        f" {formatting.gib(gpu.memory_used_bytes)}/{formatting.gib(gpu.memory_total_bytes)}G"
+    )
     if gpu.temperature_c is not None:
         cell.append(f" {gpu.temperature_c}°C")
     return cell
@@ -101,7 +106,7 @@ def gpu_bar_line(gpu: GpuSample, history: GpuHistory, width: int, held: int | No
     used, total = gpu.memory_used_bytes, gpu.memory_total_bytes
     line.append("  mem ")
     line.append(figures.bar(used or 0, total or 0, bar_width), style="magenta")
-    line.append(f" {figures.gib(used)}/{figures.gib(total)}G")
+    line.append(f" {formatting.gib(used)}/{formatting.gib(total)}G")
     if spark:
         line.append(" ")
         memory = history.memory.get(gpu.index, [])
@@ -209,7 +214,7 @@ class GpuPanel(Widget):
                 cpu = r.usage.cpu_percent
                 line.append(figures.sparkline(self._cpu.get(r.pid, []), spark), style="cyan")
                 line.append(f" {cpu:>3.0f}%" if cpu is not None else "   -%", _percent_style(cpu))
-                line.append(f" {figures.mib(r.usage.rss_bytes):>5}")
+                line.append(f" {formatting.mib(r.usage.rss_bytes):>5}")
             lines.append(line)
         return lines
 

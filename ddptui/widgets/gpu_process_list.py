@@ -18,6 +18,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from ddptui.widgets import figures
+from engine.core.common import formatting
 from engine.core.common.statuses import HolderKind
 from engine.core.jobs.gpu_view import GpuProcessRow
 
@@ -58,7 +59,7 @@ def _gpu(row: GpuProcessRow) -> int:
 def memory_cell(row: GpuProcessRow) -> str:
     if not row.listed:
         return "unlisted"
-    return figures.size(row.gpu_memory_bytes)
+    return formatting.short_bytes(row.gpu_memory_bytes)
 
 
 def cells(row: GpuProcessRow) -> tuple[str, ...]:
@@ -68,8 +69,8 @@ def cells(row: GpuProcessRow) -> tuple[str, ...]:
         row.user,
         memory_cell(row),
         f"{row.cpu_percent:.0f}" if row.cpu_percent is not None else "-",
-        figures.size(row.rss_bytes),
-        figures.duration(row.age_seconds),
+        formatting.short_bytes(row.rss_bytes),
+        formatting.format_duration(row.age_seconds),
         KIND_WORDS.get(row.kind, str(row.kind)),
     )
 

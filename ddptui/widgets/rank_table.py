@@ -15,6 +15,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from ddptui.widgets import figures
+from engine.core.common import formatting
 from engine.core.common.statuses import RankStatus
 from engine.core.runs.rank_states import RankState
 
@@ -121,7 +122,7 @@ class RankTable(Widget, can_focus=True):
             epoch = f"{r.epoch + 1}/{self.epochs}" if r.epoch is not None and self.epochs else "-"
             # Only a rank that should still report has a meaningful silence.
             reported = r.last_event_time
-            last = figures.age(self.now - reported) if r.state.live and reported else "-"
+            last = formatting.format_age(self.now - reported) if r.state.live and reported else "-"
             cells = [
                 str(r.rank),
                 r.device,

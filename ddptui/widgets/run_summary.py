@@ -20,6 +20,7 @@ from textual.widgets import Static
 
 from ddptui.widgets import figures
 from ddptui.widgets.log_tail import failure_message
+from engine.core.common import formatting
 from engine.core.common.statuses import RunStatus
 from engine.core.runs.observer import RunState
 
@@ -44,7 +45,7 @@ def summary_lines(run: RunState) -> list[Text]:
         epochs = len(summary.epochs) if summary is not None else 0
         if last.test_accuracy is not None:
             head.append(f" · acc {last.test_accuracy:.1%}")
-        head.append(f" · epoch {figures.duration(last.seconds)}")
+        head.append(f" · epoch {formatting.format_duration(last.seconds)}")
         head.append(f" · {figures.rate(last.steady_images_per_s)} img/s")
         if last.seconds:
             head.append(f" · data wait {last.data_wait_seconds / last.seconds:.0%}")
@@ -54,7 +55,7 @@ def summary_lines(run: RunState) -> list[Text]:
     else:
         head.append(" · no epoch finished", style="dim")
     if run.elapsed is not None:
-        head.append(f" · {figures.duration(run.elapsed)} in all", style="dim")
+        head.append(f" · {formatting.format_duration(run.elapsed)} in all", style="dim")
     lines = [head]
     if run.status != RunStatus.COMPLETED:
         why = Text(no_wrap=True, overflow="ellipsis")

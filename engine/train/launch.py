@@ -34,7 +34,7 @@ from pathlib import Path
 
 import psutil
 
-from engine.core.common.disk_space import SpaceReserve, WriteFailed
+from engine.core.common.disk_space import WriteFailed
 from engine.core.common.run_environment import (
     LAUNCHER_PID_ENV,
     RENDEZVOUS_ENV,
@@ -42,7 +42,7 @@ from engine.core.common.run_environment import (
     RUN_MARKER_ENV,
     THREADS_ENV,
 )
-from engine.core.common.run_files import PRIVATE_FILE_MODE
+from engine.core.common.run_files import SpaceReserve, open_private
 from engine.core.common.statuses import RunStatus
 from engine.core.config.schema import ConfigError, load_config
 from engine.core.host import gpus
@@ -149,9 +149,7 @@ def rendezvous_environment(
 def prepare_rendezvous_file(run_dir: RunDir) -> None:
     """An empty file store, private whatever the umask (c10d would make it 0644 minus it)."""
     run_dir.rendezvous_path.unlink(missing_ok=True)
-    os.close(
-        os.open(run_dir.rendezvous_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
-    )
+    os.close(open_private(run_dir.rendezvous_path, "exclusive"))
 
 
 class LauncherEvents(EventWriter):
@@ -338,11 +336,7 @@ def start_script_ranks(
             "GROUP_RANK": str(node_rank),
             "PYTHONUNBUFFERED": "1",
         }
-        fd = os.open(
-            run_dir.rank_log_path(rank),
-            os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW,
-            PRIVATE_FILE_MODE,
-        )
+        fd = open_private(run_dir.rank_log_path(rank), "append")
         with os.fdopen(fd, "ab") as log:
             child = subprocess.Popen(
                 [sys.executable, "-m", "engine.train.script_rank", str(run_dir.path), str(rank)],

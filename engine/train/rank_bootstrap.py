@@ -37,6 +37,7 @@ from engine.core.common.run_environment import (
     STACKS_DIR,
     faulthandler_file_name,
 )
+from engine.core.common.run_files import PRIVATE_DIR_MODE, open_private
 
 PR_SET_PDEATHSIG = 1
 PR_SET_PTRACER = 0x59616D61  # "Yama"
@@ -83,9 +84,8 @@ def prepare_stack_dumps(run_dir: str | None = None) -> Path | None:
     if pid in _stack_file:
         return path
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         # Never follow a link planted where the file goes; readable by this user only.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        fd = open_private(path, "append", parents=PRIVATE_DIR_MODE)
     except OSError:
         return None
     stream = os.fdopen(fd, "a", encoding="utf-8")

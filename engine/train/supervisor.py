@@ -22,10 +22,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import psutil
 
+from engine.core.common.run_files import tail_lines
 from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.config.schema import RunConfig
 from engine.core.host.oom_evidence import OomBaseline, sigkill_cause
@@ -305,7 +305,7 @@ class Supervisor:
                 exitcode=exitcode,
                 signal=signal_name,
                 error=error,
-                traceback=_log_tail(self.run_dir.rank_log_path(w.rank)),
+                traceback=_log_tail(self.run_dir, w.rank),
             )
         reported = [w for w in self.watches.values() if w.failed_event is not None]
         if reported:
@@ -326,12 +326,9 @@ def _with_note(reason: str, note: str) -> str:
     return f"{reason}; stacks before the stop: {note}" if note else reason
 
 
-def _log_tail(path: Path, lines: int = 40) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
+def _log_tail(run_dir: RunDir, rank: int, lines: int = 40) -> str:
+    """The end of a rank's log, read from its end only, however large the log has grown."""
+    return "\n".join(tail_lines(run_dir.rank_log_path(rank), lines, run_path=run_dir.path))
 
 
 def supervise(
@@ -388,9 +385,7 @@ def supervise(
         rank = sup.stall_kill_rank
         return (
             RunStatus.FAILED,
-            Failure(
-                rank=rank, error=sup.stop_reason, traceback=_log_tail(run_dir.rank_log_path(rank))
-            ),
+            Failure(rank=rank, error=sup.stop_reason, traceback=_log_tail(run_dir, rank)),
             _with_note(sup.stop_reason, sup.culprit_note(rank)),
         )
     cause = sup.root_cause()

@@ -31,8 +31,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from engine.core.common.disk_space import WriteFailed
-from engine.core.common.run_files import PRIVATE_FILE_MODE
+from engine.core.common.run_files import PRIVATE_FILE_MODE, write_atomic
 from engine.core.config.schema import ConfigError, ModelConfig
 from engine.core.plan.run_plan import RunPlan, lr_at_step
 from engine.core.runs.events import (
@@ -292,17 +291,7 @@ def save_checkpoint(model: nn.Module, path: Path) -> int:
     # longer says which errno it was.
     data = io.BytesIO()
     torch.save(model.state_dict(), data)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.getbuffer())
-        os.replace(tmp, path)
-    except BaseException as err:
-        tmp.unlink(missing_ok=True)
-        if isinstance(err, OSError):
-            raise WriteFailed(path, err) from None
-        raise
+    write_atomic(path, data.getvalue(), PRIVATE_FILE_MODE)
     return path.stat().st_size
 
 

@@ -45,7 +45,7 @@ import torch.distributed as dist
 
 from engine.core.common.disk_space import WriteFailed, disk_full
 from engine.core.common.run_environment import LAUNCHER_PID_ENV, THREADS_ENV
-from engine.core.common.run_files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, make_dirs
+from engine.core.common.run_files import PRIVATE_DIR_MODE, make_dirs, open_private, write_atomic
 from engine.core.common.statuses import RunStatus
 from engine.core.config.presets import load_preset
 from engine.core.config.schema import ConfigError, apply_overrides, load_config, to_toml
@@ -59,7 +59,7 @@ from engine.core.runs.events import (
     RankStarted,
     one_line_error,
 )
-from engine.core.runs.rundir import RunDir, this_host, write_text_atomic
+from engine.core.runs.rundir import RunDir, this_host
 from engine.core.runs.settle import settle_run
 from engine.core.runs.summarize import build_summary
 from engine.train.rank_bootstrap import bootstrap_rank, prepare_stack_dumps
@@ -85,8 +85,7 @@ def redirect_output(log_path: Path) -> None:
         if stream is not None:
             stream.flush()
     # Readable by its owner only, whatever the umask; never written through a planted link.
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
-    fd = os.open(log_path, flags, PRIVATE_FILE_MODE)
+    fd = open_private(log_path, "append")
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
@@ -168,7 +167,7 @@ def dump_flight_recorder(run_dir: RunDir, rank: int) -> Path | None:
     path = run_dir.flight_recorder_dir / f"rank_{rank}"
     try:
         data = dump()
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        fd = open_private(path, "truncate")
         with os.fdopen(fd, "wb") as f:
             f.write(data)
     except Exception as err:  # the failure being reported matters more than this dump
@@ -358,7 +357,7 @@ def write_config_if_missing(run_dir: RunDir, preset: str | None, overrides: Sequ
             raise ConfigError(f"--set {item!r} is not section.key=value")
         pairs[key.strip()] = value.strip()
     config = apply_overrides(load_preset(preset), pairs)
-    write_text_atomic(run_dir.config_path, to_toml(config))
+    write_atomic(run_dir.config_path, to_toml(config))
 
 
 def _environment_int(name: str) -> int:

@@ -1,5 +1,4 @@
-"""A disk that takes no more writes: one sentence naming the path and the free space, and a little
-room set aside so that a run's summary still fits. Plain Python.
+"""A disk that takes no more writes: one sentence naming the path and the free space. Plain Python.
 
 A run directory fills up while a run goes on (logs, events, the checkpoint), and so does the disk
 under it. What a writer may rely on:
@@ -7,20 +6,17 @@ under it. What a writer may rely on:
 - ``write_failure(path, err)`` says why a write of ``path`` failed in one sentence, with the free
   space of the file system that holds it when the disk is full;
 - ``WriteFailed`` is the OSError that carries that sentence (``str()``), errno kept;
-- ``SpaceReserve``: ``run_start`` sets ``RESERVE_BYTES`` aside in the run directory before the
-  launcher starts; the launcher gives it back just before its final writes (run.json, summary.json),
-  so a run that filled the disk still ends with a summary saying so.
+- the room set aside for a summary is ``run_files.SpaceReserve``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 from pathlib import Path
 
-RESERVE_NAME = ".space-reserve"
-RESERVE_BYTES = 256 * 1024
+from engine.core.common.formatting import format_bytes
+
 FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -36,13 +32,6 @@ def free_bytes(path: Path) -> int | None:
             if here.parent == here:
                 return None
             here = here.parent
-
-
-def format_bytes(value: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if value >= size:
-            return f"{value / size:.1f} {unit}"
-    return f"{value} bytes"
 
 
 def disk_full(err: BaseException) -> bool:
@@ -74,32 +63,3 @@ class WriteFailed(OSError):
 
     def __str__(self) -> str:
         return self.sentence
-
-
-class SpaceReserve:
-    """``RESERVE_BYTES`` of real blocks set aside in a directory, given back on demand."""
-
-    def __init__(self, directory: Path, size: int = RESERVE_BYTES) -> None:
-        self.path = Path(directory) / RESERVE_NAME
-        self.size = size
-
-    def make(self) -> None:
-        """Write the reserve (raises WriteFailed when the disk cannot hold it)."""
-        try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-            try:
-                block = b"\0" * 65536
-                left = self.size
-                while left > 0:
-                    left -= os.write(fd, block[: min(left, len(block))])
-            finally:
-                os.close(fd)
-        except OSError as err:
-            with contextlib.suppress(OSError):
-                self.path.unlink()
-            raise WriteFailed(self.path, err) from None
-
-    def release(self) -> None:
-        """Give the room back (nothing happens when there is no reserve)."""
-        with contextlib.suppress(OSError):
-            self.path.unlink()

@@ -11,10 +11,17 @@ summary.json
 logs, checkpoint            0600
 ==========================  ======
 
+The one way a run file is written: ``open_private`` (a descriptor made with an explicit mode, never
+through a symbolic link planted where the file goes), ``write_atomic`` / ``write_json_atomic`` (a
+temporary file renamed over the old one, so a reader sees the old file or the new one; a failed
+write raises ``WriteFailed`` and leaves neither half a file nor the temporary one) and the
+``SpaceReserve`` set aside so a run that filled the disk still gets its summary.
+
 Reading: ``open_in_run`` opens a file below a run directory without following a symbolic link at
 any step below it, and refuses anything but a regular file owned by the run directory's owner.
 A user who can write into a run directory (its owner) can plant ``logs/rank-0.log -> /etc/shadow``;
 a reader running as root must not show it. Each refusal is ``UnsafeRunFile`` with one sentence.
+``tail_lines`` reads the end of a log only, however large it has grown.
 """
 
 from __future__ import annotations
@@ -24,7 +31,10 @@ import errno
 import os
 import stat
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO, Literal
+
+from engine.core.common import strict_json
+from engine.core.common.disk_space import WriteFailed
 
 DIR_MODE = 0o755
 PRIVATE_DIR_MODE = 0o700
@@ -57,6 +67,88 @@ def make_dirs(path: Path, mode: int = DIR_MODE) -> None:
     for directory in reversed(missing):
         with contextlib.suppress(FileExistsError):
             directory.mkdir(mode=mode)
+
+
+# How ``open_private`` opens: add to the end of what is there, replace it, or make a new file only.
+WriteHow = Literal["append", "truncate", "exclusive"]
+_HOW_FLAGS = {"append": os.O_APPEND, "truncate": os.O_TRUNC, "exclusive": os.O_EXCL}
+
+
+def open_private(
+    path: Path,
+    how: WriteHow = "append",
+    mode: int = PRIVATE_FILE_MODE,
+    *,
+    parents: int | None = None,
+) -> int:
+    """A descriptor for writing ``path``, made with ``mode`` when it is new (the umask can only take
+    bits away), never through a symbolic link planted where it goes, closed on exec. With
+    ``parents`` the missing directories above it are made first, each with that mode. Raises
+    OSError as ``os.open`` does (the caller knows what a failure means for it)."""
+    if parents is not None:
+        make_dirs(Path(path).parent, parents)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | _HOW_FLAGS[how]
+    return os.open(path, flags, mode)
+
+
+def write_atomic(path: Path, data: str | bytes, mode: int = FILE_MODE) -> None:
+    """Write ``data`` (text as UTF-8) to a temporary file beside ``path`` made with ``mode``, then
+    rename it over ``path``: a reader sees the old file or the new one, never half of one. A failed
+    write (a full disk) leaves neither a half file nor the temporary one, and raises WriteFailed,
+    whose message names the path and the free space."""
+    path = Path(path)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fd = open_private(tmp, "truncate", mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+        os.replace(tmp, path)
+    except BaseException as err:
+        tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError) and not isinstance(err, WriteFailed):
+            raise WriteFailed(path, err) from None
+        raise
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """``data`` as strict JSON (``engine.core.common.strict_json``), written as ``write_atomic``."""
+    write_atomic(path, strict_json.dumps(data, indent=2) + "\n")
+
+
+RESERVE_NAME = ".space-reserve"
+RESERVE_BYTES = 256 * 1024
+
+
+class SpaceReserve:
+    """``RESERVE_BYTES`` of real blocks set aside in a run directory (``run_start`` makes it before
+    the launcher starts), given back just before the final writes (run.json, summary.json), so a
+    run that filled the disk still ends with a summary saying so."""
+
+    def __init__(self, directory: Path, size: int = RESERVE_BYTES) -> None:
+        self.path = Path(directory) / RESERVE_NAME
+        self.size = size
+
+    def make(self) -> None:
+        """Write the reserve (raises WriteFailed when the disk cannot hold it)."""
+        try:
+            fd = open_private(self.path, "truncate")
+            try:
+                block = b"\0" * 65536
+                left = self.size
+                while left > 0:
+                    left -= os.write(fd, block[: min(left, len(block))])
+            finally:
+                os.close(fd)
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+            raise WriteFailed(self.path, err) from None
+
+    def release(self) -> None:
+        """Give the room back (nothing happens when there is no reserve)."""
+        with contextlib.suppress(OSError):
+            self.path.unlink()
 
 
 def user_name(uid: int) -> str:
@@ -122,3 +214,25 @@ def read_run_text(run_path: Path, path: Path) -> str:
     """The whole of a run file as text, read as ``open_in_run`` allows."""
     with open_in_run(run_path, path) as f:
         return f.read().decode("utf-8", errors="replace")
+
+
+def tail_lines(
+    path: Path, count: int, max_bytes: int = 32_768, *, run_path: Path | None = None
+) -> tuple[str, ...]:
+    """The last ``count`` lines of a log, read from its end only (at most ``max_bytes``). Given its
+    run directory, the log is opened as ``open_in_run`` allows (no symbolic link, nobody else's
+    file), and a refusal is the one line returned; a log that cannot be read has no lines."""
+    try:
+        with open(path, "rb") if run_path is None else open_in_run(run_path, path) as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read(max_bytes)
+    except UnsafeRunFile as err:
+        return (f"({err})",)
+    except OSError:
+        return ()
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    if size > max_bytes and lines:
+        lines = lines[1:]  # the first line is probably cut
+    return tuple(line.rstrip() for line in lines[-count:])

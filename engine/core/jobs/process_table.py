@@ -41,6 +41,7 @@ from typing import Any
 
 import psutil
 
+from engine.core.common.formatting import format_bytes
 from engine.core.common.run_environment import LAUNCHER_PID_ENV, RUN_DIR_ENV, RUN_MARKER_ENV
 from engine.core.common.statuses import JobKind, JobState, ProcessRole, RankStatus
 from engine.core.host.gpus import GpuInventory, sample_gpus
@@ -796,7 +797,7 @@ def _gpu_usage(
                 usage.setdefault(holder.pid, []).append(GpuUse(gpu.index, holder.used_memory_bytes))
                 if mine.zombie:
                     notes.append(
-                        f"GPU {gpu.index}: {_gib(holder.used_memory_bytes)} held by pid "
+                        f"GPU {gpu.index}: {format_bytes(holder.used_memory_bytes, 'an unknown amount')} held by pid "
                         f"{holder.pid}, a zombie ({mine.name}); it is freed when its parent "
                         f"pid {mine.ppid} collects it or exits."
                     )
@@ -807,13 +808,13 @@ def _gpu_usage(
                 else "a different process here (another pid namespace)"
             )
             notes.append(
-                f"GPU {gpu.index}: {_gib(holder.used_memory_bytes)} held by NVML pid "
+                f"GPU {gpu.index}: {format_bytes(holder.used_memory_bytes, 'an unknown amount')} held by NVML pid "
                 f"{holder.pid}, {where}: GPU memory held with no visible process (typical in a "
                 "container, whose NVML reports host pids)."
             )
         if not gpu.processes and (gpu.memory_used_bytes or 0) > 1 << 30:
             notes.append(
-                f"GPU {gpu.index}: {_gib(gpu.memory_used_bytes)} in use but NVML lists no "
+                f"GPU {gpu.index}: {format_bytes(gpu.memory_used_bytes, 'an unknown amount')} in use but NVML lists no "
                 "process (held from another container or namespace)."
             )
     return {pid: tuple(u) for pid, u in usage.items()}, notes
@@ -821,10 +822,6 @@ def _gpu_usage(
 
 def _count(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}es" if word.endswith("s") else f"{n} {word}s"
-
-
-def _gib(value: int | None) -> str:
-    return "an unknown amount" if value is None else f"{value / (1 << 30):.1f} GiB"
 
 
 def _visibility_notes(procs: dict[int, ProcessInfo]) -> list[str]:

@@ -19,9 +19,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.core.common.disk_space import SpaceReserve, write_failure
+from engine.core.common.disk_space import write_failure
 from engine.core.common.run_environment import RUN_MARKER_ENV
-from engine.core.common.run_files import PRIVATE_FILE_MODE
+from engine.core.common.run_files import SpaceReserve, open_private, write_atomic
 from engine.core.common.statuses import RunStatus
 from engine.core.config.schema import RunConfig, to_toml
 from engine.core.host import gpus
@@ -35,7 +35,6 @@ from engine.core.runs.rundir import (
     check_runs_dir,
     new_run_id,
     this_host,
-    write_text_atomic,
 )
 
 
@@ -104,7 +103,7 @@ def _create_run_dir(config: RunConfig, plan: RunPlan, runs_dir: Path, run_id: st
 
 def _fill_run_dir(run_dir: RunDir, config: RunConfig, plan: RunPlan) -> None:
     SpaceReserve(run_dir.path).make()
-    write_text_atomic(run_dir.config_path, to_toml(config))
+    write_atomic(run_dir.config_path, to_toml(config))
     run_dir.write_run_info(
         RunInfo(
             run_id=run_dir.run_id,
@@ -139,9 +138,8 @@ def start_run(
     plan, resources = check_run(config, gpu_count=gpu_count)
     run_dir = _create_run_dir(config, plan, runs_dir, run_id)
     # The launcher's own output (before it redirects the ranks) goes to logs/launcher.log.
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
     try:
-        log_fd = os.open(run_dir.launcher_log_path, flags, PRIVATE_FILE_MODE)
+        log_fd = open_private(run_dir.launcher_log_path, "append")
     except OSError as err:
         shutil.rmtree(run_dir.path, ignore_errors=True)
         raise RunDirError(write_failure(run_dir.launcher_log_path, err)) from None

@@ -23,9 +23,10 @@ from pathlib import Path
 
 import psutil
 
+from engine.core.common.formatting import format_bytes
 from engine.core.config.schema import ConfigError
 from engine.core.host.gpus import GpuInventory, GpuSample, sample_gpus
-from engine.core.plan.memory_estimate import GIB, MIB, MemoryEstimate, estimate_memory
+from engine.core.plan.memory_estimate import MemoryEstimate, estimate_memory
 from engine.core.plan.run_plan import RunPlan
 
 CPU_RANKS_PER_CORE = 4
@@ -138,11 +139,6 @@ def available_memory_bytes(root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_SE
 # ---- the rules ---------------------------------------------------------------------------------
 
 
-def _size(value: int) -> str:
-    """Bytes as GiB with one decimal, or MiB below 1 GiB (as the sentences show them)."""
-    return f"{value / GIB:.1f} GiB" if value >= GIB else f"{value / MIB:.0f} MiB"
-
-
 def _check_cpu_ranks(plan: RunPlan, cores: int) -> None:
     ranks = plan.world_size
     limit = CPU_RANKS_PER_CORE * cores
@@ -160,17 +156,17 @@ def _check_host_memory(plan: RunPlan, estimate: MemoryEstimate, available: int) 
         return
     config = plan.config
     ranks = estimate.ranks
-    per_rank = _size(estimate.rank_host_bytes)
+    per_rank = format_bytes(estimate.rank_host_bytes)
     remedy = "use fewer ranks, a smaller batch or fewer images"
     if estimate.workers_host_bytes:
-        per_rank += f" + {_size(estimate.workers_host_bytes)} of DataLoader workers"
+        per_rank += f" + {format_bytes(estimate.workers_host_bytes)} of DataLoader workers"
         remedy = "use fewer ranks, a smaller batch, fewer images or fewer data.num_workers"
     raise ResourceError(
         f"the run ({plan.devices.describe()}, {config.model.label}, batch "
         f"{config.training.batch_size} per rank, {config.data.train_size} + "
-        f"{config.data.test_size} images) needs an estimated {_size(estimate.host_bytes)} of host "
+        f"{config.data.test_size} images) needs an estimated {format_bytes(estimate.host_bytes)} of host "
         f"memory ({ranks} rank{'s' if ranks != 1 else ''} x {per_rank}, plus the launcher), but "
-        f"{_size(available)} is available here; {remedy}"
+        f"{format_bytes(available)} is available here; {remedy}"
     )
 
 
@@ -190,8 +186,8 @@ def _gpu_problems(
         free = gpu.memory_total_bytes - gpu.memory_used_bytes
         if free < needed:
             raise ResourceError(
-                f"GPU {index} has {_size(free)} free of {_size(gpu.memory_total_bytes)}, but each "
-                f"GPU of this run needs an estimated {_size(needed)} ({plan.config.model.label} at "
+                f"GPU {index} has {format_bytes(free)} free of {format_bytes(gpu.memory_total_bytes)}, but each "
+                f"GPU of this run needs an estimated {format_bytes(needed)} ({plan.config.model.label} at "
                 f"batch {plan.config.training.batch_size}); free that GPU, pick another with "
                 "--devices, or use a smaller batch"
             )
@@ -200,7 +196,7 @@ def _gpu_problems(
             pids = ", ".join(str(p.pid) for p in gpu.processes[:3]) + (", …" if n > 3 else "")
             warnings.append(
                 f"GPU {index} is also used by {n} other process{'es' if n != 1 else ''} (pid "
-                f"{pids}); the run shares it ({_size(free)} free, {_size(needed)} needed)"
+                f"{pids}); the run shares it ({format_bytes(free)} free, {format_bytes(needed)} needed)"
             )
     return tuple(warnings)
 

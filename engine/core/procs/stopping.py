@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from engine.core.common.formatting import format_bytes
 from engine.core.host.gpus import sample_gpus
 from engine.core.procs.process_identity import (
     ProcessRef,
@@ -233,7 +234,7 @@ def gpu_memory_left(pids: Iterable[int], wait: float = GPU_RELEASE_WAIT_SECONDS)
             return "GPU memory released (NVML lists none of these processes)"
         if time.monotonic() >= deadline:
             described = ", ".join(
-                f"pid {h.pid} on GPU {i} ({(h.used_memory_bytes or 0) / (1 << 20):.0f} MiB)"
+                f"pid {h.pid} on GPU {i} ({format_bytes(h.used_memory_bytes, 'an unknown amount')})"
                 for i, h in held
             )
             return f"GPU memory still held: {described}"

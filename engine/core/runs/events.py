@@ -19,7 +19,13 @@ from typing import Any, BinaryIO, ClassVar
 
 from engine.core.common import strict_json
 from engine.core.common.disk_space import WriteFailed
-from engine.core.common.run_files import FILE_MODE, UnsafeRunFile, make_dirs, open_in_run
+from engine.core.common.run_files import (
+    FILE_MODE,
+    UnsafeRunFile,
+    make_dirs,
+    open_in_run,
+    open_private,
+)
 from engine.core.common.strict_json import float_or_nan
 
 SCHEMA_VERSION = 1
@@ -281,11 +287,7 @@ class EventWriter:
         make_dirs(path.parent)
         self.path = path
         try:
-            self._fd: int | None = os.open(
-                path,
-                os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
-                FILE_MODE,
-            )
+            self._fd: int | None = open_private(path, "append", FILE_MODE)
         except OSError as err:
             raise WriteFailed(path, err) from None
 

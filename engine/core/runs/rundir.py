@@ -29,15 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.core.common import strict_json
-from engine.core.common.disk_space import WriteFailed
 from engine.core.common.run_environment import RUN_MARKER_ENV, STACKS_DIR
 from engine.core.common.run_files import (
     DIR_MODE,
-    FILE_MODE,
     PRIVATE_DIR_MODE,
     make_dirs,
     user_name,
+    write_json_atomic,
 )
 from engine.core.common.statuses import RunStatus
 from engine.core.host.oom_evidence import OomBaseline
@@ -59,29 +57,6 @@ def new_run_id(preset: str) -> str:
     """Sortable, unique and readable: ``20261202-105133-cpu-demo-3f9a``."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return f"{stamp}-{preset}-{secrets.token_hex(2)}"
-
-
-def write_text_atomic(path: Path, text: str, mode: int = FILE_MODE) -> None:
-    """Write ``text`` to a temporary file beside ``path`` (made with ``mode``, whatever the
-    umask), then rename it over ``path``: a reader sees the old file or the new one, never half of
-    one. A failed write (a full disk) leaves neither a half file nor the temporary one, and raises
-    WriteFailed, whose message names the path and the free space."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException as err:
-        tmp.unlink(missing_ok=True)
-        if isinstance(err, OSError) and not isinstance(err, WriteFailed):
-            raise WriteFailed(path, err) from None
-        raise
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """``data`` as strict JSON (``engine.core.common.strict_json``), written as ``write_text_atomic``."""
-    write_text_atomic(path, strict_json.dumps(data, indent=2) + "\n")
 
 
 def _read_versioned_json(path: Path, what: str) -> dict[str, Any]:

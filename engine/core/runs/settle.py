@@ -23,7 +23,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from engine.core.common.disk_space import SpaceReserve, write_failure
+from engine.core.common.disk_space import write_failure
+from engine.core.common.run_files import SpaceReserve
 from engine.core.common.statuses import RunStatus
 from engine.core.config.schema import ConfigError
 from engine.core.host.oom_evidence import sigkill_cause

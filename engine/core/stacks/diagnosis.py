@@ -23,7 +23,7 @@ from typing import Any
 
 from engine.core.common import strict_json
 from engine.core.common.run_environment import STACKS_DIR, faulthandler_file_name
-from engine.core.common.run_files import read_run_text
+from engine.core.common.run_files import PRIVATE_DIR_MODE, open_private, read_run_text
 from engine.core.common.statuses import RankActivity
 from engine.core.procs.process_identity import ProcessRef
 from engine.core.stacks.capture import Frame, ProcessStack, capture_stack
@@ -329,8 +329,7 @@ def save_snapshot(run_dir_path: Path, snapshot: StackSnapshot) -> StackSnapshot:
     path = directory / f"{stamp}.{micro}-{slug}{SNAPSHOT_SUFFIX}"
     saved = replace(snapshot, path=str(path))
     try:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        fd = open_private(path, "exclusive", parents=PRIVATE_DIR_MODE)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(strict_json.dumps(saved.to_json(), indent=2))
     except OSError:
