@@ -5,15 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _marked_processes(marker_prefix: str) -> list[psutil.Process]:
@@ -122,7 +119,7 @@ def runs_dir(tmp_path: Path) -> Iterator[Path]:
 @pytest.fixture
 def pen() -> Iterator[Any]:
     """Throwaway processes (fixtures.made_runs.ProcessPen), every one ended afterwards."""
-    from fixtures.made_runs import ProcessPen
+    from tests.fixtures.made_runs import ProcessPen
 
     p = ProcessPen()
     yield p
@@ -132,9 +129,8 @@ def pen() -> Iterator[Any]:
 @pytest.fixture
 def run_reaper(runs_dir: Path) -> Iterator[None]:
     """Ends whatever any run under ``runs_dir`` left, even when the test failed half-way."""
-    from fixtures.live_runs import run_processes
-
     from engine.core.runs.rundir import list_runs
+    from tests.fixtures.live_runs import run_processes
 
     yield
     leftovers = [p for r in list_runs(runs_dir) for p in run_processes(r)]
@@ -150,12 +146,3 @@ def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.core.host import gpus
 
     monkeypatch.setattr(gpus, "gpu_count", lambda: 0)
-
-
-def wait_for(predicate, timeout: float, interval: float = 0.1) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return bool(predicate())

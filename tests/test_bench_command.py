@@ -17,7 +17,7 @@ from ddptui.cli import main
 from engine.core.bench.bench_runner import INTERRUPTED
 from engine.core.runs.rundir import RunDir
 from engine.core.runs.summary import RunSummary
-from tests.conftest import wait_for
+from tests.fixtures.waiting import wait_for
 
 # Tiny and quick: a full epoch of 1,024 synthetic images, the small CNN, one global batch of 64.
 TINY = """

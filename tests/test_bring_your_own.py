@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-from fixtures.live_runs import ddptui, run_processes
 from textual.widgets import Static
 
 from ddptui.app import DdptuiApp
@@ -28,9 +27,10 @@ from engine.core.runs.events import (
 )
 from engine.core.runs.observer import observe_run
 from engine.core.runs.rundir import RunDir, list_runs
-from tests.conftest import REPO_ROOT, wait_for
-from tests.ui.standins import settle
-from tests.ui.test_pilot import text_of
+from tests.fixtures.live_runs import ddptui, run_processes
+from tests.fixtures.repo import REPO_ROOT
+from tests.fixtures.waiting import wait_for
+from tests.ui.standins import settle, text_of
 
 BYO = REPO_ROOT / "tests" / "fixtures" / "byo"
 TUTORIAL = "tests/fixtures/tutorial_ddp.py"

@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from fixtures.spawning import spawn_ranks
 from torchvision.datasets import CIFAR10
 
 from engine.core.config.schema import RunConfig, apply_overrides, load_config, to_toml
@@ -28,6 +27,7 @@ from engine.core.runs.rundir import RunDir
 from engine.train import data
 from engine.train.training import train_rank
 from engine.train.worker import spawn_entry
+from tests.fixtures.spawning import spawn_ranks
 
 IMAGES_PER_FILE = 20
 TRAIN_FILES = [f"data_batch_{i}" for i in range(1, 6)]

@@ -14,7 +14,6 @@ from pathlib import Path
 import psutil
 import pytest
 from click.testing import CliRunner
-from fixtures.made_runs import ProcessPen, make_run, ref_of
 
 from ddptui.cli import main
 from engine.core.common.statuses import JobKind, JobState
@@ -26,6 +25,7 @@ from engine.core.jobs.process_table import (
     TrainingProcess,
     scan_processes,
 )
+from tests.fixtures.made_runs import ProcessPen, make_run, ref_of
 
 KIND_ENV = JobKind.ENV
 ORPHANED = JobState.ORPHANED

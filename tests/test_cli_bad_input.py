@@ -11,10 +11,10 @@ from pathlib import Path
 import psutil
 import pytest
 from click.testing import CliRunner
-from fixtures.made_runs import make_run
 
 from ddptui.cli import main
-from tests.conftest import REPO_ROOT
+from tests.fixtures.made_runs import make_run
+from tests.fixtures.repo import REPO_ROOT
 
 
 def run_cli(*args: str) -> tuple[int, str]:

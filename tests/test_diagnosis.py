@@ -34,7 +34,8 @@ from engine.core.stacks.diagnosis import (
     latest_snapshot,
     save_snapshot,
 )
-from tests.conftest import REPO_ROOT, wait_for
+from tests.fixtures.repo import REPO_ROOT
+from tests.fixtures.waiting import wait_for
 
 ENGINE = str(REPO_ROOT / "engine" / "train")
 TORCH = str(Path(sys.prefix) / "lib" / "python3.11" / "site-packages" / "torch")
@@ -346,9 +347,9 @@ def test_a_fixed_stall_seconds_overrides_the_pace() -> None:
 def test_show_says_the_stall_rule_the_run_follows(tmp_path: Path) -> None:
     """The default follows the pace; `ddptui show` once said "stalled after 0 s silent"."""
     from click.testing import CliRunner
-    from fixtures.made_runs import make_run
 
     from ddptui.cli import main
+    from tests.fixtures.made_runs import make_run
 
     assert Thresholds().describe() == (
         "stalled when silent 10x its recent step gap (at least 10 s), straggler at 2x the median step"

@@ -31,15 +31,16 @@ from pathlib import Path
 
 import psutil
 import pytest
-from fixtures.live_runs import QUICK, REPO_ROOT, ddptui, detached_run, run_processes
-from fixtures.made_runs import ProcessPen, make_run, ref_of, start_as_user
 
 from engine.core.common.statuses import JobState, RankStatus
 from engine.core.jobs.process_table import scan_processes
 from engine.core.procs.process_identity import ProcessRef, ref_alive
 from engine.core.runs.observer import observe_run
 from engine.core.runs.rundir import RunDir, list_runs
-from tests.conftest import wait_for
+from tests.fixtures.live_runs import QUICK, ddptui, detached_run, run_processes
+from tests.fixtures.made_runs import ProcessPen, make_run, ref_of, start_as_user
+from tests.fixtures.repo import REPO_ROOT
+from tests.fixtures.waiting import wait_for
 
 ORPHANED, STALLED = JobState.ORPHANED, RankStatus.STALLED
 TORCHRUN = Path(sys.executable).parent / "torchrun"

@@ -11,12 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fixtures.live_runs import REPO_ROOT, ddptui, run_processes
-from fixtures.made_runs import fill_disk, strict_json_load
 
 from engine.core.runs.observer import RunObserver
 from engine.core.runs.rundir import RunDir, list_runs
-from tests.conftest import wait_for
+from tests.fixtures.live_runs import ddptui, run_processes
+from tests.fixtures.made_runs import fill_disk, strict_json_load
+from tests.fixtures.repo import REPO_ROOT
+from tests.fixtures.waiting import wait_for
 from tests.ui.standins import LIVE_RUN, RECORDED
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")

@@ -12,13 +12,13 @@ from pathlib import Path
 import psutil
 import pytest
 from click.testing import CliRunner
-from fixtures.made_runs import ProcessPen
 
 from engine.core.common.statuses import HolderKind
 from engine.core.host.gpus import GpuInventory, GpuProcess, GpuSample
 from engine.core.jobs.gpu_view import GpuScanner
 from engine.core.jobs.process_table import ProcessScanner
 from engine.core.procs.device_holders import minor_of, scan_device_holders
+from tests.fixtures.made_runs import ProcessPen
 
 ELASTIC = {
     "TORCHELASTIC_RUN_ID": "job-g",

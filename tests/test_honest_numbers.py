@@ -10,8 +10,6 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 import pytest
-from fixtures.live_runs import ddptui
-from fixtures.made_runs import strict_json_load
 
 from engine.core.common.strict_json import dumps
 from engine.core.config.schema import (
@@ -24,6 +22,8 @@ from engine.core.config.schema import (
 from engine.core.runs.events import EpochEnded, StepProgress, event_from_json
 from engine.core.runs.rundir import RunDir, list_runs
 from engine.core.runs.summary import EpochFigures, RunSummary
+from tests.fixtures.live_runs import ddptui
+from tests.fixtures.made_runs import strict_json_load
 
 
 def strict_load(text: str) -> Any:

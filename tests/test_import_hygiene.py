@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.conftest import REPO_ROOT
+from tests.fixtures.repo import REPO_ROOT
 
 
 def every_module(package: str) -> list[str]:

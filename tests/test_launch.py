@@ -13,7 +13,6 @@ import psutil
 import pytest
 import torch
 from click.testing import CliRunner
-from fixtures.spawning import free_port
 
 from ddptui.cli import main
 from engine.core.config.presets import load_preset
@@ -21,6 +20,7 @@ from engine.core.config.schema import apply_overrides, to_toml
 from engine.core.ops.run_start import prepare_run, start_run
 from engine.core.runs.events import EpochEnded, Evaluation, RankStarted, StepProgress, read_events
 from engine.core.runs.rundir import RunDir
+from tests.fixtures.spawning import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from fixtures.made_runs import ProcessPen
 
 from ddptui.cli import main
 from engine.core.common.statuses import LeftoverKind
 from engine.core.procs.leftovers import plan_leftovers, remove_leftovers
+from tests.fixtures.made_runs import ProcessPen
 
 
 def dead_pid() -> int:

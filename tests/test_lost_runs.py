@@ -11,7 +11,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fixtures.made_runs import ProcessPen, make_run, rank_events, ref_of
 
 from engine.core.common.statuses import RunStatus
 from engine.core.config.faults import parse_fault
@@ -23,6 +22,7 @@ from engine.core.runs.observer import LAUNCHER_START_GRACE_SECONDS, RunObserver,
 from engine.core.runs.rundir import RunDir, RunInfo
 from engine.core.runs.settle import launcher_end
 from engine.core.runs.summary import RunSummary
+from tests.fixtures.made_runs import ProcessPen, make_run, rank_events, ref_of
 
 LOST = RunStatus.LOST
 
@@ -207,7 +207,7 @@ def test_a_copied_run_is_not_called_out_of_memory_by_the_machine_counter(
 ) -> None:
     import shutil
 
-    from tests.conftest import REPO_ROOT
+    from tests.fixtures.repo import REPO_ROOT
     from tests.ui.standins import LIVE_RUN, RECORDED
 
     vmstat = oom_evidence.Path("/proc/vmstat").read_text()

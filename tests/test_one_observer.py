@@ -16,7 +16,6 @@ from typing import Any
 import psutil
 import pytest
 from click.testing import CliRunner
-from fixtures.made_runs import ProcessPen, fill_disk, make_run, rank_events, ref_of
 
 from ddptui.app import DdptuiApp
 from ddptui.cli import main
@@ -24,7 +23,8 @@ from ddptui.screens.run import RunScreen
 from engine.core.runs import rundir as rundir_module
 from engine.core.runs.observer import RunObserver
 from engine.core.runs.rundir import RunDir
-from tests.conftest import REPO_ROOT
+from tests.fixtures.made_runs import ProcessPen, fill_disk, make_run, rank_events, ref_of
+from tests.fixtures.repo import REPO_ROOT
 from tests.ui.standins import LIVE_RUN, RECORDED, settle
 
 

@@ -25,13 +25,14 @@ from pathlib import Path
 
 import psutil
 import pytest
-from fixtures.live_runs import QUICK, ddptui, detached_run, run_processes
 
 from engine.core.common.statuses import RunStatus
 from engine.core.runs.observer import observe_run
 from engine.core.runs.rundir import RunDir, list_runs
 from engine.train.memory_fault import FAULT_CGROUP_PREFIX, own_memory_cgroup
-from tests.conftest import REPO_ROOT, wait_for
+from tests.fixtures.live_runs import QUICK, ddptui, detached_run, run_processes
+from tests.fixtures.repo import REPO_ROOT
+from tests.fixtures.waiting import wait_for
 
 LOST = RunStatus.LOST
 

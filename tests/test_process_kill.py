@@ -12,7 +12,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-from fixtures.made_runs import STUBBORN, ProcessPen, make_run, ref_of, start_as_user
 
 from engine.core.host.gpus import GpuInventory, GpuProcess, GpuSample
 from engine.core.ops.kill import kill_run
@@ -21,6 +20,7 @@ from engine.core.procs.process_identity import ProcessRef
 from engine.core.procs.stopping import KillRefused, gpu_memory_left, stop_processes
 from engine.core.runs.rundir import RunDirError
 from engine.core.runs.settle import killed_summary
+from tests.fixtures.made_runs import STUBBORN, ProcessPen, make_run, ref_of, start_as_user
 
 SPAWNS_A_CHILD = (
     "import subprocess, sys, time\n"

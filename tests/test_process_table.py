@@ -12,7 +12,6 @@ from pathlib import Path
 import psutil
 import pytest
 from click.testing import CliRunner
-from fixtures.made_runs import ProcessPen, make_run, ref_of
 
 from ddptui.cli import main
 from engine.core.common.statuses import JobKind, JobState
@@ -27,6 +26,7 @@ from engine.core.jobs.process_table import (
 )
 from engine.core.procs.process_identity import ProcessRef
 from engine.core.runs.events import RankStalled, RankStarted
+from tests.fixtures.made_runs import ProcessPen, make_run, ref_of
 
 KIND_DDPTUI = JobKind.DDPTUI
 KIND_ELASTIC = JobKind.ELASTIC

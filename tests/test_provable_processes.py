@@ -14,8 +14,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-from fixtures.live_runs import ddptui
-from fixtures.made_runs import SLEEPER, ProcessPen, make_run, ref_of
 
 from engine.core.common.statuses import JobKind, JobState, RunStatus
 from engine.core.host.gpus import GpuInventory
@@ -24,6 +22,8 @@ from engine.core.jobs.process_table import scan_processes
 from engine.core.ops.kill import kill_run
 from engine.core.procs import stopping
 from engine.core.procs.stopping import KillRefused
+from tests.fixtures.live_runs import ddptui
+from tests.fixtures.made_runs import SLEEPER, ProcessPen, make_run, ref_of
 
 NO_GPU = GpuInventory(error="NVML: stand-in, no driver")
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (to make a user)")

@@ -17,7 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import REPO_ROOT, wait_for
+from tests.fixtures.repo import REPO_ROOT
+from tests.fixtures.waiting import wait_for
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's"

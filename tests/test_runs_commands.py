@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from fixtures.made_runs import ProcessPen, make_run, ref_of
 
 from ddptui.cli import main
 from engine.core.common.statuses import RankStatus, RunStatus
@@ -30,6 +29,7 @@ from engine.core.runs.observer import RunObserver, observe_run
 from engine.core.runs.rank_states import RankStateTracker, Thresholds
 from engine.core.runs.summarize import build_summary
 from engine.core.runs.summary import Failure
+from tests.fixtures.made_runs import ProcessPen, make_run, ref_of
 
 DONE, FAILED, STOPPED = RankStatus.DONE, RankStatus.FAILED, RankStatus.STOPPED
 RUNNING, STARTING = RankStatus.RUNNING, RankStatus.STARTING

@@ -9,13 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
-from fixtures.live_runs import ddptui, detached_run, run_processes
 
 from engine.core.common.statuses import RankActivity, RankStatus, RunStatus
 from engine.core.runs.events import RankStalled, StacksTaken, read_events
 from engine.core.runs.observer import observe_run
 from engine.core.runs.rundir import RunDir
-from tests.conftest import wait_for
+from tests.fixtures.live_runs import ddptui, detached_run, run_processes
+from tests.fixtures.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from fixtures.spawning import free_port, spawn_ranks
 from torch import nn
 
 from engine.core.config.schema import (
@@ -33,6 +32,7 @@ from engine.train.data import TestBatches
 from engine.train.models import SmallCNN, build_model
 from engine.train.training import evaluate, train_rank
 from engine.train.worker import end_process
+from tests.fixtures.spawning import free_port, spawn_ranks
 
 CPU = torch.device("cpu")
 

@@ -16,7 +16,6 @@ import psutil
 import pytest
 import torch
 import torch.multiprocessing as mp
-from fixtures.spawning import free_port, spawn_ranks
 
 from engine.core.config.presets import load_preset
 from engine.core.config.schema import ConfigError, RunConfig, apply_overrides, load_config, to_toml
@@ -41,6 +40,7 @@ from engine.train.worker import (
     spawn_entry,
     write_config_if_missing,
 )
+from tests.fixtures.spawning import free_port, spawn_ranks
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -15,8 +15,8 @@ from ddptui.app import DdptuiApp
 from engine.core.host.gpus import GpuInventory
 from engine.core.plan.resource_guard import ResourceCheck, check_resources
 from engine.core.plan.run_plan import RunPlan
-from tests.conftest import REPO_ROOT
 from tests.fixtures import make_recorded_run as recorded
+from tests.fixtures.repo import REPO_ROOT
 from tests.ui.standins import (
     NOW,
     RECORDED,

@@ -33,6 +33,8 @@ from tests.fixtures import make_recorded_run as recorded
 
 RECORDED = Path("tests/fixtures/recorded-run")  # relative: snapshots show it as is
 LIVE_RUN = recorded.LIVE_RUN
+# The launcher and ranks the recorded live run names: alive whenever a stand-in probe is told so.
+LIVE_PIDS = [424242, 424250, 424251, 424252, 424253]
 GPU_RUN = recorded.GPU_RUN
 FAILED_RUN = recorded.FAILED_RUN
 NOW = recorded.NOW

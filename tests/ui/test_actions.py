@@ -15,9 +15,8 @@ from engine.core.bench.table_rows import session_rows
 from engine.core.host.machine_info import MachineInfo
 from engine.core.runs.rundir import RunDir
 from engine.core.runs.summary import RunSummary
-from tests.conftest import REPO_ROOT
-from tests.ui.standins import FAILED_RUN, GPU_RUN, LIVE_RUN, RECORDED, StandInProbe
-from tests.ui.test_watch import LIVE_PIDS
+from tests.fixtures.repo import REPO_ROOT
+from tests.ui.standins import FAILED_RUN, GPU_RUN, LIVE_PIDS, LIVE_RUN, RECORDED, StandInProbe
 
 RUNS = REPO_ROOT / RECORDED
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import psutil
 import pytest
-from fixtures.made_runs import ProcessPen
 
 from ddptui.actions import EngineActions
 from ddptui.app import DdptuiApp
@@ -25,6 +24,7 @@ from ddptui.widgets.confirm import ConfirmDialog
 from ddptui.widgets.gpu_process_list import GpuProcessList
 from engine.core.common.statuses import HolderKind
 from engine.core.procs.process_identity import ProcessRef, find_process
+from tests.fixtures.made_runs import ProcessPen
 from tests.ui.standins import (
     EIGHT_GPUS,
     NOW,

@@ -26,7 +26,7 @@ from ddptui.widgets.confirm import ConfirmDialog
 from ddptui.widgets.gpu_panel import GpuPanel
 from ddptui.widgets.keys_dialog import KeysDialog
 from engine.core.runs.rundir import RunDir
-from tests.conftest import REPO_ROOT
+from tests.fixtures.repo import REPO_ROOT
 from tests.ui.standins import (
     FAILED_RUN,
     GPU_RUN,

@@ -168,7 +168,7 @@ async def test_launch_your_own_script_by_its_path(runs_dir: Path) -> None:
     completes on the Run screen with each rank's optimizer steps, and nothing of it is left."""
     from ddptui.widgets.rank_table import RankTable
     from ddptui.widgets.script_prompt import ScriptPrompt
-    from tests.conftest import REPO_ROOT
+    from tests.fixtures.repo import REPO_ROOT
     from tests.ui.standins import text_of
 
     app = DdptuiApp(runs_dir, run_poll_seconds=0.2)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.conftest import REPO_ROOT
+from tests.fixtures.repo import REPO_ROOT
 
 START = """
 import resource, sys, time

@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import REPO_ROOT
+from tests.fixtures.repo import REPO_ROOT
 
 
 def test_ui_load_bench_runs_and_reports() -> None:

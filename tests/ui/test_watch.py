@@ -8,11 +8,10 @@ from pathlib import Path
 from ddptui.messages import RunProgressed
 from ddptui.watch import RunReader, list_run_listings
 from engine.core.runs.rundir import RunDir
-from tests.conftest import REPO_ROOT
-from tests.ui.standins import FAILED_RUN, GPU_RUN, LIVE_RUN, NOW, RECORDED, StandInProbe
+from tests.fixtures.repo import REPO_ROOT
+from tests.ui.standins import FAILED_RUN, GPU_RUN, LIVE_PIDS, LIVE_RUN, NOW, RECORDED, StandInProbe
 
 RUNS = REPO_ROOT / RECORDED
-LIVE_PIDS = [424242, 424250, 424251, 424252, 424253]
 
 
 def reader(run_id: str, probe: StandInProbe | None = None) -> RunReader:
