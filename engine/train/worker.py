@@ -63,8 +63,9 @@ from engine.core.runs.rundir import RunDir, this_host
 from engine.core.runs.settle import settle_run
 from engine.core.runs.summarize import build_summary
 from engine.train.rank_bootstrap import bootstrap_rank, prepare_stack_dumps
+from engine.train.rank_device import gpu_index, pick_device
 from engine.train.rendezvous import rendezvous_store
-from engine.train.training import gpu_index, pick_device, train_rank
+from engine.train.training import train_rank
 
 WATCHDOG_INTERVAL_SECONDS = 0.5
 WATCHDOG_EXIT_CODE = 1
