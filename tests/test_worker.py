@@ -341,6 +341,24 @@ def test_write_config_if_missing(tmp_path: Path) -> None:
     assert load_config(run_dir.config_path).training.max_steps == 2
 
 
+@pytest.mark.parametrize("item", ["oops", "=3"])
+def test_worker_set_is_parsed_as_ddptui_run_parses_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    item: str,
+) -> None:
+    """The same sentence as `ddptui run --set` (engine.core.config.schema.parse_setting), exit 2,
+    and no config.toml written."""
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    run = tmp_path / "run"
+    assert main([str(run), "--preset", "cpu-demo", "--set", item]) == 2
+    assert capsys.readouterr().err == f"error: --set {item!r} is not SECTION.KEY=VALUE\n"
+    assert not RunDir(run).config_path.exists()
+
+
 def test_worker_main_outside_torchrun_says_what_is_missing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -45,10 +45,22 @@ import torch.distributed as dist
 
 from engine.core.common.disk_space import WriteFailed, disk_full
 from engine.core.common.run_environment import LAUNCHER_PID_ENV, THREADS_ENV
-from engine.core.common.run_files import PRIVATE_DIR_MODE, make_dirs, open_private, write_atomic
+from engine.core.common.run_files import (
+    PRIVATE_DIR_MODE,
+    PRIVATE_FILE_MODE,
+    make_dirs,
+    open_private,
+    write_atomic,
+)
 from engine.core.common.statuses import RunStatus
 from engine.core.config.presets import load_preset
-from engine.core.config.schema import ConfigError, apply_overrides, load_config, to_toml
+from engine.core.config.schema import (
+    ConfigError,
+    apply_overrides,
+    load_config,
+    parse_setting,
+    to_toml,
+)
 from engine.core.host import gpus
 from engine.core.plan.run_plan import RunPlan, plan_run
 from engine.core.procs.process_identity import ProcessRef, identify, ref_alive
@@ -142,7 +154,7 @@ def enable_flight_recorder(run_dir: RunDir) -> Path:
     directory on a timeout and on demand (a write to its debug pipe); ``dump_flight_recorder``
     does it for any backend when a rank fails. Settings the user made stay."""
     directory = run_dir.flight_recorder_dir.resolve()
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    make_dirs(directory, PRIVATE_DIR_MODE)
     prefix = str(directory / "rank_")
     settings = {
         "TORCH_FR_BUFFER_SIZE": str(FLIGHT_RECORDER_ENTRIES),
@@ -167,10 +179,8 @@ def dump_flight_recorder(run_dir: RunDir, rank: int) -> Path | None:
         return None
     path = run_dir.flight_recorder_dir / f"rank_{rank}"
     try:
-        data = dump()
-        fd = open_private(path, "truncate")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        # Atomic: a reader (``ddptui show``) sees the whole dump or none, never half of one.
+        write_atomic(path, dump(), PRIVATE_FILE_MODE)
     except Exception as err:  # the failure being reported matters more than this dump
         print(f"ddptui: no flight-recorder dump ({type(err).__name__}: {err})", flush=True)
         return None
@@ -353,10 +363,11 @@ def write_config_if_missing(run_dir: RunDir, preset: str | None, overrides: Sequ
         raise ConfigError(f"{run_dir.config_path}: no config.toml here; pass --preset NAME_OR_PATH")
     pairs = {}
     for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--set {item!r} is not section.key=value")
-        pairs[key.strip()] = value.strip()
+        try:
+            key, value = parse_setting(item)
+        except ConfigError as err:  # the sentence `ddptui run --set` gives
+            raise ConfigError(f"--set {err}") from None
+        pairs[key] = value
     config = apply_overrides(load_preset(preset), pairs)
     write_atomic(run_dir.config_path, to_toml(config))
 
