@@ -34,6 +34,7 @@ from engine.core.runs.rundir import RunDir
 from engine.train.faults import FaultInjector
 from engine.train.models import build_model
 from engine.train.worker import (
+    flight_recorder_size_variable,
     launcher_gone,
     main,
     plan_for_world,
@@ -322,6 +323,60 @@ def test_plan_for_world_scales_batch_and_lr_over_nodes() -> None:
     )
     with pytest.raises(ConfigError, match="runs one process, but 2 were started"):
         plan_for_world(single, 2)
+
+
+# ---- the flight recorder --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "name"),
+    [
+        ("2.5.1", "TORCH_NCCL_TRACE_BUFFER_SIZE"),
+        ("2.7.1+cu126", "TORCH_NCCL_TRACE_BUFFER_SIZE"),
+        ("2.8.0", "TORCH_FR_BUFFER_SIZE"),
+        ("2.14.1+cu130", "TORCH_FR_BUFFER_SIZE"),
+        ("3.0.0a0", "TORCH_FR_BUFFER_SIZE"),
+    ],
+)
+def test_the_flight_recorder_size_goes_by_the_name_its_torch_reads(version: str, name: str) -> None:
+    assert flight_recorder_size_variable(version) == name
+
+
+FLIGHT_RECORDER_PROBE = """
+import os, pickle, sys
+import torch, torch.distributed as dist
+import engine.train.worker as worker
+from engine.core.runs.rundir import RunDir
+worker.FLIGHT_RECORDER_ENTRIES = 3
+worker.enable_flight_recorder(RunDir(sys.argv[1]))
+dist.init_process_group(
+    "gloo", store=dist.FileStore(sys.argv[1] + "/store", 1), rank=0, world_size=1
+)
+for _ in range(6):
+    dist.all_reduce(torch.ones(1))
+print(len(pickle.loads(torch._C._distributed_c10d._dump_fr_trace())["entries"]))
+dist.destroy_process_group()
+"""
+
+
+def test_the_flight_recorder_is_sized_by_our_setting_without_a_deprecation_warning(
+    tmp_path: Path,
+) -> None:
+    """With this torch: the buffer keeps the 3 entries we asked for out of 6 collectives (so the
+    variable set is one torch reads), and nothing on stderr says a variable is deprecated."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_FR_", "TORCH_NCCL_"))}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    probe = subprocess.run(
+        [sys.executable, "-c", FLIGHT_RECORDER_PROBE, str(tmp_path)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.strip() == "3"
+    assert "deprecated" not in probe.stderr, probe.stderr
 
 
 # ---- torchrun entry --------------------------------------------------------------------------

@@ -29,6 +29,7 @@ import argparse
 import contextlib
 import ctypes
 import os
+import re
 import sys
 import threading
 import time
@@ -85,6 +86,9 @@ WATCHDOG_EXIT_CODE = 1
 # get ddp.timeout_seconds once setup is over (engine.train.training.set_collective_timeout).
 SETUP_TIMEOUT_SECONDS = 600.0
 FLIGHT_RECORDER_ENTRIES = 2000
+# The first torch that reads the flight recorder's size from TORCH_FR_BUFFER_SIZE (pytorch#152563).
+FLIGHT_RECORDER_RENAMED_IN = (2, 8)
+FLIGHT_RECORDER_SIZE_VARIABLES = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 
 
 # ---- process set-up --------------------------------------------------------------------------
@@ -148,18 +152,32 @@ def plan_for_world(plan: RunPlan, world_size: int) -> RunPlan:
 # ---- the flight recorder --------------------------------------------------------------------
 
 
+def flight_recorder_size_variable(torch_version: str) -> str:
+    """The variable ``torch_version`` reads the flight recorder's size from. torch 2.8 renamed
+    TORCH_NCCL_TRACE_BUFFER_SIZE to TORCH_FR_BUFFER_SIZE, still reads the old name, and prints a
+    deprecation warning at the top of every rank's log when it is set; torch before 2.8 reads
+    only the old name."""
+    found = re.match(r"(\d+)\.(\d+)", torch_version)
+    major_minor = (int(found[1]), int(found[2])) if found else FLIGHT_RECORDER_RENAMED_IN
+    if major_minor >= FLIGHT_RECORDER_RENAMED_IN:
+        return "TORCH_FR_BUFFER_SIZE"
+    return "TORCH_NCCL_TRACE_BUFFER_SIZE"
+
+
 def enable_flight_recorder(run_dir: RunDir) -> Path:
     """Turn on torch's flight recorder (the last collectives of every process group, gloo
     included in recent torch) before the process group is made: NCCL dumps it into the run
     directory on a timeout and on demand (a write to its debug pipe); ``dump_flight_recorder``
-    does it for any backend when a rank fails. Settings the user made stay."""
+    does it for any backend when a rank fails. Settings the user made stay, under either name."""
     directory = run_dir.flight_recorder_dir.resolve()
     make_dirs(directory, PRIVATE_DIR_MODE)
     prefix = str(directory / "rank_")
+    if not any(name in os.environ for name in FLIGHT_RECORDER_SIZE_VARIABLES):
+        os.environ[flight_recorder_size_variable(torch.__version__)] = str(FLIGHT_RECORDER_ENTRIES)
     settings = {
-        "TORCH_FR_BUFFER_SIZE": str(FLIGHT_RECORDER_ENTRIES),
-        "TORCH_NCCL_TRACE_BUFFER_SIZE": str(FLIGHT_RECORDER_ENTRIES),  # its name before torch 2.7
         "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        # Both names of the dump prefix: torch warns about the old one only when NCCL writes a
+        # dump, and the release that added the new one is not pinned down here.
         "TORCH_FR_DUMP_TEMP_FILE": prefix,
         "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": prefix,
         "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": str(directory / "pipe_rank_"),
