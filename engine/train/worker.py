@@ -27,7 +27,6 @@ if __name__ == "__main__":
 
 import argparse
 import contextlib
-import ctypes
 import os
 import re
 import sys
@@ -75,7 +74,7 @@ from engine.core.runs.events import (
 from engine.core.runs.rundir import RunDir, this_host
 from engine.core.runs.settle import settle_run
 from engine.core.runs.summarize import build_summary
-from engine.train.rank_bootstrap import bootstrap_rank, prepare_stack_dumps
+from engine.train.rank_bootstrap import bootstrap_rank, exit_at_once, prepare_stack_dumps
 from engine.train.rank_device import gpu_index, pick_device
 from engine.train.rendezvous import rendezvous_store
 from engine.train.training import train_rank
@@ -260,16 +259,12 @@ def start_launcher_watchdog(interval: float = WATCHDOG_INTERVAL_SECONDS) -> thre
 
 
 def end_process(code: int) -> NoReturn:
-    """Exit now, once every file is closed: flush Python's and C's output, end this process's
-    children, ``os._exit``. Interpreter shutdown of a process that imported torch takes seconds
-    (measured 2-4 s on a busy 2-core machine) and does nothing a finished rank needs."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None).fflush(None)
+    """Exit now: end this process's children (DataLoader workers), then flush Python's and C's
+    output and ``os._exit`` (``rank_bootstrap.exit_at_once``). Interpreter shutdown of a process
+    that imported torch takes seconds (measured 2-4 s on a busy 2-core machine) and does nothing
+    a finished rank needs."""
     kill_own_children()
-    os._exit(code)
+    exit_at_once(code)
 
 
 # ---- one rank --------------------------------------------------------------------------------
