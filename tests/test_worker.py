@@ -3,6 +3,7 @@ launcher-death watchdog and the torchrun entry. Real processes throughout."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -34,6 +35,7 @@ from engine.core.runs.rundir import RunDir
 from engine.train.faults import FaultInjector
 from engine.train.models import build_model
 from engine.train.worker import (
+    dump_flight_recorder,
     flight_recorder_size_variable,
     launcher_gone,
     main,
@@ -377,6 +379,34 @@ def test_the_flight_recorder_is_sized_by_our_setting_without_a_deprecation_warni
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.strip() == "3"
     assert "deprecated" not in probe.stderr, probe.stderr
+
+
+class FullDiskStream:
+    """A log on a full disk: every write fails as the kernel's ENOSPC does."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def flush(self) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_failed_flight_recorder_dump_on_a_full_disk_does_not_replace_the_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dump and its one-line note both meet the full disk: dump_flight_recorder returns None
+    rather than raising, so the rank goes on to report the failure it was reporting."""
+
+    def no_room() -> bytes:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    c10d = torch._C._distributed_c10d
+    name = "_dump_fr_trace" if hasattr(c10d, "_dump_fr_trace") else "_dump_nccl_trace"
+    monkeypatch.setattr(c10d, name, no_room)
+    monkeypatch.setattr(sys, "stdout", FullDiskStream())
+    run_dir = RunDir(tmp_path / "run")
+    assert dump_flight_recorder(run_dir, 0) is None
+    assert not (run_dir.flight_recorder_dir / "rank_0").exists()
 
 
 # ---- torchrun entry --------------------------------------------------------------------------

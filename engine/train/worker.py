@@ -199,7 +199,9 @@ def dump_flight_recorder(run_dir: RunDir, rank: int) -> Path | None:
         # Atomic: a reader (``ddptui show``) sees the whole dump or none, never half of one.
         write_atomic(path, dump(), PRIVATE_FILE_MODE)
     except Exception as err:  # the failure being reported matters more than this dump
-        print(f"ddptui: no flight-recorder dump ({type(err).__name__}: {err})", flush=True)
+        # The log may be on the disk that just filled: this line must not replace that failure.
+        with contextlib.suppress(OSError):
+            print(f"ddptui: no flight-recorder dump ({type(err).__name__}: {err})", flush=True)
         return None
     return path
 
