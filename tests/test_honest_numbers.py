@@ -12,13 +12,8 @@ from typing import Any, get_type_hints
 import pytest
 
 from engine.core.common.strict_json import dumps
-from engine.core.config.schema import (
-    SECTION_TYPES,
-    ConfigError,
-    RunConfig,
-    apply_overrides,
-    load_config,
-)
+from engine.core.config.schema import ConfigError, RunConfig
+from engine.core.config.toml_io import SECTION_TYPES, apply_overrides, load_config
 from engine.core.runs.events import EpochEnded, StepProgress, event_from_json
 from engine.core.runs.rundir import RunDir, list_runs
 from engine.core.runs.summary import EpochFigures, RunSummary

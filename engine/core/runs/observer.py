@@ -25,8 +25,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from engine.core.common.config_error import ConfigError
 from engine.core.common.statuses import RankStatus, RunStatus
-from engine.core.config.schema import ConfigError, RunConfig, load_config
+from engine.core.config.devices import DevicePlan
+from engine.core.config.schema import RunConfig
+from engine.core.config.toml_io import load_config
 from engine.core.procs.process_identity import ProcessProbe
 from engine.core.runs.events import EventTail
 from engine.core.runs.rank_states import (
@@ -99,9 +102,9 @@ class RunState:
     @property
     def gpu_indices(self) -> tuple[int, ...]:
         """The NVML indices of the run's GPUs: from its devices, else what its ranks reported."""
-        kind, _, rest = self.devices.partition(":")
-        if kind == "gpu":
-            return tuple(int(p) for p in rest.split(",") if p.strip().isdigit())
+        plan = DevicePlan.from_description(self.devices)
+        if plan is not None and plan.kind == "cuda":
+            return plan.gpu_indices
         return tuple(sorted({r.gpu_index for r in self.ranks if r.gpu_index is not None}))
 
     def to_json(self) -> dict[str, Any]:
