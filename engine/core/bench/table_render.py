@@ -122,22 +122,22 @@ def int_cell(value: int) -> str:
     return str(value) if value > 0 else NONE_CELL
 
 
-def seconds_cell(value: float | None, low: float | None, high: float | None) -> str:
+def _spread_cell(value: float | None, low: float | None, high: float | None, spec: str) -> str:
+    """A median with the spread of its repeats, "11.00 (10.00–12.00)", when there is one."""
     if value is None:
         return NONE_CELL
-    text = f"{value:.2f}"
+    text = format(value, spec)
     if low is not None and high is not None and high > low:
-        text += f" ({low:.2f}–{high:.2f})"
+        text += f" ({format(low, spec)}–{format(high, spec)})"
     return text
+
+
+def seconds_cell(value: float | None, low: float | None, high: float | None) -> str:
+    return _spread_cell(value, low, high, ".2f")
 
 
 def rate_cell(value: float | None, low: float | None, high: float | None) -> str:
-    if value is None:
-        return NONE_CELL
-    text = f"{value:.0f}"
-    if low is not None and high is not None and high > low:
-        text += f" ({low:.0f}–{high:.0f})"
-    return text
+    return _spread_cell(value, low, high, ".0f")
 
 
 def speedup_cell(value: float | None) -> str:
