@@ -215,3 +215,13 @@ def test_a_copied_run_is_not_called_out_of_memory_by_the_machine_counter(
 def test_the_new_fault_kinds_parse() -> None:
     assert parse_fault("oom:1:3").kind == "oom"
     assert parse_fault("kill-launcher:0:5").kind == "kill-launcher"
+
+
+def test_only_a_starting_running_or_orphaned_run_may_still_have_processes() -> None:
+    # the observer probes for SIGSTOPped ranks and counts elapsed time only for these
+    assert {s for s in RunStatus if s.live} == {
+        RunStatus.STARTING,
+        RunStatus.RUNNING,
+        RunStatus.ORPHANED,
+    }
+    assert not any(s.live for s in RunStatus if s.final)
