@@ -8,7 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.core.config.schema import RunConfig, apply_overrides
+from engine.core.config.schema import RunConfig
+from engine.core.config.toml_io import apply_overrides
 from engine.train import data
 
 CPU = torch.device("cpu")

@@ -48,7 +48,8 @@ from engine.core.common.run_environment import LAUNCHER_PID_ENV, THREADS_ENV
 from engine.core.common.run_files import PRIVATE_DIR_MODE, make_dirs, open_private, write_atomic
 from engine.core.common.statuses import RunStatus
 from engine.core.config.presets import load_preset
-from engine.core.config.schema import ConfigError, apply_overrides, load_config, to_toml
+from engine.core.config.schema import ConfigError
+from engine.core.config.toml_io import apply_overrides, load_config, to_toml
 from engine.core.host import gpus
 from engine.core.plan.run_plan import RunPlan, plan_run
 from engine.core.procs.process_identity import ProcessRef, identify, ref_alive
