@@ -56,7 +56,8 @@ def endless(batches: Any) -> Iterator[Any]:
 def measure(pipeline: str, args: argparse.Namespace) -> dict[str, float]:
     import torch
 
-    from engine.core.config.schema import RunConfig, apply_overrides
+    from engine.core.config.schema import RunConfig
+    from engine.core.config.toml_io import apply_overrides
     from engine.train.data import make_train_batches
 
     config = apply_overrides(

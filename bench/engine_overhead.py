@@ -43,7 +43,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from engine.core.config.presets import load_preset  # noqa: E402
-from engine.core.config.schema import RunConfig, apply_overrides, to_toml  # noqa: E402
+from engine.core.config.schema import RunConfig  # noqa: E402
+from engine.core.config.toml_io import apply_overrides, to_toml  # noqa: E402
 from engine.core.ops.run_start import start_run  # noqa: E402
 
 PLAIN_SCRIPT = REPO / "bench" / "plain_ddp.py"

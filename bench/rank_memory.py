@@ -35,7 +35,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from engine.core.config.presets import load_preset  # noqa: E402
-from engine.core.config.schema import MODELS, RunConfig, apply_overrides  # noqa: E402
+from engine.core.config.schema import MODELS, RunConfig  # noqa: E402
+from engine.core.config.toml_io import apply_overrides  # noqa: E402
 from engine.core.ops.run_start import start_run  # noqa: E402
 from engine.core.plan.memory_estimate import MemoryEstimate, estimate_memory  # noqa: E402
 from engine.core.plan.run_plan import plan_run  # noqa: E402

@@ -65,7 +65,7 @@ import psutil  # noqa: E402
 
 from engine.core.common.run_environment import RUN_MARKER_ENV  # noqa: E402
 from engine.core.config.presets import load_preset  # noqa: E402
-from engine.core.config.schema import apply_overrides  # noqa: E402
+from engine.core.config.toml_io import apply_overrides  # noqa: E402
 from engine.core.ops.follower import follow_run  # noqa: E402
 from engine.core.ops.run_start import StartedRun, start_run  # noqa: E402
 from engine.core.runs.events import RankStalled, read_events  # noqa: E402

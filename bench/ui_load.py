@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from engine.core.config.presets import load_preset  # noqa: E402
-from engine.core.config.schema import apply_overrides, to_toml  # noqa: E402
+from engine.core.config.toml_io import apply_overrides, to_toml  # noqa: E402
 from engine.core.procs.process_identity import ProcessRef  # noqa: E402
 from engine.core.runs.events import EpochStarted, EventWriter, RankStarted, RunStarted, StepProgress  # noqa: E402
 from engine.core.runs.rundir import RunDir, RunInfo  # noqa: E402

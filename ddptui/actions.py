@@ -115,7 +115,7 @@ class EngineActions:
     ) -> SpeedupTable:
         """The speedup table of the given runs (one row each, labelled by run id), each run as
         the run observer sees it through ``probe`` (a running one is a row that says so)."""
-        from engine.core.bench.speedup_table import build_speedup_table
+        from engine.core.bench.table_compute import build_speedup_table
         from engine.core.bench.table_rows import session_rows
 
         return build_speedup_table(

@@ -11,7 +11,8 @@ from typing import Any, TypeVar
 import click
 
 from ddptui import exit_codes
-from engine.core.config.schema import ConfigError, parse_setting
+from engine.core.config.schema import ConfigError
+from engine.core.config.toml_io import parse_setting
 
 F = TypeVar("F", bound=Callable[..., Any])
 

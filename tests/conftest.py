@@ -67,7 +67,8 @@ def false_stalls(runs: Path) -> list[str]:
     """Runs under ``runs`` whose launcher flagged a stall although nothing in them should stall:
     the stall rule follows the run's pace (supervision.stall_seconds = 0) and no fault stops a
     rank. A test that sets a fixed stall_seconds judges its stalls itself."""
-    from engine.core.config.schema import ConfigError, load_config
+    from engine.core.config.schema import ConfigError
+    from engine.core.config.toml_io import load_config
     from engine.core.runs.events import RankStalled, read_events
     from engine.core.runs.rundir import list_runs
 

@@ -20,7 +20,8 @@ import pytest
 import torch
 from torchvision.datasets import CIFAR10
 
-from engine.core.config.schema import RunConfig, apply_overrides, load_config, to_toml
+from engine.core.config.schema import RunConfig
+from engine.core.config.toml_io import apply_overrides, load_config, to_toml
 from engine.core.plan.run_plan import CIFAR_DIRNAME, plan_run
 from engine.core.runs.events import Evaluation, EventWriter, RankFinished, StepProgress, read_events
 from engine.core.runs.rundir import RunDir

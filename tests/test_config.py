@@ -8,7 +8,8 @@ import pytest
 
 from engine.core.config.devices import DevicePlan, resolve_devices
 from engine.core.config.presets import list_presets, load_preset
-from engine.core.config.schema import ConfigError, RunConfig, apply_overrides, load_config, to_toml
+from engine.core.config.schema import ConfigError, RunConfig
+from engine.core.config.toml_io import apply_overrides, load_config, to_toml
 from engine.core.plan.run_plan import lr_at_step, plan_run
 
 BUNDLED = ["cpu-demo", "fast-ddp", "seed-dataparallel", "seed-ddp", "seed-ddp-amp", "seed-single"]
@@ -205,4 +206,122 @@ def test_sync_batchnorm_on_cpu_ranks_is_refused_before_launch() -> None:
     assert (
         plan_run(cfg(**{"ddp.sync_batchnorm": "true", "devices.spec": "2"}), gpu_count=2).backend
         == "nccl"
+    )
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        DevicePlan("cpu", cpu_ranks=1),
+        DevicePlan("cpu", cpu_ranks=3),
+        DevicePlan("cuda", gpu_indices=(0,)),
+        DevicePlan("cuda", gpu_indices=(0, 2)),
+    ],
+)
+def test_a_described_device_set_reads_back_through_the_one_parser(plan: DevicePlan) -> None:
+    assert DevicePlan.from_description(plan.describe()) == plan
+
+
+@pytest.mark.parametrize("text", ["auto", "all", "2", "0,2", "", "gpu:", "gpu:x", "cpu:0", "tpu:1"])
+def test_what_is_not_a_described_device_set_is_none(text: str) -> None:
+    # run.json / summary.json hold what describe() wrote; anything else is not guessed at
+    assert DevicePlan.from_description(text) is None
+
+
+def test_readers_of_a_runs_devices_use_the_parser() -> None:
+    from engine.core.common.statuses import RunStatus
+    from engine.core.runs.observer import RunState
+
+    state = RunState(run_id="r", path=Path("r"), status=RunStatus.RUNNING, devices="gpu:1,3")
+    assert state.gpu_indices == (1, 3)
+    assert RunState(run_id="r", path=Path("r"), status=RunStatus.RUNNING).gpu_indices == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "reason"),
+    [
+        ("[training]\nepochz = 2\n", "training.epochz", "unknown key training.epochz"),
+        (
+            '[training]\nepochs = "two"\n',
+            "training.epochs",
+            "training.epochs is not a whole number",
+        ),
+        ("[training]\nbatch_size = 0\n", "training.batch_size", "training.batch_size must be > 0"),
+        ("[optimizer]\nlr = nan\n", "optimizer.lr", "optimizer.lr is not a finite number"),
+        ('[strategy]\nname = "horovod"\n', "strategy.name", "unknown strategy.name 'horovod'"),
+        ('[devices]\nspec = "gpu0"\n', "devices.spec", "devices.spec 'gpu0' is not a device set"),
+        ("[devices]\nspec = true\n", "devices.spec", "devices.spec is not a string"),
+        (
+            '[model]\nfactory = "x"\n',
+            "model.factory",
+            "model.factory is not package.module:callable",
+        ),
+        ('faults = ["boom:0:1"]\n', "faults", "fault 'boom:0:1' is not KIND:RANK:STEP"),
+        ("[training\nepochs = 2\n", "", "not valid TOML"),
+    ],
+)
+def test_a_config_error_names_its_file_key_and_reason_apart(
+    tmp_path: Path, text: str, key: str, reason: str
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert (err.value.where, err.value.key, err.value.reason) == (str(path), key, reason)
+    assert str(err.value).startswith(f"{path}: ")  # the sentence is whole, as before
+
+
+def test_a_refused_plan_and_override_carry_the_short_reason_the_preset_list_shows() -> None:
+    config = load_preset("cpu-demo")
+    cases = [
+        (apply_overrides(config, {"devices.spec": "3"}), 2, "devices.spec", "needs 3 GPUs, 2 here"),
+        (
+            apply_overrides(config, {"devices.spec": "all"}),
+            0,
+            "devices.spec",
+            "needs a GPU, none here",
+        ),
+        (
+            apply_overrides(config, {"strategy.name": "dataparallel", "devices.spec": "cpu:1"}),
+            0,
+            "strategy.name",
+            "strategy dataparallel needs CUDA",
+        ),
+        (
+            apply_overrides(config, {"data.dataset": "cifar10", "data.root": "/nonexistent"}),
+            0,
+            "data.root",
+            "CIFAR-10 is not on disk",
+        ),
+    ]
+    for refused, gpus, key, reason in cases:
+        with pytest.raises(ConfigError) as err:
+            plan_run(refused, gpus)
+        assert (err.value.where, err.value.key, err.value.reason) == ("", key, reason)
+        assert reason not in ("", str(err.value))
+    with pytest.raises(ConfigError) as err:
+        apply_overrides(config, {"training.epoch": "3"})
+    assert err.value.where == "override training.epoch=3"
+    assert (err.value.key, err.value.reason) == ("training.epoch", "unknown key training.epoch")
+    with pytest.raises(ConfigError) as err:
+        apply_overrides(config, {"training.epochs": "0"})
+    assert (err.value.where, err.value.key) == ("overrides", "training.epochs")
+
+
+def test_a_config_error_said_of_an_outer_place_keeps_its_parts() -> None:
+    import pickle
+
+    inner = ConfigError(
+        "devices.spec is 'x'; expected ...", where="a.toml", key="devices.spec", reason="bad"
+    )
+    outer = inner.within("suite.toml: row 'r'")
+    assert str(outer) == "suite.toml: row 'r': a.toml: devices.spec is 'x'; expected ..."
+    assert (outer.where, outer.key, outer.reason) == ("a.toml", "devices.spec", "bad")
+    bare = ConfigError("no presets given").within("suite x")
+    assert (bare.where, bare.reason) == ("suite x", "no presets given")
+    again = pickle.loads(pickle.dumps(outer))  # it may cross a process boundary
+    assert (str(again), again.where, again.key, again.reason) == (
+        str(outer),
+        outer.where,
+        outer.key,
+        outer.reason,
     )

@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.core.config.schema import RunConfig, apply_overrides
+from engine.core.config.schema import RunConfig
+from engine.core.config.toml_io import apply_overrides
 from engine.train import data
 from engine.train.image_split import ImageSplit
 from engine.train.synthetic_data import synthetic_split

@@ -2,50 +2,107 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
+from typing import Any, get_args, get_origin, get_type_hints
 
 import pytest
 
 from engine.core.procs.process_identity import ProcessRef
+from engine.core.runs.event_notices import event_notice
 from engine.core.runs.events import (
     EVENT_TYPES,
     EpochEnded,
+    Evaluation,
+    Event,
     EventTail,
     EventWriter,
+    RankExited,
     RankFailed,
+    RankStalled,
     RankStarted,
-    StepProgress,
     event_from_json,
     read_events,
 )
+from engine.core.runs.rank_states import NOTICES_KEPT, RankStateTracker
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo, find_run
 
 
-def test_every_event_round_trips_through_one_json_line() -> None:
-    step = StepProgress(
-        rank=1,
-        epoch=0,
-        step=5,
-        steps=10,
-        global_step=5,
-        loss=0.5,
-        images_per_s=100.0,
-        step_seconds=0.1,
-        lr=0.1,
+def every_event_class() -> list[type[Event]]:
+    """Every concrete event class, found from ``Event``'s subclasses (not from the registry, so an
+    event type added but not registered is caught too)."""
+    found: list[type[Event]] = []
+    todo = list(Event.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        if cls.__module__.startswith("engine."):  # not a stand-in some test defined
+            found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return sorted(found, key=lambda c: c.type)
+
+
+def sample_event(cls: type[Event]) -> Event:
+    """An instance with a distinct, non-default value in every field (a swapped or dropped field
+    would not read back equal)."""
+    values: dict[str, Any] = {}
+    for n, f in enumerate(dataclasses.fields(cls), start=1):
+        hint = get_type_hints(cls)[f.name]
+        kinds = [k for k in get_args(hint) if k is not type(None)] or [hint]
+        kind = kinds[0]
+        if kind is bool:
+            values[f.name] = True
+        elif kind is int:
+            values[f.name] = 10 + n
+        elif kind is float:
+            values[f.name] = n + 0.25
+        elif kind is str:
+            values[f.name] = f"value {n}"
+        elif get_origin(kind) is dict:
+            values[f.name] = {"loss": n + 0.5, "accuracy": 0.75}
+        else:
+            raise AssertionError(f"{cls.__name__}.{f.name}: no sample for {hint}")
+    return cls(**values)
+
+
+def test_every_event_type_round_trips_through_one_json_line() -> None:
+    classes = every_event_class()
+    assert len(classes) >= 16
+    assert {c.type: c for c in classes} == EVENT_TYPES  # every event is registered, once
+    for cls in classes:
+        event = sample_event(cls)
+        line = event.to_json()
+        assert "\n" not in line
+        data = json.loads(line)
+        assert (data["type"], data["v"]) == (cls.type, 1)
+        assert event_from_json(line) == event, cls.__name__
+
+
+def test_the_log_pane_says_one_phrase_for_each_event_that_is_not_progress() -> None:
+    # sample_event numbers the fields from 1, ``time`` first: rank 12, pid 13, "value 3", 3.25...
+    said = {cls.type: event_notice(sample_event(cls)) for cls in every_event_class()}
+    assert said["checkpoint"] == "rank 12 saved value 3"
+    assert said["rank_exited"] == "rank 12 (pid 13) exited: signal value 5"
+    assert said["rank_stalled"] == "launcher: rank 12 silent for 3 s"
+    assert said["run_finished"] == "run value 2: value 3"
+    assert said["stacks_taken"] == "stacks (value 3): value 5"
+    assert said["rank_straggling"] == "launcher: rank 12 straggling (3.25 s a step, others 4.25 s)"
+    assert {t for t, phrase in said.items() if phrase} == {
+        "checkpoint", "rank_exited", "rank_stalled", "run_finished", "stacks_taken",
+        "rank_straggling",
+    }  # fmt: skip
+    # rank 0's evaluation is the run's; another rank's says nothing new, nor does a clean exit
+    assert (
+        event_notice(Evaluation(rank=0, epoch=1, accuracy=0.5, loss=1.0, samples=100, seconds=1.0))
+        == "epoch 2: test accuracy 50.0% on 100 images"
     )
-    line = step.to_json()
-    assert "\n" not in line
-    assert json.loads(line)["type"] == "step" and json.loads(line)["v"] == 1
-    assert event_from_json(line) == step
-    assert set(EVENT_TYPES) >= {
-        "rank_started",
-        "step",
-        "epoch_ended",
-        "evaluation",
-        "rank_failed",
-        "run_finished",
-    }
+    assert event_notice(RankExited(rank=1, pid=5, exitcode=0, signal=None)) == ""
+    tracker = RankStateTracker()
+    for n in range(NOTICES_KEPT + 5):
+        tracker.feed(RankStalled(rank=n, silent_seconds=1.0))
+    assert len(tracker.notices) == NOTICES_KEPT and tracker.notices[-1].startswith(
+        f"launcher: rank {NOTICES_KEPT + 4} "
+    )
 
 
 def test_tail_returns_only_new_events_and_waits_for_a_torn_line(tmp_path: Path) -> None:

@@ -5,20 +5,15 @@ ddptui writes parses under a strict parser."""
 from __future__ import annotations
 
 import math
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, get_type_hints
 
 import pytest
 
 from engine.core.common.strict_json import dumps
-from engine.core.config.schema import (
-    SECTION_TYPES,
-    ConfigError,
-    RunConfig,
-    apply_overrides,
-    load_config,
-)
+from engine.core.config.schema import ConfigError, RunConfig
+from engine.core.config.toml_io import SECTION_TYPES, apply_overrides, load_config
 from engine.core.runs.events import EpochEnded, StepProgress, event_from_json
 from engine.core.runs.rundir import RunDir, list_runs
 from engine.core.runs.summary import EpochFigures, RunSummary
@@ -90,7 +85,15 @@ def test_an_event_and_a_summary_with_nan_read_back_as_nan() -> None:
     data = strict_load(dumps(summary.to_json()))
     assert data["epochs"][0]["train_loss"] is None
     assert math.isnan(RunSummary.from_json(data).epochs[0].train_loss)
-    assert {f.name for f in fields(EpochFigures)} >= {"train_loss"}
+    # every float figure of an epoch, not only the loss: what is not a number reads back NaN
+    floats = [f.name for f in fields(EpochFigures) if f.type == "float"]
+    assert {"seconds", "steady_images_per_s", "train_loss"} <= set(floats)
+    broken = replace(figures, **dict.fromkeys(floats, math.nan))
+    text = dumps(replace(summary, epochs=(broken,)).to_json())
+    assert all(strict_load(text)["epochs"][0][name] is None for name in floats)
+    back_figures = RunSummary.from_json(strict_load(text)).epochs[0]
+    assert [name for name in floats if not math.isnan(getattr(back_figures, name))] == []
+    assert back_figures.test_accuracy is None  # an optional figure never given stays absent
 
 
 # ---- real runs ----------------------------------------------------------------------------------

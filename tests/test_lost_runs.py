@@ -178,17 +178,6 @@ def test_the_kernel_log_names_an_oom_victim_in_either_format() -> None:
     assert oom_evidence.kernel_log_names_oom_kill(4242, KERNEL_LOG, since=35000.0)
 
 
-def test_the_oom_kill_count_is_read_from_the_runs_cgroup(tmp_path: Path) -> None:
-    v2, v1 = tmp_path / "v2", tmp_path / "v1"
-    v2.mkdir()
-    v1.mkdir()
-    (v2 / "memory.events").write_text("low 0\nhigh 0\nmax 4\noom 2\noom_kill 7\n")
-    (v1 / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 5\n")
-    assert oom_evidence.cgroup_oom_kills(v2) == 7
-    assert oom_evidence.cgroup_oom_kills(v1) == 5
-    assert oom_evidence.cgroup_oom_kills(tmp_path / "missing") is None
-
-
 def test_no_evidence_about_this_run_is_no_verdict() -> None:
     def cause(baseline: OomBaseline | None, *, kills: int, boot: str = "this-boot") -> str:
         return oom_evidence.sigkill_cause(
@@ -226,3 +215,13 @@ def test_a_copied_run_is_not_called_out_of_memory_by_the_machine_counter(
 def test_the_new_fault_kinds_parse() -> None:
     assert parse_fault("oom:1:3").kind == "oom"
     assert parse_fault("kill-launcher:0:5").kind == "kill-launcher"
+
+
+def test_only_a_starting_running_or_orphaned_run_may_still_have_processes() -> None:
+    # the observer probes for SIGSTOPped ranks and counts elapsed time only for these
+    assert {s for s in RunStatus if s.live} == {
+        RunStatus.STARTING,
+        RunStatus.RUNNING,
+        RunStatus.ORPHANED,
+    }
+    assert not any(s.live for s in RunStatus if s.final)

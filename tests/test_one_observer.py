@@ -111,7 +111,8 @@ def test_runs_and_show_work_on_a_full_disk(full_disk: Path) -> None:
     lost = runs / LIVE_RUN  # its launcher is not alive here: a reader settles it as lost
     result = CliRunner().invoke(main, ["runs", "--runs-dir", str(runs)])
     assert result.exit_code == 0, result.output
-    assert "lost" in result.stdout.splitlines()[-1] or "lost" in result.stdout
+    row = next(line for line in result.stdout.splitlines() if line.startswith(LIVE_RUN))
+    assert row.split()[2] == "lost", result.stdout  # RUN ID, PRESET, STATE
     assert "the disk is full" in result.stdout and "not saved" in result.stdout
     result = CliRunner().invoke(main, ["show", LIVE_RUN, "--runs-dir", str(runs)])
     assert result.exit_code == 0, result.output

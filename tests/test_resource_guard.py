@@ -19,25 +19,13 @@ from click.testing import CliRunner
 from ddptui.cli import main
 from ddptui.run_options import collect_overrides
 from engine.core.config.presets import load_preset
-from engine.core.config.schema import (
-    MODELS,
-    ConfigError,
-    ModelConfig,
-    apply_overrides,
-    load_config,
-    to_toml,
-)
+from engine.core.config.schema import MODELS, ConfigError, ModelConfig
+from engine.core.config.toml_io import apply_overrides, load_config, to_toml
 from engine.core.host.gpus import GpuInventory, GpuProcess, GpuSample
 from engine.core.ops.run_start import prepare_run, start_run
 from engine.core.plan import resource_guard
 from engine.core.plan.memory_estimate import GIB, MIB, estimate_memory, parameter_count
-from engine.core.plan.resource_guard import (
-    ResourceError,
-    available_memory_bytes,
-    cgroup_memory_headroom,
-    check_resources,
-    usable_cores,
-)
+from engine.core.plan.resource_guard import ResourceError, check_resources
 from engine.core.plan.run_plan import RunPlan, plan_run
 
 PLENTY = 10**15  # bytes: more memory than any estimate here
@@ -159,89 +147,6 @@ def test_parameter_table_matches_the_real_models() -> None:
             ModelConfig(name=name)
         )
         assert extra == 990 * (head.in_features + 1), name
-
-
-# ---- reading the machine ------------------------------------------------------------------------
-
-
-def write_files(root: Path, files: dict[str, str]) -> None:
-    for relative, text in files.items():
-        path = root / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-
-
-def test_cgroup_v1_limit_minus_usage_less_reclaimable_cache(tmp_path: Path) -> None:
-    write_files(
-        tmp_path,
-        {
-            "proc": "9:name=systemd:/\n4:memory:/process_api/abc\n0::/\n",
-            "cg/memory/process_api/abc/memory.limit_in_bytes": f"{8 * GIB}\n",
-            "cg/memory/process_api/abc/memory.usage_in_bytes": f"{3 * GIB}\n",
-            "cg/memory/process_api/abc/memory.stat": f"cache 5\ntotal_inactive_file {GIB}\n",
-            "cg/memory/memory.limit_in_bytes": "9223372036854771712\n",  # unlimited
-        },
-    )
-    assert cgroup_memory_headroom(tmp_path / "cg", tmp_path / "proc") == 6 * GIB
-
-
-def test_cgroup_an_ancestor_limit_counts_and_unlimited_is_none(tmp_path: Path) -> None:
-    files = {
-        "proc": "4:memory:/process_api/abc\n",
-        "cg/memory/process_api/abc/memory.limit_in_bytes": "9223372036854771712\n",
-        "cg/memory/process_api/abc/memory.usage_in_bytes": f"{GIB}\n",
-    }
-    write_files(tmp_path, files)
-    assert cgroup_memory_headroom(tmp_path / "cg", tmp_path / "proc") is None
-    write_files(
-        tmp_path,
-        {
-            "cg/memory/process_api/memory.limit_in_bytes": f"{5 * GIB}\n",
-            "cg/memory/process_api/memory.usage_in_bytes": f"{2 * GIB}\n",
-        },
-    )
-    assert cgroup_memory_headroom(tmp_path / "cg", tmp_path / "proc") == 3 * GIB
-
-
-def test_cgroup_v2_and_a_container_that_sees_its_cgroup_as_the_root(tmp_path: Path) -> None:
-    write_files(
-        tmp_path,
-        {
-            "proc": "0::/user.slice/app.scope\n",
-            "cg/user.slice/app.scope/memory.max": "max\n",
-            "cg/user.slice/app.scope/memory.current": f"{GIB}\n",
-            "cg/user.slice/memory.max": f"{4 * GIB}\n",
-            "cg/user.slice/memory.current": f"{2 * GIB}\n",
-            "cg/user.slice/memory.stat": f"anon 1\ninactive_file {GIB // 2}\n",
-        },
-    )
-    assert cgroup_memory_headroom(tmp_path / "cg", tmp_path / "proc") == 4 * GIB - 3 * GIB // 2
-    # Docker without a cgroup namespace: /proc says /docker/<id>, the mount shows only its root.
-    write_files(
-        tmp_path / "docker",
-        {
-            "proc": "0::/docker/0123abcd\n",
-            "cg/memory.max": f"{2 * GIB}\n",
-            "cg/memory.current": f"{GIB}\n",
-        },
-    )
-    assert cgroup_memory_headroom(tmp_path / "docker/cg", tmp_path / "docker/proc") == GIB
-    assert cgroup_memory_headroom(tmp_path / "none", tmp_path / "missing") is None
-
-
-def test_available_memory_is_the_smaller_of_the_kernel_and_the_cgroup(tmp_path: Path) -> None:
-    write_files(
-        tmp_path,
-        {
-            "proc": "0::/job\n",
-            "cg/job/memory.max": f"{GIB}\n",
-            "cg/job/memory.current": f"{GIB // 4}\n",
-        },
-    )
-    assert available_memory_bytes(tmp_path / "cg", tmp_path / "proc") == 3 * GIB // 4
-    here = available_memory_bytes()
-    assert 0 < here <= psutil.virtual_memory().total
-    assert usable_cores() >= 1
 
 
 # ---- GPUs -----------------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ from engine.core.bench.result_history import (
     ResultHistory,
     default_db_path,
 )
-from engine.core.bench.speedup_table import RowResult, SpeedupTable, build_speedup_table
+from engine.core.bench.speedup_table import RowResult, SpeedupTable
+from engine.core.bench.table_compute import build_speedup_table
 from engine.core.host.machine_info import MachineInfo
 from engine.core.runs.summary import EpochFigures, RunSummary
 

@@ -12,13 +12,16 @@ from typing import Any
 
 import pytest
 
-from engine.core.bench.speedup_table import (
+from engine.core.bench.speedup_table import RowResult, SpeedupTable, TableError
+from engine.core.bench.table_compare import compare_tables
+from engine.core.bench.table_compute import build_speedup_table
+from engine.core.bench.table_render import (
     CSV_COLUMNS,
-    RowResult,
-    SpeedupTable,
-    TableError,
-    build_speedup_table,
-    compare_tables,
+    DISPLAY_HEADERS,
+    display_rows,
+    render_table,
+    row_cells,
+    table_markdown,
 )
 from engine.core.common.statuses import RowStatus
 from engine.core.runs.summary import EpochFigures, Failure, RunSummary
@@ -172,7 +175,7 @@ def test_more_devices_slower_than_fewer_is_flagged_with_the_faster_row() -> None
     table = seed_like_table()
     dp = table.row("DataParallel x4")
     assert dp.slower_than == "single"
-    assert "⚠" in dp.cells()[8]
+    assert "⚠" in row_cells(dp)[8]
     assert table.row("DDP x4").slower_than is None
     # Same device count, slower (AMP vs plain DDP x4): not "more devices slower than fewer".
     assert table.row("DDP x4 + AMP").slower_than is None
@@ -237,8 +240,8 @@ def test_rows_whose_global_batch_differs_from_the_baselines_are_flagged() -> Non
     table = seed_like_table()
     flagged = {r.label for r in table.rows if r.batch_differs}
     assert flagged == {"DataParallel x4", "DDP x2", "DDP x4", "DDP x4 + AMP"}
-    assert table.row("DDP x2").cells()[4] == "512 †"
-    assert table.row("single").cells()[4] == "256"
+    assert row_cells(table.row("DDP x2"))[4] == "512 †"
+    assert row_cells(table.row("single"))[4] == "256"
     assert any(n.startswith("† Global batch differs") for n in table.notes)
 
 
@@ -276,9 +279,9 @@ def test_skipped_and_failed_rows_stay_in_the_table_with_their_reason() -> None:
     assert failed.reason == "rank 1: RuntimeError: injected crash at step 3"
     assert failed.speedup is None and failed.epoch_seconds is None
     assert skipped.status == SKIPPED and "this machine has 4" in skipped.reason
-    assert skipped.cells()[-1].startswith("skipped: devices.spec '8'")
-    assert skipped.cells()[5] == "—"
-    markdown = table.to_markdown()
+    assert row_cells(skipped)[-1].startswith("skipped: devices.spec '8'")
+    assert row_cells(skipped)[5] == "—"
+    markdown = table_markdown(table)
     assert "failed: rank 1: RuntimeError" in markdown
     assert "skipped: devices.spec" in markdown
 
@@ -347,7 +350,7 @@ def test_repeats_give_the_median_and_the_spread() -> None:
     assert single.epoch_seconds_max == 12
     assert single.images_per_s == pytest.approx(10_000 / 11)
     assert ddp.speedup == pytest.approx(11 / 5.5)
-    assert single.cells()[5] == "11.00 (10.00–12.00)"
+    assert row_cells(single)[5] == "11.00 (10.00–12.00)"
     assert any("median of 3 runs" in n for n in table.notes)
 
 
@@ -390,9 +393,9 @@ def _number(cell: str) -> float:
 
 def test_markdown_csv_and_json_hold_the_same_numbers() -> None:
     table = seed_like_table()
-    md = _markdown_rows(table.render("markdown"))
-    data = json.loads(table.render("json"))
-    from_csv = list(csv.DictReader(io.StringIO(table.render("csv"))))
+    md = _markdown_rows(render_table(table, "markdown"))
+    data = json.loads(render_table(table, "json"))
+    from_csv = list(csv.DictReader(io.StringIO(render_table(table, "csv"))))
     assert list(from_csv[0]) == list(CSV_COLUMNS)
     assert [r["label"] for r in data["rows"]] == [r["label"] for r in from_csv] == list(md)
     for j, c in zip(data["rows"], from_csv, strict=True):
@@ -425,14 +428,14 @@ def test_a_table_from_a_newer_ddptui_is_refused() -> None:
 
 def test_display_rows_match_the_columns_for_a_data_table() -> None:
     table = seed_like_table()
-    assert table.columns[0] == "row" and "speedup" in table.columns
-    assert all(len(cells) == len(table.columns) for cells in table.display_rows())
-    assert table.display_rows()[0][-1] == "baseline"
+    assert DISPLAY_HEADERS[0] == "row" and "speedup" in DISPLAY_HEADERS
+    assert all(len(cells) == len(DISPLAY_HEADERS) for cells in display_rows(table))
+    assert display_rows(table)[0][-1] == "baseline"
 
 
 def test_a_reason_with_a_pipe_does_not_break_the_markdown_table() -> None:
     table = build_speedup_table([row("a", skipped="cannot | run here")])
-    body = [line for line in table.to_markdown().splitlines() if line.startswith("| a")]
+    body = [line for line in table_markdown(table).splitlines() if line.startswith("| a")]
     assert "cannot \\| run here" in body[0]
 
 
@@ -477,7 +480,7 @@ def test_efficiency_above_100_percent_is_flagged_with_a_footnote() -> None:
     two = table.row("two")
     assert two.efficiency == pytest.approx(3.19)
     assert two.superlinear and not table.row("one").superlinear
-    assert two.cells()[9] == "319% ‡"
+    assert row_cells(two)[9] == "319% ‡"
     assert any(n.startswith("‡ Efficiency above 100 % beyond the spread") for n in table.notes)
 
 
@@ -502,7 +505,7 @@ def test_a_row_with_too_few_steady_steps_is_flagged() -> None:
     table = build_speedup_table([many, few])
     assert table.row("few").steady_steps == 5 and table.row("few").few_steps
     assert not table.row("many").few_steps
-    assert table.row("few").cells()[7].endswith(" §")
+    assert row_cells(table.row("few"))[7].endswith(" §")
     note = next(n for n in table.notes if n.startswith("§"))
     assert "'few' 5" in note and "at least 20" in note
 
@@ -515,9 +518,9 @@ def test_outside_load_is_flagged_from_what_the_bench_measured() -> None:
     )  # fmt: skip
     table = build_speedup_table([quiet, loaded])
     assert table.row("loaded").loaded and not table.row("quiet").loaded
-    assert table.row("loaded").cells()[5].endswith(" ◊")
+    assert row_cells(table.row("loaded"))[5].endswith(" ◊")
     assert any(n.startswith("◊ Outside load") and "'loaded' 1.40" in n for n in table.notes)
-    back = SpeedupTable.from_json(json.loads(table.render("json")))
+    back = SpeedupTable.from_json(json.loads(render_table(table, "json")))
     assert back.row("loaded").outside_load == pytest.approx(1.4)
 
 

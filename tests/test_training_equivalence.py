@@ -17,14 +17,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from engine.core.config.schema import (
-    ConfigError,
-    ModelConfig,
-    RunConfig,
-    apply_overrides,
-    load_config,
-    to_toml,
-)
+from engine.core.config.schema import ConfigError, ModelConfig, RunConfig
+from engine.core.config.toml_io import apply_overrides, load_config, to_toml
 from engine.core.plan.run_plan import plan_run
 from engine.core.runs.events import EpochEnded, Evaluation, EventWriter, StepProgress, read_events
 from engine.core.runs.rundir import RunDir

@@ -19,7 +19,8 @@ import torch
 import torch.multiprocessing as mp
 
 from engine.core.config.presets import load_preset
-from engine.core.config.schema import ConfigError, RunConfig, apply_overrides, load_config, to_toml
+from engine.core.config.schema import ConfigError, RunConfig
+from engine.core.config.toml_io import apply_overrides, load_config, to_toml
 from engine.core.plan.run_plan import plan_run
 from engine.core.procs.process_identity import ProcessRef
 from engine.core.runs.events import (

@@ -23,7 +23,9 @@ from ddptui.run_options import collect_overrides, override_options
 from ddptui.terminal_progress import ProgressPrinter, follow_with_progress
 from engine.core.bench.bench_runner import BenchState, Follow, run_rows
 from engine.core.bench.result_history import HistoryError, ResultHistory, default_db_path
-from engine.core.bench.speedup_table import FORMATS, SpeedupTable, build_speedup_table
+from engine.core.bench.speedup_table import SpeedupTable
+from engine.core.bench.table_compute import build_speedup_table
+from engine.core.bench.table_render import FORMATS, render_table
 from engine.core.common.statuses import RowStatus
 from engine.core.config.schema import ConfigError
 from engine.core.config.suites import Suite, list_suites, load_suite, suite_of_presets
@@ -190,7 +192,7 @@ def _machine_line(machine: MachineInfo) -> str:
 
 
 def _print_table(table: SpeedupTable, fmt: str, out: Path | None) -> None:
-    text = table.render(fmt)
+    text = render_table(table, fmt)
     if out is not None:
         out.write_text(text, encoding="utf-8")
         click.echo(f"table written to {out}", err=True)

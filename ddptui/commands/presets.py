@@ -8,7 +8,8 @@ import click
 
 from engine.core.common import strict_json
 from engine.core.config.presets import list_presets
-from engine.core.config.schema import ConfigError, load_config
+from engine.core.config.schema import ConfigError
+from engine.core.config.toml_io import load_config
 from engine.core.host import gpus
 from engine.core.plan.resource_guard import check_resources
 from engine.core.plan.run_plan import plan_run

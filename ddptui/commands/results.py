@@ -16,7 +16,8 @@ from engine.core.bench.result_history import (
     ResultHistory,
     default_db_path,
 )
-from engine.core.bench.speedup_table import FORMATS, comparison_markdown, markdown_table
+from engine.core.bench.table_compare import comparison_markdown
+from engine.core.bench.table_render import FORMATS, markdown_table, render_table, table_markdown
 
 DB_OPTION = click.option(
     "--db",
@@ -103,10 +104,10 @@ def show_command(ctx: click.Context, bench_id: int, fmt: str, db: Path | None) -
     with _open(db if db is not None else ctx.obj) as history:
         record = _get(history, bench_id)
     if fmt != "markdown":
-        click.echo(record.table.render(fmt), nl=False)
+        click.echo(render_table(record.table, fmt), nl=False)
         return
     click.echo(f"# bench {record.id}: {record.title}, {_when(record.created)}\n")
-    click.echo(record.table.to_markdown(), nl=False)
+    click.echo(table_markdown(record.table), nl=False)
     click.echo("\nMachine:\n")
     for line in markdown_table(("", ""), record.machine.describe()):
         click.echo(line)

@@ -15,7 +15,8 @@ from ddptui.terminal_progress import ProgressPrinter, follow_with_progress, resu
 from engine.core.common import strict_json
 from engine.core.common.statuses import RunStatus
 from engine.core.config.presets import load_preset
-from engine.core.config.schema import ConfigError, RunConfig, ScriptConfig, apply_overrides
+from engine.core.config.schema import ConfigError, RunConfig, ScriptConfig
+from engine.core.config.toml_io import apply_overrides
 from engine.core.ops.run_start import start_run
 from engine.core.runs.rundir import RunDirError
 

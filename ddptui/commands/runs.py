@@ -17,7 +17,8 @@ from ddptui.commands.processes import runs_dir_option
 from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
 from engine.core.common import strict_json
 from engine.core.common.formatting import format_duration
-from engine.core.config.schema import ConfigError, load_config
+from engine.core.config.schema import ConfigError
+from engine.core.config.toml_io import load_config
 from engine.core.runs.observer import RunState, observe_run
 from engine.core.runs.rank_states import RankState, Thresholds
 from engine.core.runs.rundir import RunDirError, find_run, list_runs

@@ -43,14 +43,8 @@ from ddptui.widgets.confirm import ConfirmDialog
 from ddptui.widgets.script_prompt import ScriptPrompt
 from engine.core.common import formatting
 from engine.core.config.devices import DevicePlan, resolve_devices
-from engine.core.config.schema import (
-    DATASETS,
-    PRECISIONS,
-    ConfigError,
-    RunConfig,
-    apply_overrides,
-    parse_setting,
-)
+from engine.core.config.schema import DATASETS, PRECISIONS, ConfigError, RunConfig
+from engine.core.config.toml_io import apply_overrides, parse_setting
 from engine.core.host.gpus import GpuInventory, GpuSample
 from engine.core.plan.run_plan import RunPlan, plan_run
 

@@ -47,8 +47,10 @@ def column_order(columns: tuple[str, ...]) -> list[int]:
 
 def screen_columns(table: Any) -> tuple[list[str], list[list[str]]]:
     """The table's headers and cells with the flag column added, essential columns first."""
-    headers = (*table.columns, FLAG)
-    rows = [(*cells, row.flag) for cells, row in zip(table.display_rows(), table.rows, strict=True)]
+    from engine.core.bench.table_render import DISPLAY_HEADERS, display_rows
+
+    headers = (*DISPLAY_HEADERS, FLAG)
+    rows = [(*cells, row.flag) for cells, row in zip(display_rows(table), table.rows, strict=True)]
     order = column_order(headers)
     shown = [SHORT_HEADERS.get(headers[i], headers[i]) for i in order]
     return shown, [[cells[i] for i in order] for cells in rows]
@@ -276,8 +278,10 @@ class ResultsScreen(Screen[None]):
         suffix = {"markdown": "md", "csv": "csv"}[fmt]
         stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(self.ddptui.clock()))
         path = self.export_dir / f"ddptui-results-{stamp}.{suffix}"
+        from engine.core.bench.table_render import render_table
+
         try:
-            path.write_text(table.render(fmt), encoding="utf-8")
+            path.write_text(render_table(table, fmt), encoding="utf-8")
         except OSError as err:
             self.notify(f"Cannot write {path}: {err.strerror}", severity="error")
             return

@@ -36,10 +36,10 @@ def script_from_fields(target: str, arguments: str) -> RunConfig:
         script = ScriptConfig(path=target, args=args)
     else:
         raise ConfigError(f"{target!r} is neither a .py file nor -m package.module")
-    from engine.core.config.user_code import check_script
+    from engine.core.config.user_code import check_script_exists
 
     config = RunConfig.for_script(script)
-    check_script(config)
+    check_script_exists(config)
     return config
 
 

@@ -44,10 +44,12 @@ from engine.core.common.run_environment import (
 )
 from engine.core.common.run_files import SpaceReserve, open_private
 from engine.core.common.statuses import RunStatus
-from engine.core.config.schema import ConfigError, RunConfig, load_config
+from engine.core.config.schema import ConfigError, RunConfig
+from engine.core.config.toml_io import load_config
 from engine.core.host import gpus
+from engine.core.host.capacity import available_memory_bytes, usable_cores
 from engine.core.host.oom_evidence import oom_baseline
-from engine.core.plan.resource_guard import available_memory_bytes, check_resources
+from engine.core.plan.resource_guard import check_resources
 from engine.core.plan.run_plan import RunPlan, plan_run
 from engine.core.procs.process_identity import ProcessRef
 from engine.core.procs.stopping import stop_processes
@@ -97,10 +99,7 @@ def rank_environment(
     run_dir: RunDir, plan: RunPlan, master_addr: str, master_port: int, nproc: int
 ) -> dict[str, str]:
     """The environment every rank inherits, set before any child touches CUDA."""
-    cores = (
-        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    )
-    threads = max(1, cores // max(1, nproc))
+    threads = max(1, usable_cores() // max(1, nproc))
     env = {
         RUN_MARKER_ENV: run_dir.run_id,
         RUN_DIR_ENV: str(run_dir.path.resolve()),

@@ -20,7 +20,7 @@ import os
 import time
 from pathlib import Path
 
-from engine.core.host.oom_evidence import own_memory_cgroup as own_memory_cgroup
+from engine.core.host.cgroups import own_memory_cgroup as own_memory_cgroup
 
 CHUNK_BYTES = 32 * 1024 * 1024
 CONFINED_LIMIT_BYTES = 256 * 1024 * 1024

@@ -37,7 +37,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from engine.core.config.schema import RunConfig, load_config
+from engine.core.config.schema import RunConfig
+from engine.core.config.toml_io import load_config
 from engine.core.runs.events import (
     EventWriter,
     RankFailed,

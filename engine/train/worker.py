@@ -54,13 +54,8 @@ from engine.core.common.run_files import (
 )
 from engine.core.common.statuses import RunStatus
 from engine.core.config.presets import load_preset
-from engine.core.config.schema import (
-    ConfigError,
-    apply_overrides,
-    load_config,
-    parse_setting,
-    to_toml,
-)
+from engine.core.config.schema import ConfigError
+from engine.core.config.toml_io import apply_overrides, load_config, parse_setting, to_toml
 from engine.core.host import gpus
 from engine.core.plan.run_plan import RunPlan, plan_run
 from engine.core.procs.process_identity import ProcessRef, identify, ref_alive

@@ -571,7 +571,7 @@ def make_eight_rank_run(runs_dir: Path) -> RunDir:
     """A run of 8 ranks on GPUs 0-7, going at NOW: rank 3 stalled, rank 6 a straggler."""
     from engine.core.common.statuses import RunStatus
     from engine.core.config.presets import load_preset
-    from engine.core.config.schema import apply_overrides, to_toml
+    from engine.core.config.toml_io import apply_overrides, to_toml
     from engine.core.runs.events import (
         EpochStarted,
         EventWriter,

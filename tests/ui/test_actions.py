@@ -10,7 +10,8 @@ import pytest
 
 from ddptui.actions import EngineActions
 from engine.core.bench.result_history import RecordedRun, ResultHistory
-from engine.core.bench.speedup_table import RowResult, build_speedup_table
+from engine.core.bench.speedup_table import RowResult
+from engine.core.bench.table_compute import build_speedup_table
 from engine.core.bench.table_rows import session_rows
 from engine.core.host.machine_info import MachineInfo
 from engine.core.runs.rundir import RunDir

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import TextIO
 
 from engine.core.bench.result_history import RecordedRun
-from engine.core.bench.speedup_table import RowResult, failure_reason
+from engine.core.bench.speedup_table import RowResult
+from engine.core.bench.table_compute import failure_reason
 from engine.core.bench.table_rows import planned_row, skipped_row, unfinished_summary
 from engine.core.common.statuses import RunStatus
 from engine.core.config.schema import ConfigError

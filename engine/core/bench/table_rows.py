@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from engine.core.bench.speedup_table import RowResult, SpeedupTable, build_speedup_table
+from engine.core.bench.speedup_table import RowResult, SpeedupTable
+from engine.core.bench.table_compute import build_speedup_table
 from engine.core.common.statuses import RowStatus, RunStatus
 from engine.core.config.devices import parse_device_spec
 from engine.core.config.schema import ConfigError, RunConfig

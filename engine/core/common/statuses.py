@@ -47,6 +47,12 @@ class RunStatus(Vocabulary):
         """Its launcher is (or is about to be) at work."""
         return self in (RunStatus.STARTING, RunStatus.RUNNING)
 
+    @property
+    def live(self) -> bool:
+        """Some of its processes may still run: its launcher is (or is about to be) at work, or
+        ranks it left behind run on (``orphaned``)."""
+        return self.active or self == RunStatus.ORPHANED
+
 
 FINAL_STATUSES = frozenset(
     {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.KILLED, RunStatus.LOST}

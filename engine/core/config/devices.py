@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from engine.core.common.config_error import ConfigError
 
 DEFAULT_CPU_DDP_RANKS = 2
+SPEC_KEY = "devices.spec"
 
 
 @dataclass(frozen=True)
@@ -36,9 +37,26 @@ class DevicePlan:
         return len(self.gpu_indices) if self.kind == "cuda" else self.cpu_ranks
 
     def describe(self) -> str:
+        """``cpu:N`` or ``gpu:I,J``: what run.json and summary.json record as ``devices``;
+        ``from_description`` reads it back."""
         if self.kind == "cpu":
             return f"cpu:{self.cpu_ranks}"
         return "gpu:" + ",".join(str(i) for i in self.gpu_indices)
+
+    @classmethod
+    def from_description(cls, text: str) -> DevicePlan | None:
+        """The plan ``describe()`` wrote, read back through ``parse_device_spec``; None for any
+        other text (a spec not yet resolved against a machine, such as ``auto`` or ``2``, or a
+        damaged one): a reader of a run's files guesses nothing."""
+        if not text.startswith(("cpu", "gpu:")):
+            return None
+        try:
+            spec = parse_device_spec(text)
+        except ConfigError:
+            return None
+        if spec.kind == "cpu":
+            return cls(kind="cpu", cpu_ranks=spec.count)
+        return cls(kind="cuda", gpu_indices=spec.gpu_indices)
 
 
 def parse_device_spec(spec: str) -> DeviceSpec:
@@ -49,7 +67,9 @@ def parse_device_spec(spec: str) -> DeviceSpec:
     """
     text = spec.strip().lower()
     bad = ConfigError(
-        f"devices.spec is {spec!r}; expected auto, all, a count (2), GPU indices (0,2 or gpu:1), cpu or cpu:N"
+        f"devices.spec is {spec!r}; expected auto, all, a count (2), GPU indices (0,2 or gpu:1), cpu or cpu:N",
+        key=SPEC_KEY,
+        reason=f"devices.spec {spec!r} is not a device set",
     )
     if text in ("auto", "all"):
         return DeviceSpec(kind=text)
@@ -68,7 +88,9 @@ def parse_device_spec(spec: str) -> DeviceSpec:
     if parts and all(p.isdigit() for p in parts):
         indices = tuple(int(p) for p in parts)
         if len(set(indices)) != len(indices):
-            raise ConfigError(f"devices.spec {spec!r} names a GPU twice")
+            raise ConfigError(
+                f"devices.spec {spec!r} names a GPU twice", key=SPEC_KEY, reason="a GPU named twice"
+            )
         return DeviceSpec(kind="gpus", gpu_indices=indices)
     raise bad
 
@@ -90,14 +112,18 @@ def resolve_devices(spec_text: str, strategy: str, gpu_count: int) -> DevicePlan
     if gpu_count == 0:
         raise ConfigError(
             f"devices.spec {spec_text!r} asks for GPUs, but this machine has none visible to NVML; "
-            "use cpu or cpu:N"
+            "use cpu or cpu:N",
+            key=SPEC_KEY,
+            reason="needs a GPU, none here",
         )
     if spec.kind == "all":
         return DevicePlan(kind="cuda", gpu_indices=tuple(range(gpu_count)))
     if spec.kind == "count":
         if spec.count > gpu_count:
             raise ConfigError(
-                f"devices.spec {spec_text!r} asks for {spec.count} GPUs, but this machine has {gpu_count}"
+                f"devices.spec {spec_text!r} asks for {spec.count} GPUs, but this machine has {gpu_count}",
+                key=SPEC_KEY,
+                reason=f"needs {spec.count} GPUs, {gpu_count} here",
             )
         return DevicePlan(kind="cuda", gpu_indices=tuple(range(spec.count)))
     missing = [i for i in spec.gpu_indices if i >= gpu_count]
@@ -106,6 +132,8 @@ def resolve_devices(spec_text: str, strategy: str, gpu_count: int) -> DevicePlan
             f"devices.spec {spec_text!r} names GPU {missing[0]}, but this machine has GPUs "
             f"0 to {gpu_count - 1}"
             if gpu_count > 1
-            else f"devices.spec {spec_text!r} names GPU {missing[0]}, but this machine has only GPU 0"
+            else f"devices.spec {spec_text!r} names GPU {missing[0]}, but this machine has only GPU 0",
+            key=SPEC_KEY,
+            reason=f"no GPU {missing[0]} here",
         )
     return DevicePlan(kind="cuda", gpu_indices=spec.gpu_indices)

@@ -34,6 +34,8 @@ def parse_fault(text: str) -> Fault:
         or not (parts[1].isdigit() and parts[2].isdigit())
     ):
         raise ConfigError(
-            f"fault {text!r} is not KIND:RANK:STEP with KIND one of {', '.join(FAULT_KINDS)}"
+            f"fault {text!r} is not KIND:RANK:STEP with KIND one of {', '.join(FAULT_KINDS)}",
+            key="faults",
+            reason=f"fault {text!r} is not KIND:RANK:STEP",
         )
     return Fault(kind=parts[0], rank=int(parts[1]), step=int(parts[2]))

@@ -11,7 +11,8 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from engine.core.config.schema import ConfigError, RunConfig, load_config
+from engine.core.config.schema import ConfigError, RunConfig
+from engine.core.config.toml_io import load_config
 
 # engine/ (this file is engine/core/config/presets.py); the wheel carries the presets in
 # engine/bundled_presets.
@@ -54,13 +55,16 @@ def find_preset(name_or_path: str) -> PresetFile:
     if name_or_path.endswith(".toml") or os.sep in name_or_path:
         path = Path(name_or_path).expanduser()
         if not path.is_file():
-            raise ConfigError(f"{path}: no such preset file")
+            raise ConfigError("no such preset file", where=str(path))
         return PresetFile(path.stem, path, False)
     for preset in list_presets():
         if preset.name == name_or_path:
             return preset
     names = ", ".join(p.name for p in list_presets())
-    raise ConfigError(f"no preset named {name_or_path!r}; known presets: {names}")
+    raise ConfigError(
+        f"no preset named {name_or_path!r}; known presets: {names}",
+        reason=f"no preset named {name_or_path!r}",
+    )
 
 
 def load_preset(name_or_path: str) -> RunConfig:

@@ -1,31 +1,24 @@
-"""Typed, frozen, validated run configuration read from TOML presets.
+"""Typed, frozen, validated run configuration: what a run is asked to be.
 
 Plain Python only: the UI imports this module, so it must never import torch.
 
 Every check happens where the value is made: a section dataclass refuses an impossible value in
-``__post_init__``; the loader refuses unknown sections and keys and wrong types. Each refusal is a
-``ConfigError`` whose message is one sentence naming the file (or override) and the key.
+``__post_init__``, a ``ConfigError`` whose message is one sentence naming the key (its ``key``
+and ``reason`` fields say the same in parts). Reading and writing TOML (unknown keys, wrong
+types, overrides, the file named in every error) is ``engine.core.config.toml_io``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
-import sys
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_origin, get_type_hints
+from typing import Any
 
 from engine.core.common.config_error import ConfigError as ConfigError
 from engine.core.config.devices import parse_device_spec
 from engine.core.config.faults import parse_fault
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 STRATEGIES = ("single", "dataparallel", "ddp")
 PRECISIONS = ("fp32", "fp16", "bf16")
@@ -40,21 +33,33 @@ ON_DIVERGENCE = ("fail", "warn")
 
 def _one_of(section: str, key: str, value: object, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise ConfigError(f"{section}.{key} is {value!r}; expected one of {', '.join(allowed)}")
+        raise ConfigError(
+            f"{section}.{key} is {value!r}; expected one of {', '.join(allowed)}",
+            key=f"{section}.{key}",
+            reason=f"unknown {section}.{key} {value!r}",
+        )
 
 
 def _positive(section: str, key: str, value: float, *, allow_zero: bool = False) -> None:
-    _finite(f"{section}.{key}", value)
+    check_finite(f"{section}.{key}", value)
     if value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
-        raise ConfigError(f"{section}.{key} is {value!r}; it must be {bound}")
+        raise ConfigError(
+            f"{section}.{key} is {value!r}; it must be {bound}",
+            key=f"{section}.{key}",
+            reason=f"{section}.{key} must be {bound}",
+        )
 
 
-def _finite(key: str, value: float) -> None:
-    """NaN and infinity are refused in every float key: a run with a NaN learning rate would
-    "complete" having learnt nothing."""
+def check_finite(key: str, value: float) -> None:
+    """ConfigError for a NaN or an infinity: refused in every float key, since a run with a NaN
+    learning rate would "complete" having learnt nothing."""
     if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{key} is {value!r}; it must be a finite number")
+        raise ConfigError(
+            f"{key} is {value!r}; it must be a finite number",
+            key=key,
+            reason=f"{key} is not a finite number",
+        )
 
 
 @dataclass(frozen=True)
@@ -91,7 +96,9 @@ def _factory(section: str, value: str) -> None:
     if value and not _FACTORY.match(value):
         raise ConfigError(
             f"{section}.factory is {value!r}; expected package.module:callable, "
-            "e.g. mymodels.resnet:build"
+            "e.g. mymodels.resnet:build",
+            key=f"{section}.factory",
+            reason=f"{section}.factory is not package.module:callable",
         )
 
 
@@ -99,7 +106,9 @@ def _plain_values(section: str, key: str, values: dict[str, Any]) -> None:
     for name, value in values.items():
         if not isinstance(value, (bool, int, float, str)):
             raise ConfigError(
-                f"{section}.{key}.{name} is {value!r}; expected true/false, a number or a string"
+                f"{section}.{key}.{name} is {value!r}; expected true/false, a number or a string",
+                key=f"{section}.{key}.{name}",
+                reason=f"{section}.{key}.{name} is not true/false, a number or a string",
             )
 
 
@@ -258,10 +267,16 @@ class ScriptConfig:
         if self.path and self.module:
             raise ConfigError(
                 f"script.path ({self.path!r}) and script.module ({self.module!r}) are both set; "
-                "give one"
+                "give one",
+                key="script.module",
+                reason="script.path and script.module are both set",
             )
         if self.module and not re.match(r"^[A-Za-z_][\w.]*$", self.module):
-            raise ConfigError(f"script.module is {self.module!r}; expected package.module")
+            raise ConfigError(
+                f"script.module is {self.module!r}; expected package.module",
+                key="script.module",
+                reason="script.module is not package.module",
+            )
 
     @property
     def given(self) -> bool:
@@ -311,197 +326,15 @@ class RunConfig:
         if self.script.given and self.strategy.name != "ddp":
             raise ConfigError(
                 f"a script runs one process per device like torchrun, but strategy.name is "
-                f"{self.strategy.name!r}; leave it at ddp (the script chooses its own strategy)"
+                f"{self.strategy.name!r}; leave it at ddp (the script chooses its own strategy)",
+                key="strategy.name",
+                reason="a script runs under strategy ddp only",
             )
-        if self.strategy.name == "single" and self.devices.spec.startswith("cpu:"):
-            count = self.devices.spec.split(":", 1)[1]
-            if count != "1":
-                raise ConfigError(
-                    f"strategy single runs one process, but devices.spec is {self.devices.spec!r}; "
-                    "use ddp for several CPU ranks"
-                )
-
-
-SECTION_TYPES: dict[str, type] = {
-    name: hint
-    for name, hint in get_type_hints(RunConfig).items()
-    if name not in ("name", "description", "faults")
-}
-TOP_LEVEL_KEYS = ("description", "faults")
-
-
-def _coerce(where: str, key: str, value: Any, expected: Any) -> Any:
-    """Check one TOML value against the dataclass field type; ints are accepted for floats."""
-    origin = get_origin(expected)
-    if origin is dict:
-        if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
-            return dict(value)
-        raise ConfigError(f"{where}: {key} is {value!r}; expected a table like {{ width = 32 }}")
-    if origin is tuple:
-        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-            return tuple(value)
-        raise ConfigError(f"{where}: {key} is {value!r}; expected a list of strings")
-    if expected is bool:
-        if isinstance(value, bool):
-            return value
-    elif expected is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif expected is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            try:
-                _finite(key, float(value))
-            except ConfigError as err:
-                raise ConfigError(f"{where}: {err}") from None
-            return float(value)
-    elif expected is str:
-        if isinstance(value, str):
-            return value
-        if key == "spec" and isinstance(value, int) and not isinstance(value, bool):
-            return str(value)  # devices.spec = 2 means two devices
-    names = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
-    raise ConfigError(
-        f"{where}: {key} is {value!r} ({type(value).__name__}); expected {names.get(expected, expected)}"
-    )
-
-
-def _build_section(where: str, section: str, cls: type, values: Mapping[str, Any]) -> Any:
-    hints = get_type_hints(cls)
-    kwargs: dict[str, Any] = {}
-    for key, value in values.items():
-        if key not in hints:
-            known = ", ".join(hints)
-            raise ConfigError(f"{where}: unknown key {section}.{key} (known keys: {known})")
-        kwargs[key] = _coerce(
-            where, f"{section}.{key}" if key != "spec" else key, value, hints[key]
-        )
-    try:
-        return cls(**kwargs)
-    except ConfigError as err:
-        raise ConfigError(f"{where}: {err}") from None
-
-
-def config_from_mapping(data: Mapping[str, Any], *, name: str, where: str) -> RunConfig:
-    """Build a RunConfig from parsed TOML. ``where`` names the file in every error."""
-    sections: dict[str, Any] = {}
-    for key, value in data.items():
-        if key in SECTION_TYPES:
-            if not isinstance(value, Mapping):
-                raise ConfigError(f"{where}: [{key}] must be a table of keys")
-            sections[key] = _build_section(where, key, SECTION_TYPES[key], value)
-        elif key not in TOP_LEVEL_KEYS:
-            known = ", ".join([*TOP_LEVEL_KEYS, *SECTION_TYPES])
-            raise ConfigError(f"{where}: unknown section or key {key!r} (known: {known})")
-    description = data.get("description", "")
-    if not isinstance(description, str):
-        raise ConfigError(f"{where}: description must be a string")
-    faults = data.get("faults", [])
-    if not isinstance(faults, list) or not all(isinstance(f, str) for f in faults):
-        raise ConfigError(f"{where}: faults must be a list of strings like 'crash:1:3'")
-    try:
-        return RunConfig(name=name, description=description, faults=tuple(faults), **sections)
-    except ConfigError as err:
-        raise ConfigError(f"{where}: {err}") from None
-
-
-def read_toml_file(path: Path, what: str) -> dict[str, Any]:
-    """Parse one TOML file; a missing, unreadable or malformed file is a ConfigError naming it."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such {what} file") from None
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot be read ({err.strerror})") from None
-    except UnicodeDecodeError as err:
-        raise ConfigError(
-            f"{path}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start}); "
-            "TOML files are UTF-8"
-        ) from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{path}: not valid TOML ({err})") from None
-
-
-def load_config(path: Path, *, name: str | None = None) -> RunConfig:
-    """Read and validate one preset file (or a run directory's config.toml)."""
-    data = read_toml_file(path, "preset")
-    preset_name = name or str(data.pop("name", path.stem))
-    data.pop("name", None)
-    return config_from_mapping(data, name=preset_name, where=str(path))
-
-
-def parse_setting(item: str) -> tuple[str, str]:
-    """One ``SECTION.KEY=VALUE`` as given to ``--set`` (or the launch form's set field)."""
-    key, sep, value = item.partition("=")
-    if not sep or not key.strip():
-        raise ConfigError(f"{item!r} is not SECTION.KEY=VALUE")
-    return key.strip(), value.strip()
-
-
-def _parse_override_value(raw: str) -> Any:
-    """``--set`` values are TOML literals; a bare word that is not one is a string."""
-    try:
-        return tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        return raw
-
-
-def apply_overrides(config: RunConfig, overrides: Mapping[str, Any]) -> RunConfig:
-    """Return a copy with ``section.key`` overrides applied and re-validated.
-
-    Values may be strings from the command line (parsed as TOML literals) or typed values.
-    """
-    data = to_mapping(config)
-    for dotted, raw in overrides.items():
-        where = f"override {dotted}={raw}"
-        section, _, key = dotted.partition(".")
-        value = _parse_override_value(raw) if isinstance(raw, str) else raw
-        if section in TOP_LEVEL_KEYS and not key:
-            data[section] = value
-            continue
-        if section not in SECTION_TYPES or not key:
-            known = ", ".join(SECTION_TYPES)
-            raise ConfigError(f"{where}: expected section.key with a section among {known}")
-        hints = get_type_hints(SECTION_TYPES[section])
-        if key not in hints:
-            raise ConfigError(f"{where}: unknown key {dotted} (known keys: {', '.join(hints)})")
-        if hints[key] is str and not isinstance(value, str):
-            value = str(value) if not isinstance(value, bool) else value
-        data[section][key] = value
-    name = data.pop("name")
-    return config_from_mapping(data, name=name, where="overrides")
-
-
-def to_mapping(config: RunConfig) -> dict[str, Any]:
-    """Plain nested dict (TOML-ready) of a config."""
-    data = dataclasses.asdict(config)
-    data["faults"] = list(config.faults)
-    return data
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, Mapping):
-        pairs = ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items())
-        return "{ " + pairs + " }" if pairs else "{}"
-    raise TypeError(f"cannot write {value!r} as TOML")
-
-
-def to_toml(config: RunConfig) -> str:
-    """The resolved config as TOML; ``load_config`` reads it back to an equal RunConfig."""
-    data = to_mapping(config)
-    lines = [f"name = {_toml_value(data.pop('name'))}"]
-    for key in TOP_LEVEL_KEYS:
-        lines.append(f"{key} = {_toml_value(data.pop(key))}")
-    for section, values in data.items():
-        lines.append(f"\n[{section}]")
-        lines.extend(f"{key} = {_toml_value(value)}" for key, value in values.items())
-    return "\n".join(lines) + "\n"
+        spec = parse_device_spec(self.devices.spec)
+        if self.strategy.name == "single" and spec.kind == "cpu" and spec.count != 1:
+            raise ConfigError(
+                f"strategy single runs one process, but devices.spec is {self.devices.spec!r}; "
+                "use ddp for several CPU ranks",
+                key="devices.spec",
+                reason="strategy single runs one process",
+            )

@@ -30,8 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.core.common.config_error import ConfigError
 from engine.core.config.presets import bundled_presets_dir, load_preset, user_presets_dir
-from engine.core.config.schema import ConfigError, RunConfig, apply_overrides, read_toml_file
+from engine.core.config.schema import RunConfig
+from engine.core.config.toml_io import apply_overrides, read_toml_file
 
 SUITE_KEYS = ("description", "baseline", "set", "rows")
 ROW_KEYS = ("label", "preset", "set")
@@ -54,18 +56,29 @@ class Suite:
     overrides: tuple[tuple[str, Any], ...] = ()  # for every row, before the row's own
 
     def __post_init__(self) -> None:
-        where = str(self.path) if self.path else f"suite {self.name}"
+        where = self.where
         if not self.rows:
-            raise ConfigError(f"{where}: a suite needs at least one [[rows]] entry")
+            raise ConfigError(
+                "a suite needs at least one [[rows]] entry",
+                where=where,
+                key="rows",
+                reason="no rows",
+            )
         labels = [r.label for r in self.rows]
         for label in labels:
             if labels.count(label) > 1:
                 raise ConfigError(
-                    f"{where}: two rows are labelled {label!r}; give each row a distinct label"
+                    f"two rows are labelled {label!r}; give each row a distinct label",
+                    where=where,
+                    key="rows",
+                    reason=f"two rows labelled {label!r}",
                 )
         if self.baseline not in labels:
             raise ConfigError(
-                f"{where}: baseline {self.baseline!r} is not a row label (rows: {', '.join(labels)})"
+                f"baseline {self.baseline!r} is not a row label (rows: {', '.join(labels)})",
+                where=where,
+                key="baseline",
+                reason=f"baseline {self.baseline!r} is not a row label",
             )
 
     @property
@@ -106,13 +119,16 @@ def find_suite(name_or_path: str) -> SuiteFile:
     if name_or_path.endswith(".toml") or "/" in name_or_path:
         path = Path(name_or_path).expanduser()
         if not path.is_file():
-            raise ConfigError(f"{path}: no such suite file")
+            raise ConfigError("no such suite file", where=str(path))
         return SuiteFile(path.stem, path, False)
     for suite in list_suites():
         if suite.name == name_or_path:
             return suite
     names = ", ".join(s.name for s in list_suites()) or "none"
-    raise ConfigError(f"no suite named {name_or_path!r}; known suites: {names}")
+    raise ConfigError(
+        f"no suite named {name_or_path!r}; known suites: {names}",
+        reason=f"no suite named {name_or_path!r}",
+    )
 
 
 def load_suite(name_or_path: str) -> Suite:
@@ -132,20 +148,40 @@ def suite_from_mapping(data: Mapping[str, Any], *, name: str, path: Path | None 
     where = str(path) if path else f"suite {name}"
     for key in data:
         if key not in SUITE_KEYS:
-            raise ConfigError(f"{where}: unknown key {key!r} (known keys: {', '.join(SUITE_KEYS)})")
+            raise ConfigError(
+                f"unknown key {key!r} (known keys: {', '.join(SUITE_KEYS)})",
+                where=where,
+                key=key,
+                reason=f"unknown key {key!r}",
+            )
     description = data.get("description", "")
     if not isinstance(description, str):
-        raise ConfigError(f"{where}: description must be a string")
+        raise ConfigError("description must be a string", where=where, key="description")
     overrides = _overrides(where, "set", data.get("set", {}))
     raw_rows = data.get("rows")
     if raw_rows is None:
-        raise ConfigError(f"{where}: no rows; add a [[rows]] table with a preset for each row")
+        raise ConfigError(
+            "no rows; add a [[rows]] table with a preset for each row",
+            where=where,
+            key="rows",
+            reason="no rows",
+        )
     if not isinstance(raw_rows, list) or not all(isinstance(r, Mapping) for r in raw_rows):
-        raise ConfigError(f"{where}: rows must be an array of tables ([[rows]] entries)")
+        raise ConfigError(
+            "rows must be an array of tables ([[rows]] entries)",
+            where=where,
+            key="rows",
+            reason="rows is not an array of tables",
+        )
     rows = tuple(_row(where, index, raw) for index, raw in enumerate(raw_rows, start=1))
     baseline = data.get("baseline", rows[0].label if rows else "")
     if not isinstance(baseline, str):
-        raise ConfigError(f"{where}: baseline must be a string naming a row label")
+        raise ConfigError(
+            "baseline must be a string naming a row label",
+            where=where,
+            key="baseline",
+            reason="baseline is not a string",
+        )
     return Suite(
         name=name,
         path=path,
@@ -160,15 +196,27 @@ def _row(where: str, index: int, raw: Mapping[str, Any]) -> SuiteRow:
     for key in raw:
         if key not in ROW_KEYS:
             raise ConfigError(
-                f"{where}: unknown key {key!r} in rows entry {index} (known keys: "
-                f"{', '.join(ROW_KEYS)})"
+                f"unknown key {key!r} in rows entry {index} (known keys: {', '.join(ROW_KEYS)})",
+                where=where,
+                key=f"rows.{key}",
+                reason=f"unknown key {key!r} in rows entry {index}",
             )
     preset = raw.get("preset")
     if not isinstance(preset, str) or not preset:
-        raise ConfigError(f'{where}: rows entry {index} needs preset = "<preset name>"')
+        raise ConfigError(
+            f'rows entry {index} needs preset = "<preset name>"',
+            where=where,
+            key="rows.preset",
+            reason=f"rows entry {index} has no preset",
+        )
     label = raw.get("label", preset)
     if not isinstance(label, str) or not label.strip():
-        raise ConfigError(f"{where}: rows entry {index} has a label that is not a non-empty string")
+        raise ConfigError(
+            f"rows entry {index} has a label that is not a non-empty string",
+            where=where,
+            key="rows.label",
+            reason=f"rows entry {index} has no usable label",
+        )
     overrides = _overrides(where, f"rows entry {index} ({label}) set", raw.get("set", {}))
     return SuiteRow(label=label.strip(), preset=preset, overrides=overrides)
 
@@ -176,7 +224,12 @@ def _row(where: str, index: int, raw: Mapping[str, Any]) -> SuiteRow:
 def _overrides(where: str, what: str, raw: Any) -> tuple[tuple[str, Any], ...]:
     """Flatten ``{"devices.spec": "2"}`` or ``{devices = {spec = "2"}}`` to dotted keys."""
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where}: {what} must be a table of section.key = value")
+        raise ConfigError(
+            f"{what} must be a table of section.key = value",
+            where=where,
+            key="set",
+            reason=f"{what} is not a table",
+        )
     flat: list[tuple[str, Any]] = []
 
     def walk(prefix: str, table: Mapping[str, Any]) -> None:
@@ -190,7 +243,12 @@ def _overrides(where: str, what: str, raw: Any) -> tuple[tuple[str, Any], ...]:
     walk("", raw)
     for dotted, _ in flat:
         if dotted.count(".") != 1 and dotted not in ("faults", "description"):
-            raise ConfigError(f"{where}: {what} key {dotted!r} is not section.key")
+            raise ConfigError(
+                f"{what} key {dotted!r} is not section.key",
+                where=where,
+                key=dotted,
+                reason=f"{dotted!r} is not section.key",
+            )
     return tuple(flat)
 
 
@@ -206,13 +264,13 @@ def row_config(suite: Suite, row: SuiteRow, extra: Mapping[str, Any] | None = No
     try:
         config = load_preset(row.preset)
     except ConfigError as err:
-        raise ConfigError(f"{suite.where}: row {row.label!r}: {err}") from None
+        raise err.within(f"{suite.where}: row {row.label!r}") from None
     for source, overrides in (("set", suite.overrides), (f"row {row.label!r} set", row.overrides)):
         if overrides:
             try:
                 config = apply_overrides(config, dict(overrides))
             except ConfigError as err:
-                raise ConfigError(f"{suite.where}: {source}: {err}") from None
+                raise err.within(f"{suite.where}: {source}") from None
     if extra:
         config = apply_overrides(config, dict(extra))
     return config
@@ -230,5 +288,5 @@ def suite_of_presets(presets: list[str]) -> Suite:
         label = preset if seen[preset] == 1 else f"{preset} #{seen[preset]}"
         rows.append(SuiteRow(label=label, preset=preset))
     if not rows:
-        raise ConfigError("bench needs a --suite or at least one preset")
+        raise ConfigError("bench needs a --suite or at least one preset", reason="no presets")
     return Suite(name=" vs ".join(presets), path=None, rows=tuple(rows), baseline=rows[0].label)

@@ -15,7 +15,8 @@ import sys
 from importlib.machinery import PathFinder
 from pathlib import Path
 
-from engine.core.config.schema import ConfigError, RunConfig
+from engine.core.common.config_error import ConfigError
+from engine.core.config.schema import RunConfig
 
 
 def split_factory(value: str) -> tuple[str, str]:
@@ -54,22 +55,35 @@ def check_factory(key: str, value: str) -> None:
     if module_location(module) is None:
         raise ConfigError(
             f"{key} = {value!r}: no module {module!r} on the Python path of the run (the current "
-            "directory, then PYTHONPATH and the installed packages)"
+            "directory, then PYTHONPATH and the installed packages)",
+            key=key,
+            reason=f"no module {module!r}",
         )
 
 
-def check_script(config: RunConfig) -> None:
-    """ConfigError when the script file or module the config names cannot be found."""
+def check_script_exists(config: RunConfig) -> None:
+    """ConfigError when the script file (a ``.py``) or module the config names cannot be found;
+    nothing of it is read or run."""
     script = config.script
     if script.path:
         path = Path(script.path).expanduser()
         if not path.is_file():
-            raise ConfigError(f"script.path = {script.path!r}: no such file")
+            raise ConfigError(
+                f"script.path = {script.path!r}: no such file",
+                key="script.path",
+                reason=f"no such file {script.path!r}",
+            )
         if path.suffix != ".py":
-            raise ConfigError(f"script.path = {script.path!r}: expected a Python file (.py)")
+            raise ConfigError(
+                f"script.path = {script.path!r}: expected a Python file (.py)",
+                key="script.path",
+                reason="script.path is not a .py file",
+            )
     if script.module and module_location(script.module) is None:
         raise ConfigError(
-            f"script.module = {script.module!r}: no such module on the Python path of the run"
+            f"script.module = {script.module!r}: no such module on the Python path of the run",
+            key="script.module",
+            reason=f"no module {script.module!r}",
         )
 
 
@@ -77,4 +91,4 @@ def check_user_code(config: RunConfig) -> None:
     """Every piece of the user's code ``config`` names can be found (nothing is imported)."""
     check_factory("model.factory", config.model.factory)
     check_factory("data.factory", config.data.factory)
-    check_script(config)
+    check_script_exists(config)

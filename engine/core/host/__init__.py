@@ -1,4 +1,5 @@
-"""The machine itself: its GPUs through NVML (``gpus``), the facts a bench records about it
-(``machine_info``), how busy other tenants kept it (``outside_load``) and the kernel's word on an
-out-of-memory kill (``oom_evidence``). Knows nothing of runs or processes of ours.
+"""The machine itself: its GPUs through NVML (``gpus``), what this process may use of it (cores
+and available memory: ``capacity``, its memory cgroup: ``cgroups``), the facts a bench records
+about it (``machine_info``), how busy other tenants kept it (``outside_load``) and the kernel's
+word on an out-of-memory kill (``oom_evidence``). Knows nothing of runs or processes of ours.
 """

@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.core.host.cgroups import cgroup_oom_kills, own_memory_cgroup
+
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 UPTIME = Path("/proc/uptime")
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 DMESG_TIMEOUT_SECONDS = 3.0
 _STAMP = re.compile(r"^\[\s*(\d+\.\d+)\]")
 
@@ -49,38 +50,6 @@ def uptime_seconds() -> float | None:
         return float(text.split()[0]) if text else None
     except (ValueError, IndexError):
         return None
-
-
-def own_memory_cgroup(pid: int | str = "self", root: Path = CGROUP_ROOT) -> Path | None:
-    """The directory of ``pid``'s memory cgroup: v1's memory hierarchy, else the v2 one."""
-    try:
-        lines = Path(f"/proc/{pid}/cgroup").read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            return root / "memory" / path.lstrip("/")
-    for line in lines:
-        hierarchy, controllers, path = line.split(":", 2)
-        if hierarchy == "0" and not controllers:
-            for mount in (root, root / "unified"):
-                candidate = mount / path.lstrip("/")
-                if (candidate / "memory.max").exists() or (mount / "cgroup.controllers").exists():
-                    return candidate
-    return None
-
-
-def cgroup_oom_kills(cgroup: Path) -> int | None:
-    """OOM kills a memory cgroup has counted: v2 ``memory.events`` (its descendants included),
-    v1 ``memory.oom_control``; None where neither says."""
-    for name in ("memory.events", "memory.oom_control"):
-        text = _read(cgroup / name)
-        for line in (text or "").splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill" and value.strip().isdigit():
-                return int(value)
-    return None
 
 
 @dataclass(frozen=True)

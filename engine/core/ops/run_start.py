@@ -23,7 +23,8 @@ from engine.core.common.disk_space import write_failure
 from engine.core.common.run_environment import RUN_MARKER_ENV
 from engine.core.common.run_files import SpaceReserve, open_private, write_atomic
 from engine.core.common.statuses import RunStatus
-from engine.core.config.schema import RunConfig, to_toml
+from engine.core.config.schema import RunConfig
+from engine.core.config.toml_io import to_toml
 from engine.core.host import gpus
 from engine.core.plan.resource_guard import ResourceCheck, check_resources
 from engine.core.plan.run_plan import RunPlan, plan_run

@@ -1,7 +1,8 @@
 """Refuse, before anything starts, a plan whose ranks cannot fit on this machine.
 
-Plain Python (the UI calls it on every change of the launch form): the machine is read from
-``os``, ``psutil``, the memory cgroup files and NVML (``engine.core.host.gpus``), never from torch. The rules:
+Plain Python (the UI calls it on every change of the launch form): the machine is read through
+``engine.core.host.capacity`` (usable cores, available memory: ``os``, ``psutil``, the memory
+cgroup files) and NVML (``engine.core.host.gpus``), never from torch. The rules:
 
 - CPU ranks: at most ``CPU_RANKS_PER_CORE`` per usable core, unless the config sets
   ``devices.oversubscribe = true``;
@@ -17,23 +18,16 @@ caller that already turns a ConfigError into "exit code 2, nothing started" does
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
-import psutil
-
+from engine.core.common.config_error import ConfigError
 from engine.core.common.formatting import format_bytes
-from engine.core.config.schema import ConfigError
+from engine.core.host.capacity import available_memory_bytes, usable_cores
 from engine.core.host.gpus import GpuInventory, GpuSample, sample_gpus
 from engine.core.plan.memory_estimate import MemoryEstimate, estimate_memory
 from engine.core.plan.run_plan import RunPlan
 
 CPU_RANKS_PER_CORE = 4
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-PROC_SELF_CGROUP = Path("/proc/self/cgroup")
-# cgroup v1 writes "no limit" as the largest page-aligned 64-bit number (9223372036854771712).
-_V1_UNLIMITED = 2**62
 
 
 class ResourceError(ConfigError):
@@ -58,84 +52,6 @@ class ResourceCheck:
         return self.estimate.device_bytes_per_gpu
 
 
-# ---- reading the machine -----------------------------------------------------------------------
-
-
-def usable_cores() -> int:
-    """The CPU cores this process may run on (its affinity mask where the platform has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-def _read_int(path: Path) -> int | None:
-    """An integer file; None when it is missing, unreadable or says "max" (no limit)."""
-    try:
-        text = path.read_text(encoding="ascii").strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return int(text) if text.isdigit() else None
-
-
-def _inactive_file_bytes(stat: Path) -> int:
-    """Page cache the kernel reclaims before it runs out of memory, from ``memory.stat``."""
-    try:
-        lines = stat.read_text(encoding="ascii").splitlines()
-    except (OSError, UnicodeDecodeError):
-        return 0
-    values = dict(line.split(" ", 1) for line in lines if " " in line)
-    raw = values.get("total_inactive_file", values.get("inactive_file", "0")).strip()
-    return int(raw) if raw.isdigit() else 0
-
-
-def cgroup_memory_headroom(
-    root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_SELF_CGROUP
-) -> int | None:
-    """Bytes this process's memory cgroups leave for new allocations, or None without a limit.
-
-    The tightest of limit minus usage (less reclaimable page cache) over the process's own cgroup
-    and its ancestors up to ``root``: a limit may be set on any of them, and a directory that is
-    not mounted here (a container sees its own cgroup as the root) is skipped. cgroup v1's memory
-    hierarchy (``root/memory/<path>/memory.limit_in_bytes``, ``memory.usage_in_bytes``) is used
-    where ``proc_cgroup`` names one, else v2's (``root/<path>/memory.max``, ``memory.current``).
-    """
-    try:
-        lines = proc_cgroup.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return None
-    entries = [line.split(":", 2) for line in lines if line.count(":") >= 2]
-    v1 = [path for _, controllers, path in entries if "memory" in controllers.split(",")]
-    v2 = [path for hierarchy, controllers, path in entries if hierarchy == "0" and not controllers]
-    if v1:
-        base, path = root / "memory", v1[0]
-        limit_name, usage_name = "memory.limit_in_bytes", "memory.usage_in_bytes"
-    elif v2:
-        base, path = root, v2[0]
-        limit_name, usage_name = "memory.max", "memory.current"
-    else:
-        return None
-    parts = [p for p in path.strip("/").split("/") if p]
-    headroom: int | None = None
-    for depth in range(len(parts), -1, -1):
-        directory = base.joinpath(*parts[:depth])
-        limit = _read_int(directory / limit_name)
-        if limit is None or limit >= _V1_UNLIMITED:
-            continue
-        usage = _read_int(directory / usage_name) or 0
-        used = max(0, usage - _inactive_file_bytes(directory / "memory.stat"))
-        room = max(0, limit - used)
-        headroom = room if headroom is None else min(headroom, room)
-    return headroom
-
-
-def available_memory_bytes(root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_SELF_CGROUP) -> int:
-    """Host memory a new run may use now: the kernel's estimate of available memory, or the
-    memory cgroup's headroom where that is less."""
-    available = int(psutil.virtual_memory().available)
-    headroom = cgroup_memory_headroom(root, proc_cgroup)
-    return available if headroom is None else min(available, headroom)
-
-
 # ---- the rules ---------------------------------------------------------------------------------
 
 
@@ -147,7 +63,9 @@ def _check_cpu_ranks(plan: RunPlan, cores: int) -> None:
     raise ResourceError(
         f"devices.spec {plan.config.devices.spec} asks for {ranks} CPU ranks, but this machine has "
         f"{cores} core{'s' if cores != 1 else ''} (at most {limit} ranks, {CPU_RANKS_PER_CORE} "
-        "per core); use fewer ranks or set devices.oversubscribe = true"
+        "per core); use fewer ranks or set devices.oversubscribe = true",
+        key="devices.spec",
+        reason=f"{ranks} CPU ranks, at most {limit} here",
     )
 
 
@@ -166,7 +84,9 @@ def _check_host_memory(plan: RunPlan, estimate: MemoryEstimate, available: int) 
         f"{config.training.batch_size} per rank, {config.data.train_size} + "
         f"{config.data.test_size} images) needs an estimated {format_bytes(estimate.host_bytes)} of host "
         f"memory ({ranks} rank{'s' if ranks != 1 else ''} x {per_rank}, plus the launcher), but "
-        f"{format_bytes(available)} is available here; {remedy}"
+        f"{format_bytes(available)} is available here; {remedy}",
+        reason=f"needs {format_bytes(estimate.host_bytes)} of memory, "
+        f"{format_bytes(available)} here",
     )
 
 
@@ -189,7 +109,9 @@ def _gpu_problems(
                 f"GPU {index} has {format_bytes(free)} free of {format_bytes(gpu.memory_total_bytes)}, but each "
                 f"GPU of this run needs an estimated {format_bytes(needed)} ({plan.config.model.label} at "
                 f"batch {plan.config.training.batch_size}); free that GPU, pick another with "
-                "--devices, or use a smaller batch"
+                "--devices, or use a smaller batch",
+                key="devices.spec",
+                reason=f"GPU {index} has {format_bytes(free)} free, needs {format_bytes(needed)}",
             )
         if gpu.processes:
             n = len(gpu.processes)

@@ -12,8 +12,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.core.common.config_error import ConfigError
 from engine.core.config.devices import DevicePlan, resolve_devices
-from engine.core.config.schema import ConfigError, RunConfig
+from engine.core.config.schema import RunConfig
 from engine.core.config.user_code import check_user_code
 
 CIFAR_DIRNAME = "cifar-10-batches-py"
@@ -46,7 +47,9 @@ def check_dataset(config: RunConfig) -> None:
         raise ConfigError(
             f"CIFAR-10 is not at {root / CIFAR_DIRNAME}; put the python version of the data set "
             "there, set data.root to where it is, allow data.download = true where the internet is "
-            "reachable, or use --data synthetic"
+            "reachable, or use --data synthetic",
+            key="data.root",
+            reason="CIFAR-10 is not on disk",
         )
 
 
@@ -59,17 +62,23 @@ def plan_run(config: RunConfig, gpu_count: int) -> RunPlan:
     if strategy == "dataparallel" and devices.kind != "cuda":
         raise ConfigError(
             "strategy dataparallel needs CUDA GPUs (nn.DataParallel splits batches across GPUs), "
-            "and this run would use the CPU; use ddp for several CPU ranks"
+            "and this run would use the CPU; use ddp for several CPU ranks",
+            key="strategy.name",
+            reason="strategy dataparallel needs CUDA",
         )
     if precision == "fp16" and devices.kind != "cuda":
         raise ConfigError(
             "precision fp16 needs CUDA (autocast + GradScaler), and this run would use the CPU; "
-            "use bf16 or fp32 on the CPU"
+            "use bf16 or fp32 on the CPU",
+            key="precision.mode",
+            reason="precision fp16 needs CUDA",
         )
     if strategy == "single" and devices.device_count != 1:
         raise ConfigError(
             f"strategy single uses one device, but the device set {devices.describe()} has "
-            f"{devices.device_count}; use ddp or dataparallel for several"
+            f"{devices.device_count}; use ddp or dataparallel for several",
+            key="devices.spec",
+            reason=f"strategy single uses one device, not {devices.device_count}",
         )
     batch = config.training.batch_size
     if strategy == "dataparallel":
@@ -77,7 +86,9 @@ def plan_run(config: RunConfig, gpu_count: int) -> RunPlan:
         if batch % n:
             raise ConfigError(
                 f"training.batch_size {batch} does not divide by the {n} GPUs of dataparallel; "
-                f"use a multiple of {n}"
+                f"use a multiple of {n}",
+                key="training.batch_size",
+                reason=f"batch {batch} does not divide by {n} GPUs",
             )
         world_size, global_batch = 1, batch
     elif strategy == "ddp":
@@ -91,11 +102,17 @@ def plan_run(config: RunConfig, gpu_count: int) -> RunPlan:
         if backend == "auto":
             backend = "nccl" if devices.kind == "cuda" else "gloo"
         if backend == "nccl" and devices.kind != "cuda":
-            raise ConfigError("ddp.backend nccl needs CUDA GPUs; use gloo (or auto) on the CPU")
+            raise ConfigError(
+                "ddp.backend nccl needs CUDA GPUs; use gloo (or auto) on the CPU",
+                key="ddp.backend",
+                reason="ddp.backend nccl needs CUDA",
+            )
         if config.ddp.sync_batchnorm and devices.kind != "cuda":
             raise ConfigError(
                 "ddp.sync_batchnorm needs CUDA: torch's SyncBatchNorm only runs on GPU modules; "
-                "set ddp.sync_batchnorm = false for CPU ranks"
+                "set ddp.sync_batchnorm = false for CPU ranks",
+                key="ddp.sync_batchnorm",
+                reason="ddp.sync_batchnorm needs CUDA",
             )
     check_dataset(config)
     lr = config.optimizer.lr

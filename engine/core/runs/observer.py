@@ -25,8 +25,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from engine.core.common.config_error import ConfigError
 from engine.core.common.statuses import RankStatus, RunStatus
-from engine.core.config.schema import ConfigError, RunConfig, load_config
+from engine.core.config.devices import DevicePlan
+from engine.core.config.schema import RunConfig
+from engine.core.config.toml_io import load_config
 from engine.core.procs.process_identity import ProcessProbe
 from engine.core.runs.events import EventTail
 from engine.core.runs.rank_states import (
@@ -99,9 +102,9 @@ class RunState:
     @property
     def gpu_indices(self) -> tuple[int, ...]:
         """The NVML indices of the run's GPUs: from its devices, else what its ranks reported."""
-        kind, _, rest = self.devices.partition(":")
-        if kind == "gpu":
-            return tuple(int(p) for p in rest.split(",") if p.strip().isdigit())
+        plan = DevicePlan.from_description(self.devices)
+        if plan is not None and plan.kind == "cuda":
+            return plan.gpu_indices
         return tuple(sorted({r.gpu_index for r in self.ranks if r.gpu_index is not None}))
 
     def to_json(self) -> dict[str, Any]:
@@ -203,9 +206,11 @@ class RunObserver:
     # -- the run's status ------------------------------------------------------------------------
 
     def _decide(
-        self, info: RunInfo | None, info_problem: str, now: float
+        self, info: RunInfo | None, info_problem: str, summary_problem: str, now: float
     ) -> tuple[RunStatus, str, bool | None]:
         """(status, why, launcher alive): the one decision of a run's status."""
+        if summary_problem:  # how it ended cannot be told
+            return RunStatus.UNREADABLE, summary_problem, None
         if self._summary is not None:
             return self._summary.status, self._summary.reason, False
         if info is None:
@@ -258,9 +263,10 @@ class RunObserver:
 
     # -- the whole state -------------------------------------------------------------------------
 
-    def observe(self) -> RunState:
-        """Read what is new and return the run's whole state as of the clock's now."""
-        now = self.clock()
+    def _read_files(self) -> tuple[RunInfo | None, str, str, list[str]]:
+        """Read what is new: config.toml (once), run.json, summary.json (until it is there) and
+        the events. (run.json's info, why run.json could not be read, why summary.json could not,
+        every problem met)."""
         self._load_config()
         problems = [self._config_problem] if self._config_problem else []
         info: RunInfo | None = None
@@ -282,11 +288,14 @@ class RunObserver:
         problems += [t.refused for t in self._tails.values() if t.refused]
         if info is not None:
             self.tracker.world_size = max(self.tracker.world_size, info.world_size)
-        if summary_problem:  # how it ended cannot be told
-            status, reason, launcher_alive = RunStatus.UNREADABLE, summary_problem, None
-        else:
-            status, reason, launcher_alive = self._decide(info, info_problem, now)
-        live = status in (RunStatus.RUNNING, RunStatus.STARTING, RunStatus.ORPHANED)
+        return info, info_problem, summary_problem, problems
+
+    def _rank_states(
+        self, info: RunInfo | None, status: RunStatus, launcher_alive: bool | None, now: float
+    ) -> tuple[RankState, ...]:
+        """Every rank's state (the tracker decides it), with what only the machine tells while
+        the run lives: which ranks are SIGSTOPped and, when asked, their CPU and memory."""
+        live = status.live
         pids = [r.pid for r in info.ranks] if info is not None else []
         ranks = self.tracker.states(
             now=now,
@@ -297,14 +306,25 @@ class RunObserver:
         if self.measure_usage and live:
             usage = self.probe.usage([r.pid for r in ranks if r.pid])
             ranks = tuple(replace(r, usage=usage.get(r.pid)) if r.pid else r for r in ranks)
+        return ranks
+
+    def _elapsed(
+        self, summary: RunSummary | None, started: float | None, now: float, live: bool
+    ) -> float | None:
+        if summary is not None:
+            return summary.elapsed_seconds
+        if self.tracker.run_finished is not None and started is not None:
+            return self.tracker.run_finished.time - started
+        return now - started if started is not None and live else None
+
+    def observe(self) -> RunState:
+        """Read what is new and return the run's whole state as of the clock's now."""
+        now = self.clock()
+        info, info_problem, summary_problem, problems = self._read_files()
+        status, reason, launcher_alive = self._decide(info, info_problem, summary_problem, now)
+        ranks = self._rank_states(info, status, launcher_alive, now)
         summary = self._summary or (self._lost if status == RunStatus.LOST else None)
         started = self.tracker.run_started or (info.created if info else None)
-        if summary is not None:
-            elapsed: float | None = summary.elapsed_seconds
-        elif self.tracker.run_finished is not None and started is not None:
-            elapsed = self.tracker.run_finished.time - started
-        else:
-            elapsed = now - started if started is not None and live else None
         epochs = self._config.training.epochs if self._config else 0
         preset = (self._config.name if self._config else info.preset if info else "") or (
             summary.preset if summary else ""
@@ -325,7 +345,7 @@ class RunObserver:
             summary=summary,
             failure=(summary.failure if summary else None) or root_failure(ranks),
             started=started,
-            elapsed=elapsed,
+            elapsed=self._elapsed(summary, started, now, status.live),
             eta=eta_seconds(ranks, epochs) if status == RunStatus.RUNNING else None,
             now=now,
             epochs=epochs,

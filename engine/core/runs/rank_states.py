@@ -24,12 +24,12 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.config.schema import RunConfig
 from engine.core.procs.process_identity import ProcessUsage
+from engine.core.runs.event_notices import event_notice
 from engine.core.runs.events import (
     CheckpointSaved,
     EpochStarted,
@@ -45,7 +45,6 @@ from engine.core.runs.events import (
     RankStraggling,
     RunFinished,
     RunStarted,
-    StacksTaken,
     StepProgress,
 )
 from engine.core.runs.summary import Failure, RankReached
@@ -330,26 +329,7 @@ class RankStateTracker:
             self.feed(e)
 
     def _note(self, e: Event) -> None:
-        """What the log pane and the follower say about events that are not a rank's progress."""
-        note = ""
-        if isinstance(e, Evaluation) and e.rank == 0:
-            note = f"epoch {e.epoch + 1}: test accuracy {e.accuracy:.1%} on {e.samples} images"
-        elif isinstance(e, CheckpointSaved):
-            note = f"rank {e.rank} saved {Path(e.path).name}"
-        elif isinstance(e, RankExited) and (e.exitcode != 0 or e.signal):
-            how = f"signal {e.signal}" if e.signal else f"exit code {e.exitcode}"
-            note = f"rank {e.rank} (pid {e.pid}) exited: {how}"
-        elif isinstance(e, RankStalled):
-            note = f"launcher: rank {e.rank} silent for {e.silent_seconds:.0f} s"
-        elif isinstance(e, RankStraggling):
-            note = (
-                f"launcher: rank {e.rank} straggling ({e.step_seconds:.2f} s a step, "
-                f"others {e.others_median_step_seconds:.2f} s)"
-            )
-        elif isinstance(e, StacksTaken):
-            note = f"stacks ({e.reason}): {e.summary}"
-        elif isinstance(e, RunFinished):
-            note = f"run {e.status}" + (f": {e.reason}" if e.reason else "")
+        note = event_notice(e)
         if note:
             self.notices.append(note)
             del self.notices[:-NOTICES_KEPT]

@@ -10,7 +10,8 @@ import math
 import time
 
 from engine.core.common.statuses import RunStatus
-from engine.core.config.schema import load_config
+from engine.core.config.devices import DevicePlan
+from engine.core.config.toml_io import load_config
 from engine.core.runs.events import (
     EpochEnded,
     Evaluation,
@@ -104,7 +105,8 @@ def build_summary(
     started = started_time(run_dir, info) if info else _first_time(rank0)
     world_size = info.world_size if info else _reported_world_size(rank0)
     devices = info.devices if info else config.devices.spec
-    device_count = _device_count(devices)
+    described = DevicePlan.from_description(devices)
+    device_count = described.device_count if described is not None else 1
     global_batch = config.training.batch_size * (world_size if config.strategy.name == "ddp" else 1)
     if failure is None and status == RunStatus.FAILED:
         failure = first_rank_failure(run_dir)
@@ -147,13 +149,3 @@ def _reported_world_size(rank0_events: list[Event]) -> int:
 
 def _first_time(events: list[Event]) -> float:
     return events[0].time if events else time.time()
-
-
-def _device_count(devices: str) -> int:
-    """'cpu:2' -> 2, 'gpu:0,2' -> 2."""
-    kind, _, rest = devices.partition(":")
-    if kind == "cpu":
-        return int(rest) if rest.isdigit() else 1
-    if kind == "gpu":
-        return len([p for p in rest.split(",") if p])
-    return 1
