@@ -25,11 +25,8 @@ def snapshot_run(
     info = state.info
     if info is None or not info.ranks or not any(probe.alive(r) for r in info.ranks):
         return None
-    first = info.node_rank * len(info.ranks)
     reported = {r.rank: r.last_event_time for r in state.ranks}
-    targets = [
-        RankTarget(first + i, ref, reported.get(first + i)) for i, ref in enumerate(info.ranks)
-    ]
+    targets = [RankTarget(rank, ref, reported.get(rank)) for rank, ref in info.ranked()]
     return take_snapshot(
         run_dir.path, targets, reason=reason, distributed=info.world_size > 1, save=save
     )
