@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -16,15 +15,11 @@ from click.testing import CliRunner
 from ddptui.cli import main
 from engine.core.common.statuses import JobKind, JobState
 from engine.core.host.gpus import GpuInventory, GpuProcess, GpuSample
-from engine.core.jobs import process_table
-from engine.core.jobs.process_table import (
-    ProcessTable,
-    TrainingJob,
-    is_spawn_child,
-    launcher_kind,
-    scan_processes,
-)
+from engine.core.jobs import grouping, process_table
+from engine.core.jobs.process_table import ProcessTable, TrainingJob, scan_processes
+from engine.core.procs import process_scan
 from engine.core.procs.process_identity import ProcessRef
+from engine.core.procs.process_scan import ProcessInfo, is_spawn_child, launcher_kind
 from engine.core.runs.events import RankStalled, RankStarted
 from tests.fixtures.made_runs import ProcessPen, make_run, ref_of
 
@@ -38,13 +33,6 @@ STALLED = JobState.STALLED
 ZOMBIE = JobState.ZOMBIE
 
 NO_GPU = GpuInventory(error="NVML: stand-in says no driver")
-
-
-@pytest.fixture
-def pen() -> Iterator[ProcessPen]:
-    p = ProcessPen()
-    yield p
-    p.close()
 
 
 def scan(runs_dir: Path | None = None, gpus: GpuInventory = NO_GPU) -> ProcessTable:
@@ -263,7 +251,8 @@ def test_spawn_children_that_loaded_torch_are_grouped_under_their_parent(
     leaked = pen.orphan("import time\nwhile True: time.sleep(0.1)\n# spawn_main")
     not_torch = pen.python(argv0_note="from multiprocessing.spawn import spawn_main")
     torch_pids = {a.pid, b.pid, leaked.pid}
-    monkeypatch.setattr(process_table, "loads_torch", lambda pid: pid in torch_pids)
+    for module in (process_scan, grouping):  # spawn children, and launchers
+        monkeypatch.setattr(module, "loads_torch", lambda pid: pid in torch_pids)
     table = scan()
     job = job_with(table, a.pid)
     assert job is not None and job.kind == KIND_SPAWN and job.state == RUNNING
@@ -351,8 +340,8 @@ def test_ps_json_for_scripts(pen: ProcessPen) -> None:
 
 
 def test_what_cannot_be_seen_is_said() -> None:
-    def info(pid: int, uid: int, user: str) -> process_table.ProcessInfo:
-        return process_table.ProcessInfo(
+    def info(pid: int, uid: int, user: str) -> ProcessInfo:
+        return ProcessInfo(
             pid=pid,
             ppid=1,
             name="python",

@@ -43,7 +43,8 @@ from engine.core.runs.events import (
 from engine.core.runs.rank_states import RankStateTracker, Thresholds
 from engine.core.runs.rundir import RunDir
 from engine.core.runs.summary import Failure, exit_status
-from engine.core.stacks.diagnosis import RankTarget, StackSnapshot, latest_snapshot, take_snapshot
+from engine.core.stacks.diagnosis import RankTarget, take_snapshot
+from engine.core.stacks.snapshot import StackSnapshot, latest_snapshot
 
 # Exits are reaped every POLL_SECONDS, so a dead rank stops its peers at once; the event files
 # are read, and the stall and straggler rules applied, every READ_SECONDS, which keeps the

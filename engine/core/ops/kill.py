@@ -30,7 +30,7 @@ from engine.core.procs.stopping import (
 )
 from engine.core.runs.rundir import RunDir, RunDirError, run_dir_owner
 from engine.core.runs.settle import record_killed
-from engine.core.stacks.diagnosis import StackSnapshot
+from engine.core.stacks.snapshot import StackSnapshot
 
 # ---- ddptui kill RUN_ID ----------------------------------------------------------------------
 

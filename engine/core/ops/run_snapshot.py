@@ -12,7 +12,8 @@ import os
 from engine.core.procs.process_identity import ProcessProbe
 from engine.core.runs.observer import RunObserver
 from engine.core.runs.rundir import RunDir
-from engine.core.stacks.diagnosis import RankTarget, StackSnapshot, take_snapshot
+from engine.core.stacks.diagnosis import RankTarget, take_snapshot
+from engine.core.stacks.snapshot import StackSnapshot
 
 
 def snapshot_run(

@@ -11,7 +11,6 @@ runs ddptui) or another user's process unless the caller allows it (root only).
 from __future__ import annotations
 
 import contextlib
-import getpass
 import os
 import signal
 import time
@@ -21,12 +20,14 @@ from dataclasses import dataclass
 import psutil
 
 from engine.core.common.formatting import format_bytes
+from engine.core.common.run_files import user_name
+from engine.core.common.statuses import ProcessState
 from engine.core.host.gpus import sample_gpus
 from engine.core.procs.process_identity import (
     ProcessRef,
+    lookup,
     marker_mismatch,
     process_ended,
-    same_start,
     user_of,
 )
 
@@ -66,7 +67,7 @@ def refusal(proc: psutil.Process, *, allow_other_users: bool, protected: set[int
     if uid is not None and uid != os.getuid():
         if not allow_other_users:
             return (
-                f"pid {proc.pid} belongs to user {user_of(proc)}, not {getpass.getuser()}; "
+                f"pid {proc.pid} belongs to user {user_of(proc)}, not {user_name(os.getuid())}; "
                 "ddptui stops only your own processes (as root, add --all-users)"
             )
         if os.getuid() != 0:
@@ -256,12 +257,10 @@ def stop_refs(
     procs: list[psutil.Process] = []
     skipped: list[str] = []
     for ref in refs:
-        try:
-            proc = psutil.Process(ref.pid)
-            if not same_start(proc.create_time(), ref.start_time):
-                skipped.append(f"pid {ref.pid} now belongs to another process: left alone")
-                continue
-        except psutil.Error:
+        state, proc = lookup(ref)
+        if state == ProcessState.REUSED:
+            skipped.append(f"pid {ref.pid} now belongs to another process: left alone")
+        if proc is None:
             continue
         foreign = marker_mismatch(proc, run_marker) if run_marker is not None else None
         if foreign:

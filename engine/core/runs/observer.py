@@ -38,7 +38,7 @@ from engine.core.runs.rank_states import (
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
 from engine.core.runs.settle import lost_summary, settle_run
 from engine.core.runs.summary import Failure, RunSummary
-from engine.core.stacks.diagnosis import StackSnapshot, latest_snapshot, snapshot_paths
+from engine.core.stacks.snapshot import StackSnapshot, latest_snapshot, snapshot_paths
 
 # A launcher records itself in run.json within seconds of its start; a run.json that names none
 # this long after it was made belongs to a launcher that died first.
@@ -287,12 +287,11 @@ class RunObserver:
         else:
             status, reason, launcher_alive = self._decide(info, info_problem, now)
         live = status in (RunStatus.RUNNING, RunStatus.STARTING, RunStatus.ORPHANED)
-        pids = [r.pid for r in info.ranks] if info is not None else []
         ranks = self.tracker.states(
             now=now,
             launcher_alive=launcher_alive is not False,
             run_status=status if status.final else None,
-            stopped_pids=self.probe.stopped(pids) if live else frozenset(),
+            stopped_pids=self.probe.stopped(info.ranks) if live and info else frozenset(),
         )
         if self.measure_usage and live:
             usage = self.probe.usage([r.pid for r in ranks if r.pid])

@@ -23,7 +23,7 @@ from engine.core.runs.events import (
 )
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
 from engine.core.runs.summary import EpochFigures, Failure, RunSummary
-from engine.core.stacks.diagnosis import latest_snapshot
+from engine.core.stacks.snapshot import latest_snapshot
 
 
 def epoch_figures(rank0_events: list[Event]) -> list[EpochFigures]:
