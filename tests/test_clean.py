@@ -7,7 +7,6 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -40,13 +39,6 @@ ELASTIC = {
     "MASTER_ADDR": "127.0.0.1",
     "MASTER_PORT": "29997",
 }
-
-
-@pytest.fixture
-def pen() -> Iterator[ProcessPen]:
-    p = ProcessPen()
-    yield p
-    p.close()
 
 
 @pytest.fixture(autouse=True)

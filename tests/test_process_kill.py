@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -27,13 +26,6 @@ SPAWNS_A_CHILD = (
     "subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: time.sleep(0.1)'])\n"
     "while True: time.sleep(0.1)"
 )
-
-
-@pytest.fixture
-def pen() -> Iterator[ProcessPen]:
-    p = ProcessPen()
-    yield p
-    p.close()
 
 
 @pytest.fixture(autouse=True)

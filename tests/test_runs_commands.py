@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -56,13 +55,6 @@ def step(rank: int, t: float, *, step_no: int = 3, step_seconds: float = 0.1) ->
 
 def started(rank: int, t: float = T0) -> RankStarted:
     return RankStarted(rank=rank, world_size=2, pid=100 + rank, host="h", device="cpu", time=t)
-
-
-@pytest.fixture
-def pen() -> Iterator[ProcessPen]:
-    p = ProcessPen()
-    yield p
-    p.close()
 
 
 def states_by_rank(tracker: RankStateTracker, **kwargs: object) -> dict[int, str]:
