@@ -24,7 +24,7 @@ from engine.core.jobs.process_table import (
     TrainingProcess,
     scan_processes,
 )
-from tests.fixtures.made_runs import ProcessPen, make_run, ref_of
+from tests.fixtures.made_runs import ProcessPen, confine_scans, make_run, ref_of
 
 KIND_ENV = JobKind.ENV
 ORPHANED = JobState.ORPHANED
@@ -39,6 +39,12 @@ ELASTIC = {
     "MASTER_ADDR": "127.0.0.1",
     "MASTER_PORT": "29997",
 }
+
+
+@pytest.fixture(autouse=True)
+def only_our_jobs(monkeypatch: pytest.MonkeyPatch, pen: ProcessPen) -> None:
+    """`clean` here sees only this test's processes: never another session's run."""
+    confine_scans(monkeypatch, pen)
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,13 @@ from click.testing import CliRunner
 from ddptui.cli import main
 from engine.core.common.statuses import LeftoverKind
 from engine.core.procs.leftovers import plan_leftovers, remove_leftovers
-from tests.fixtures.made_runs import ProcessPen
+from tests.fixtures.made_runs import ProcessPen, confine_scans
+
+
+@pytest.fixture(autouse=True)
+def only_our_jobs(monkeypatch: pytest.MonkeyPatch, pen: ProcessPen) -> None:
+    """`clean` here sees only this test's processes: never another session's run."""
+    confine_scans(monkeypatch, pen)
 
 
 def dead_pid() -> int:
