@@ -29,12 +29,7 @@ from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.config.schema import ConfigError, RunConfig, load_config
 from engine.core.procs.process_identity import ProcessProbe
 from engine.core.runs.events import EventTail
-from engine.core.runs.rank_states import (
-    RankState,
-    RankStateTracker,
-    Thresholds,
-    root_failure,
-)
+from engine.core.runs.rank_states import RankState, RankStateTracker, Thresholds
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
 from engine.core.runs.settle import lost_summary, settle_run
 from engine.core.runs.summary import Failure, RunSummary
@@ -322,7 +317,8 @@ class RunObserver:
             launcher_alive=launcher_alive,
             ranks=ranks,
             summary=summary,
-            failure=(summary.failure if summary else None) or root_failure(ranks),
+            failure=(summary.failure if summary else None)
+            or self.tracker.root_failure(status if status.final else None),
             started=started,
             elapsed=elapsed,
             eta=eta_seconds(ranks, epochs) if status == RunStatus.RUNNING else None,

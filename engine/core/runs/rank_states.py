@@ -47,6 +47,7 @@ from engine.core.runs.events import (
     RunStarted,
     StacksTaken,
     StepProgress,
+    StopSignalled,
 )
 from engine.core.runs.summary import Failure, RankReached
 
@@ -234,6 +235,7 @@ class _RankFold:
     failure: RankFailed | None = None
     exited: RankExited | None = None
     stalled_report: RankStalled | None = None
+    signalled_at: float | None = None  # when the launcher first signalled it to stop
     phase: str = ""
     report_times: list[float] = field(default_factory=list)  # recent step reports, this phase
 
@@ -281,6 +283,11 @@ class RankStateTracker:
             return
         if isinstance(event, RunFinished):
             self.run_finished = event
+            return
+        if isinstance(event, StopSignalled):
+            for signalled in event.ranks:
+                stopping = self._fold(signalled)
+                stopping.signalled_at = stopping.signalled_at or event.time
             return
         rank = getattr(event, "rank", None)
         if not isinstance(rank, int):
@@ -378,7 +385,9 @@ class RankStateTracker:
             status = None
         ranks = set(self._ranks) | set(range(self.world_size))
         folds = [self._ranks.get(r) or _RankFold(r) for r in sorted(ranks)]
-        root = _root_cause(folds)
+        final = RunStatus(status) if status else None
+        cause = _root_failure(folds, final)
+        root = cause.rank if cause is not None else None
         step_times = {
             f.rank: f.report.step_seconds
             for f in folds
@@ -467,6 +476,14 @@ class RankStateTracker:
             return replace(base, state=RankStatus.STARTING)
         return base
 
+    def root_failure(self, run_status: RunStatus | None = None) -> Failure | None:
+        """The root cause of the run's failure, decided here once for every writer and reader:
+        the launcher's summary, the settler's and torchrun's, and readers while no summary says
+        it. ``run_status`` is the run's final status when known (a killed run's stopped ranks
+        are no failure). See ``_root_failure`` for the rule."""
+        status = run_status or (RunStatus(self.run_finished.status) if self.run_finished else None)
+        return _root_failure([self._ranks[r] for r in sorted(self._ranks)], status)
+
     def stall_after(self, f: _RankFold) -> float:
         """The stall rule: the silence after which this rank is stalled, by its phase and pace,
         plus the start-up allowance for a rank that has not reported yet (it is importing torch)."""
@@ -476,34 +493,63 @@ class RankStateTracker:
         return after
 
 
-def _root_cause(folds: list[_RankFold]) -> int | None:
-    """The rank that exited badly first: the one whose exit the others followed."""
-    bad = [f for f in folds if f.exited is not None and f.exited.exitcode != 0 and not f.finished]
-    if not bad:
-        return None
-    return min(bad, key=lambda f: f.exited.time if f.exited else 0.0).rank
+def _failed_at(f: _RankFold) -> float | None:
+    """When this rank first showed a failure: its report, or its bad exit."""
+    times = [f.failure.time] if f.failure is not None else []
+    if f.exited is not None and f.exited.exitcode != 0 and not f.finished:
+        times.append(f.exited.time)
+    return min(times) if times else None
 
 
-def root_failure(ranks: tuple[RankState, ...]) -> Failure | None:
-    """The root cause while no summary says it: the first rank to report an error, else the
-    first failed rank with how it exited."""
-    failed = [r for r in ranks if r.state == RankStatus.FAILED]
-    if not failed:
-        return None
-    reported = [r for r in failed if r.error]
-    if reported:
-        first = min(reported, key=lambda r: r.last_event_time or 0.0)
+def _stopped(f: _RankFold, folds: list[_RankFold], status: RunStatus | None) -> bool:
+    """It ended because it was stopped, not by a fault of its own: the launcher signalled it to
+    stop before it exited (``StopSignalled``), or, where no launcher recorded its signals (older
+    runs, torchrun), it ended by a stop signal in a killed run or after another rank failed."""
+    if f.exited is None:
+        return False
+    if f.signalled_at is not None and f.signalled_at <= f.exited.time:
+        return True
+    if f.exited.signal not in _STOP_SIGNALS:
+        return False
+    if status == RunStatus.KILLED:
+        return True
+    earlier = [t for o in folds if o is not f and (t := _failed_at(o)) is not None]
+    return any(t < f.exited.time for t in earlier)
+
+
+def _root_failure(folds: list[_RankFold], status: RunStatus | None) -> Failure | None:
+    """The rule: a rank that exited badly without reporting an error and was not stopped comes
+    first (the first of them to exit), since its peers' errors follow from its disappearance;
+    else the first error a rank reported; else there is none."""
+    crashed = [
+        f
+        for f in folds
+        if f.exited is not None
+        and f.exited.exitcode != 0
+        and not f.finished
+        and f.failure is None
+        and not _stopped(f, folds, status)
+    ]
+    if crashed:
+        first = min(crashed, key=lambda f: (f.exited.time if f.exited else 0.0, f.rank))
+        assert first.exited is not None
+        code, sig = first.exited.exitcode, first.exited.signal
+        how = f"code {code}" if code is not None else sig or "an unknown status"
         return Failure(
             rank=first.rank,
-            exitcode=first.exitcode,
-            signal=first.signal,
-            error=first.error,
-            traceback=first.traceback,
+            exitcode=code,
+            signal=sig,
+            error=f"rank {first.rank} exited with {how} without reporting an error",
         )
-    first = failed[0]
+    reported = [f for f in folds if f.failure is not None]
+    if not reported:
+        return None
+    first = min(reported, key=lambda f: (f.failure.time if f.failure else 0.0, f.rank))
+    assert first.failure is not None
     return Failure(
         rank=first.rank,
-        exitcode=first.exitcode,
-        signal=first.signal,
-        error=f"{first.reason} (no traceback reported)",
+        exitcode=first.exited.exitcode if first.exited else None,
+        signal=first.exited.signal if first.exited else None,
+        error=first.failure.error,
+        traceback=first.failure.traceback,
     )
