@@ -121,7 +121,7 @@ def _descendants(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
     return found
 
 
-def _signal(proc: psutil.Process, sig: signal.Signals) -> bool:
+def signal_process(proc: psutil.Process, sig: signal.Signals) -> bool:
     """Send ``sig``; psutil refuses when the pid now belongs to another process. False: gone."""
     try:
         proc.send_signal(sig)
@@ -132,7 +132,7 @@ def _signal(proc: psutil.Process, sig: signal.Signals) -> bool:
         return True  # still there; it will show up as a survivor
 
 
-def _wait_ended(procs: dict[int, psutil.Process], timeout: float) -> set[int]:
+def wait_ended(procs: dict[int, psutil.Process], timeout: float) -> set[int]:
     """Pids that ended within ``timeout``."""
     deadline = time.monotonic() + timeout
     ended: set[int] = set()
@@ -189,10 +189,10 @@ def stop_processes(
     if include_descendants:
         admit(_descendants(list(targets.values())), descendants=True)
     for p in list(targets.values()):
-        if not _signal(p, signal.SIGTERM):
+        if not signal_process(p, signal.SIGTERM):
             gone.append(p.pid)
             del targets[p.pid]
-    ended = _wait_ended(targets, grace)
+    ended = wait_ended(targets, grace)
     terminated = set(ended)
     rest = {pid: p for pid, p in targets.items() if pid not in ended}
     if include_descendants and rest:  # children started during the grace period
@@ -200,8 +200,8 @@ def stop_processes(
         admit(_descendants(list(rest.values())), descendants=True)
         rest.update({pid: targets[pid] for pid in set(targets) - before})
     for p in rest.values():
-        _signal(p, signal.SIGKILL)
-    killed = _wait_ended(rest, kill_wait)
+        signal_process(p, signal.SIGKILL)
+    killed = wait_ended(rest, kill_wait)
     survivors = set(rest) - killed
     return StopResult(
         terminated=tuple(sorted(terminated)),
