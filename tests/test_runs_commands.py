@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -201,6 +202,33 @@ def test_silent_ranks_of_an_orphaned_run_are_stalled(runs_dir: Path, pen: Proces
     progress = observe_run(run_dir)
     assert progress.status == ORPHANED
     assert progress.stalled_ranks == (0,)
+
+
+def test_ranks_are_numbered_as_the_launcher_recorded_them(runs_dir: Path) -> None:
+    """Node 1 of a run whose scheduler put global ranks 5 and 2 on it: nothing derives them."""
+    a, b = ProcessRef(4101, 10.0), ProcessRef(4102, 11.0)
+    run_dir = make_run(runs_dir, "r-node1")
+    info = replace(
+        run_dir.read_run_info(), node_rank=1, nnodes=2, ranks=(a, b), global_ranks=(5, 2)
+    )
+    run_dir.write_run_info(info)
+    assert run_dir.read_run_info().ranked() == ((5, a), (2, b))
+    assert [r["rank"] for r in json.loads(run_dir.run_json_path.read_text())["ranks"]] == [5, 2]
+    # a run.json from before the launcher recorded them reads as those launchers numbered them
+    old = json.loads(run_dir.run_json_path.read_text())
+    for entry in old["ranks"]:
+        del entry["rank"]
+    run_dir.run_json_path.write_text(json.dumps(old))
+    assert run_dir.read_run_info().ranked() == ((2, a), (3, b))
+    assert "rank" not in json.dumps(run_dir.read_run_info().to_json()["ranks"])
+    # as many numbers as rank processes, or run.json is corrupt
+    old["ranks"][0]["rank"] = 5
+    old["ranks"].append({"pid": 4103, "start_time": 12.0, "rank": 7})
+    old["ranks"][1]["rank"] = 2
+    run_dir.run_json_path.write_text(json.dumps(old))
+    assert [r for r, _ in run_dir.read_run_info().ranked()] == [5, 2, 7]
+    with pytest.raises(ValueError, match="2 global ranks for 3 rank processes"):
+        replace(run_dir.read_run_info(), global_ranks=(5, 2))
 
 
 # ---- the commands ----------------------------------------------------------------------------
