@@ -24,6 +24,7 @@ from engine.core.runs.events import (
     RunFinished,
     RunStarted,
     StepProgress,
+    StopSignalled,
 )
 from engine.core.runs.observer import RunObserver, observe_run
 from engine.core.runs.rank_states import RankStateTracker, Thresholds
@@ -148,6 +149,61 @@ def test_a_rank_killed_by_a_signal_first_is_the_root_cause() -> None:
     assert "SIGKILL" in states[1].reason
     # ... but in a killed run, every signal-ended rank was simply stopped
     assert states_by_rank(tracker, now=T0 + 3, run_status="killed") == {0: STOPPED, 1: STOPPED}
+
+
+def test_a_rank_that_died_silently_is_the_root_cause_before_its_peers_errors(
+    runs_dir: Path,
+) -> None:
+    """Rank 1 is SIGKILLed (the OOM killer, say); rank 0 then reports the broken connection and
+    the launcher stops it. Every writer and reader names rank 1: the one rule decides it, though
+    rank 0's report came before the launcher reaped rank 1."""
+    launcher = [
+        RunStarted(
+            run_id="r-oom",
+            world_size=2,
+            launcher_pid=1,
+            devices="cpu:2",
+            stops_recorded=True,
+            time=T0,
+        ),
+        RankExited(rank=1, pid=101, exitcode=None, signal="SIGKILL", time=T0 + 1.05),
+        StopSignalled(signal="SIGTERM", ranks=(0,), pids=(100,), time=T0 + 1.1),
+        RankExited(rank=0, pid=100, exitcode=1, signal=None, time=T0 + 1.5),
+    ]
+    peer_error = RankFailed(rank=0, error="Connection closed by peer", traceback="", time=T0 + 1.02)
+    tracker = RankStateTracker(world_size=2)
+    tracker.feed_all([started(0), started(1), peer_error, *launcher])
+    cause = tracker.root_failure()
+    assert cause is not None and (cause.rank, cause.signal) == (1, "SIGKILL")
+    assert cause.error == "rank 1 exited with SIGKILL without reporting an error"
+    states = tracker.states(now=T0 + 2)
+    assert [s.state for s in states] == [FAILED, FAILED]  # rank 0 reported its error
+    assert "exited first (SIGKILL)" in states[1].reason
+    # the summary a settler or torchrun's rank 0 builds from the files, and a reader's view
+    run_dir = make_run(
+        runs_dir, "r-oom", events={"launcher": launcher, "rank-0": [started(0), peer_error]}
+    )
+    summary = build_summary(run_dir, RunStatus.FAILED)
+    assert summary.failure is not None and summary.failure.rank == 1
+    observed = observe_run(run_dir).failure
+    assert observed is not None and observed.rank == 1
+
+
+def test_a_rank_the_launcher_stopped_is_neither_root_cause_nor_failed() -> None:
+    tracker = RankStateTracker(world_size=2)
+    tracker.feed_all([started(0), started(1)])
+    tracker.feed(RankFailed(rank=1, error="ValueError: bad", traceback="tb", time=T0 + 2))
+    tracker.feed(RankExited(rank=1, pid=101, exitcode=1, signal=None, time=T0 + 2.05))
+    tracker.feed(StopSignalled(signal="SIGTERM", ranks=(0,), pids=(100,), time=T0 + 2.1))
+    # rank 0 handled SIGTERM and left with code 1: stopped all the same
+    tracker.feed(RankExited(rank=0, pid=100, exitcode=1, signal=None, time=T0 + 2.4))
+    cause = tracker.root_failure()
+    assert cause is not None and (cause.rank, cause.error, cause.exitcode) == (
+        1,
+        "ValueError: bad",
+        1,
+    )
+    assert states_by_rank(tracker, now=T0 + 3) == {0: STOPPED, 1: FAILED}
 
 
 def test_ranks_of_an_ended_run_are_never_running() -> None:

@@ -242,6 +242,7 @@ def launch(
             world_size=world_size,
             launcher_pid=me.pid,
             devices=plan.devices.describe(),
+            stops_recorded=True,
         )
     )
     status, failure, reason = RunStatus.FAILED, None, ""

@@ -103,7 +103,10 @@ class Supervisor:
             for r in ranks
         }
         self.tracker = RankStateTracker(
-            world_size=len(ranks), thresholds=Thresholds.of(config), run_started=time.time()
+            world_size=len(ranks),
+            thresholds=Thresholds.of(config),
+            run_started=time.time(),
+            stops_recorded=True,  # enforce_stop names every rank it signals
         )
         self.stop_reason = ""  # why the launcher stopped the ranks, when it did
         self.stop_status: RunStatus | None = None

@@ -174,6 +174,9 @@ class RunStarted(Event):
     world_size: int
     launcher_pid: int
     devices: str
+    # This launcher writes a StopSignalled event whenever it signals its ranks, so a rank it did
+    # not name there was not stopped by it (False in older runs: readers then infer stops).
+    stops_recorded: bool = False
 
 
 @dataclass(frozen=True)

@@ -267,6 +267,7 @@ class RankStateTracker:
     run_finished: RunFinished | None = None
     accuracy: float | None = None  # rank 0's latest test accuracy
     metrics_reported: bool = False  # a rank of a script called ddptui.report
+    stops_recorded: bool = False  # the launcher names every rank it stops (``StopSignalled``)
     events_read: int = 0
     notices: list[str] = field(default_factory=list)  # what happened, in words, newest last
     _ranks: dict[int, _RankFold] = field(default_factory=dict)
@@ -280,6 +281,7 @@ class RankStateTracker:
         if isinstance(event, RunStarted):
             self.run_started = event.time
             self.world_size = self.world_size or event.world_size
+            self.stops_recorded = self.stops_recorded or event.stops_recorded
             return
         if isinstance(event, RunFinished):
             self.run_finished = event
@@ -386,7 +388,7 @@ class RankStateTracker:
         ranks = set(self._ranks) | set(range(self.world_size))
         folds = [self._ranks.get(r) or _RankFold(r) for r in sorted(ranks)]
         final = RunStatus(status) if status else None
-        cause = _root_failure(folds, final)
+        cause = _root_failure(folds, final, self.stops_recorded)
         root = cause.rank if cause is not None else None
         step_times = {
             f.rank: f.report.step_seconds
@@ -396,10 +398,11 @@ class RankStateTracker:
             and f.live
             and status is None
         }
+        stopped = {f.rank for f in folds if _stopped(f, folds, final, self.stops_recorded)}
         return tuple(
             self._state_of(
-                f, now, launcher_alive, judge, RunStatus(status) if status else None, root,
-                step_times, f.pid in stopped_pids,
+                f, now, launcher_alive, judge, final, root, f.rank in stopped, step_times,
+                f.pid in stopped_pids,
             )
             for f in folds
         )  # fmt: skip
@@ -412,6 +415,7 @@ class RankStateTracker:
         judge_silence: bool,
         status: RunStatus | None,
         root: int | None,
+        was_stopped: bool,
         step_times: dict[int, float],
         suspended: bool,
     ) -> RankState:
@@ -443,7 +447,7 @@ class RankStateTracker:
             how = f"exit code {f.exited.exitcode}" if f.exited.signal is None else f.exited.signal
             if f.rank == root and status != RunStatus.KILLED:
                 return replace(base, state=RankStatus.FAILED, reason=f"exited first ({how})")
-            if f.exited.signal in _STOP_SIGNALS:
+            if was_stopped:
                 return replace(base, state=RankStatus.STOPPED, reason=f"stopped ({how})")
             return replace(base, state=RankStatus.FAILED, reason=f"exited ({how})")
         if status is not None:  # the run ended and this rank left no word of how
@@ -482,7 +486,8 @@ class RankStateTracker:
         it. ``run_status`` is the run's final status when known (a killed run's stopped ranks
         are no failure). See ``_root_failure`` for the rule."""
         status = run_status or (RunStatus(self.run_finished.status) if self.run_finished else None)
-        return _root_failure([self._ranks[r] for r in sorted(self._ranks)], status)
+        folds = [self._ranks[r] for r in sorted(self._ranks)]
+        return _root_failure(folds, status, self.stops_recorded)
 
     def stall_after(self, f: _RankFold) -> float:
         """The stall rule: the silence after which this rank is stalled, by its phase and pace,
@@ -501,10 +506,13 @@ def _failed_at(f: _RankFold) -> float | None:
     return min(times) if times else None
 
 
-def _stopped(f: _RankFold, folds: list[_RankFold], status: RunStatus | None) -> bool:
+def _stopped(
+    f: _RankFold, folds: list[_RankFold], status: RunStatus | None, recorded: bool
+) -> bool:
     """It ended because it was stopped, not by a fault of its own: the launcher signalled it to
-    stop before it exited (``StopSignalled``), or, where no launcher recorded its signals (older
-    runs, torchrun), it ended by a stop signal in a killed run or after another rank failed."""
+    stop before it exited (``StopSignalled``), or it ended by a stop signal in a killed run (the
+    killer stops a run whose launcher is gone). Where the launcher did not record its signals
+    (``recorded`` False: older runs), a stop-signal exit after another rank failed counts too."""
     if f.exited is None:
         return False
     if f.signalled_at is not None and f.signalled_at <= f.exited.time:
@@ -513,11 +521,15 @@ def _stopped(f: _RankFold, folds: list[_RankFold], status: RunStatus | None) -> 
         return False
     if status == RunStatus.KILLED:
         return True
+    if recorded:
+        return False
     earlier = [t for o in folds if o is not f and (t := _failed_at(o)) is not None]
     return any(t < f.exited.time for t in earlier)
 
 
-def _root_failure(folds: list[_RankFold], status: RunStatus | None) -> Failure | None:
+def _root_failure(
+    folds: list[_RankFold], status: RunStatus | None, recorded: bool
+) -> Failure | None:
     """The rule: a rank that exited badly without reporting an error and was not stopped comes
     first (the first of them to exit), since its peers' errors follow from its disappearance;
     else the first error a rank reported; else there is none."""
@@ -528,7 +540,7 @@ def _root_failure(folds: list[_RankFold], status: RunStatus | None) -> Failure |
         and f.exited.exitcode != 0
         and not f.finished
         and f.failure is None
-        and not _stopped(f, folds, status)
+        and not _stopped(f, folds, status, recorded)
     ]
     if crashed:
         first = min(crashed, key=lambda f: (f.exited.time if f.exited else 0.0, f.rank))
