@@ -49,11 +49,11 @@ from engine.core.runs.events import (
     StepProgress,
     StopSignalled,
 )
+from engine.core.runs.root_cause import RankEnd, root_failure, stopped
 from engine.core.runs.summary import Failure, RankReached
 
 # Before its first event a rank imports torch and loads its data: silence is expected that long.
 STARTUP_ALLOWANCE_SECONDS = 60.0
-_STOP_SIGNALS = ("SIGTERM", "SIGKILL", "SIGINT")
 NOTICES_KEPT = 20
 REPORT_TIMES_KEPT = 8
 
@@ -243,6 +243,9 @@ class _RankFold:
     def live(self) -> bool:
         return self.exited is None and not self.finished and self.failure is None
 
+    def end(self) -> RankEnd:
+        return RankEnd(self.rank, self.failure, self.exited, self.finished, self.signalled_at)
+
     def enter(self, phase: str) -> None:
         if phase != self.phase:
             self.phase = phase
@@ -287,8 +290,7 @@ class RankStateTracker:
             self.run_finished = event
             return
         if isinstance(event, StopSignalled):
-            for signalled in event.ranks:
-                stopping = self._fold(signalled)
+            for stopping in map(self._fold, event.ranks):
                 stopping.signalled_at = stopping.signalled_at or event.time
             return
         rank = getattr(event, "rank", None)
@@ -388,7 +390,8 @@ class RankStateTracker:
         ranks = set(self._ranks) | set(range(self.world_size))
         folds = [self._ranks.get(r) or _RankFold(r) for r in sorted(ranks)]
         final = RunStatus(status) if status else None
-        cause = _root_failure(folds, final, self.stops_recorded)
+        ends = [f.end() for f in folds]
+        cause = root_failure(ends, final, self.stops_recorded)
         root = cause.rank if cause is not None else None
         step_times = {
             f.rank: f.report.step_seconds
@@ -398,10 +401,10 @@ class RankStateTracker:
             and f.live
             and status is None
         }
-        stopped = {f.rank for f in folds if _stopped(f, folds, final, self.stops_recorded)}
+        halted = {e.rank for e in ends if stopped(e, ends, final, self.stops_recorded)}
         return tuple(
             self._state_of(
-                f, now, launcher_alive, judge, final, root, f.rank in stopped, step_times,
+                f, now, launcher_alive, judge, final, root, f.rank in halted, step_times,
                 f.pid in stopped_pids,
             )
             for f in folds
@@ -481,13 +484,11 @@ class RankStateTracker:
         return base
 
     def root_failure(self, run_status: RunStatus | None = None) -> Failure | None:
-        """The root cause of the run's failure, decided here once for every writer and reader:
-        the launcher's summary, the settler's and torchrun's, and readers while no summary says
-        it. ``run_status`` is the run's final status when known (a killed run's stopped ranks
-        are no failure). See ``_root_failure`` for the rule."""
+        """The root cause of the run's failure by ``engine.core.runs.root_cause``'s rule, from the
+        events fed; ``run_status``: its final status when known (a killed run's stops are none)."""
         status = run_status or (RunStatus(self.run_finished.status) if self.run_finished else None)
-        folds = [self._ranks[r] for r in sorted(self._ranks)]
-        return _root_failure(folds, status, self.stops_recorded)
+        ends = [self._ranks[r].end() for r in sorted(self._ranks)]
+        return root_failure(ends, status, self.stops_recorded)
 
     def stall_after(self, f: _RankFold) -> float:
         """The stall rule: the silence after which this rank is stalled, by its phase and pace,
@@ -496,72 +497,3 @@ class RankStateTracker:
         if f.last_event_time is None:
             return after + STARTUP_ALLOWANCE_SECONDS
         return after
-
-
-def _failed_at(f: _RankFold) -> float | None:
-    """When this rank first showed a failure: its report, or its bad exit."""
-    times = [f.failure.time] if f.failure is not None else []
-    if f.exited is not None and f.exited.exitcode != 0 and not f.finished:
-        times.append(f.exited.time)
-    return min(times) if times else None
-
-
-def _stopped(
-    f: _RankFold, folds: list[_RankFold], status: RunStatus | None, recorded: bool
-) -> bool:
-    """It ended because it was stopped, not by a fault of its own: the launcher signalled it to
-    stop before it exited (``StopSignalled``), or it ended by a stop signal in a killed run (the
-    killer stops a run whose launcher is gone). Where the launcher did not record its signals
-    (``recorded`` False: older runs), a stop-signal exit after another rank failed counts too."""
-    if f.exited is None:
-        return False
-    if f.signalled_at is not None and f.signalled_at <= f.exited.time:
-        return True
-    if f.exited.signal not in _STOP_SIGNALS:
-        return False
-    if status == RunStatus.KILLED:
-        return True
-    if recorded:
-        return False
-    earlier = [t for o in folds if o is not f and (t := _failed_at(o)) is not None]
-    return any(t < f.exited.time for t in earlier)
-
-
-def _root_failure(
-    folds: list[_RankFold], status: RunStatus | None, recorded: bool
-) -> Failure | None:
-    """The rule: a rank that exited badly without reporting an error and was not stopped comes
-    first (the first of them to exit), since its peers' errors follow from its disappearance;
-    else the first error a rank reported; else there is none."""
-    crashed = [
-        f
-        for f in folds
-        if f.exited is not None
-        and f.exited.exitcode != 0
-        and not f.finished
-        and f.failure is None
-        and not _stopped(f, folds, status, recorded)
-    ]
-    if crashed:
-        first = min(crashed, key=lambda f: (f.exited.time if f.exited else 0.0, f.rank))
-        assert first.exited is not None
-        code, sig = first.exited.exitcode, first.exited.signal
-        how = f"code {code}" if code is not None else sig or "an unknown status"
-        return Failure(
-            rank=first.rank,
-            exitcode=code,
-            signal=sig,
-            error=f"rank {first.rank} exited with {how} without reporting an error",
-        )
-    reported = [f for f in folds if f.failure is not None]
-    if not reported:
-        return None
-    first = min(reported, key=lambda f: (f.failure.time if f.failure else 0.0, f.rank))
-    assert first.failure is not None
-    return Failure(
-        rank=first.rank,
-        exitcode=first.exited.exitcode if first.exited else None,
-        signal=first.exited.signal if first.exited else None,
-        error=first.failure.error,
-        traceback=first.failure.traceback,
-    )
