@@ -30,6 +30,7 @@ from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.config.schema import RunConfig
 from engine.core.host.oom_evidence import OomBaseline, sigkill_cause
 from engine.core.procs.process_identity import ProcessRef
+from engine.core.procs.stopping import descendants
 from engine.core.runs.events import (
     EventTail,
     EventWriter,
@@ -70,13 +71,6 @@ class RankWatch:
     exited: bool = False
     stalled: bool = False  # reported stalled, and silent since
     straggling: bool = False  # reported straggling, and still so
-
-
-def _descendants(proc: psutil.Process) -> list[psutil.Process]:
-    try:
-        return proc.children(recursive=True)
-    except psutil.Error:
-        return []
 
 
 class Supervisor:
@@ -277,7 +271,7 @@ class Supervisor:
         sig = signal.SIGKILL if overdue else signal.SIGTERM
         live = {r: p for r, p in processes.items() if not self.watches[r].exited}
         signalled = []
-        for target in [*live.values(), *(c for p in live.values() for c in _descendants(p))]:
+        for target in [*live.values(), *descendants(live.values())]:
             with contextlib.suppress(psutil.Error):
                 target.send_signal(sig)
                 signalled.append(target.pid)

@@ -38,6 +38,7 @@ from engine.core.procs.stopping import (
     POLL_SECONDS,
     KillRefused,
     StopResult,
+    descendants,
     gpu_memory_left,
     protected_pids,
     refusal,
@@ -165,16 +166,6 @@ def _launcher_grace(run_dir: RunDir) -> float | None:
         return None
 
 
-def _descendants(procs: list[psutil.Process]) -> list[psutil.Process]:
-    found = []
-    for p in procs:
-        try:
-            found.extend(p.children(recursive=True))
-        except psutil.Error:
-            continue
-    return found
-
-
 def _killed_by_launcher(run_dir: RunDir, since: float) -> set[int]:
     """The pids the launcher sent SIGKILL to since ``since`` (its ``StopSignalled`` events)."""
     return {
@@ -191,7 +182,7 @@ def ask_launcher_to_stop(
     """SIGTERM to the launcher only, then wait up to ``wait`` seconds for it to end. Returns what
     of ``members`` (and their descendants) ended meanwhile and how, as the launcher's events tell
     it, and whether the launcher finished its stop (it ended and summary.json is there)."""
-    watched = {p.pid: p for p in [*members, *_descendants(members)]}
+    watched = {p.pid: p for p in [*members, *descendants(members)]}
     asked, started = time.time(), time.monotonic()
     if not signal_process(launcher, signal.SIGTERM):
         return StopResult(), False

@@ -111,7 +111,8 @@ class StopResult:
         )
 
 
-def _descendants(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
+def descendants(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
+    """Every live descendant of ``procs`` (those that are gone have none)."""
     found = []
     for p in procs:
         try:
@@ -167,14 +168,14 @@ def stop_processes(
     left_alone: dict[int, str] = {}
     gone: list[int] = []
 
-    def admit(candidates: Iterable[psutil.Process], descendants: bool = False) -> None:
+    def admit(candidates: Iterable[psutil.Process], below: bool = False) -> None:
         for p in candidates:
             if p.pid in targets or p.pid in refused or p.pid in left_alone:
                 continue
             if process_ended(p):
                 gone.append(p.pid)
                 continue
-            if descendants and run_marker is not None:
+            if below and run_marker is not None:
                 foreign = marker_mismatch(p, run_marker)
                 if foreign:
                     left_alone[p.pid] = f"{foreign}: left alone"
@@ -187,7 +188,7 @@ def stop_processes(
 
     admit(processes)
     if include_descendants:
-        admit(_descendants(list(targets.values())), descendants=True)
+        admit(descendants(list(targets.values())), below=True)
     for p in list(targets.values()):
         if not signal_process(p, signal.SIGTERM):
             gone.append(p.pid)
@@ -197,7 +198,7 @@ def stop_processes(
     rest = {pid: p for pid, p in targets.items() if pid not in ended}
     if include_descendants and rest:  # children started during the grace period
         before = set(targets)
-        admit(_descendants(list(rest.values())), descendants=True)
+        admit(descendants(list(rest.values())), below=True)
         rest.update({pid: targets[pid] for pid in set(targets) - before})
     for p in rest.values():
         signal_process(p, signal.SIGKILL)
