@@ -20,7 +20,7 @@ from engine.core.jobs.process_table import ProcessTable, TrainingJob, scan_proce
 from engine.core.procs import process_scan
 from engine.core.procs.process_identity import ProcessRef
 from engine.core.procs.process_scan import ProcessInfo, is_spawn_child, launcher_kind
-from engine.core.runs.events import RankStalled, RankStarted
+from engine.core.runs.events import EpochStarted, EventWriter, RankStalled, RankStarted
 from tests.fixtures.made_runs import ProcessPen, make_run, ref_of
 
 KIND_DDPTUI = JobKind.DDPTUI
@@ -161,6 +161,39 @@ def test_a_stalled_rank_of_a_live_run(runs_dir: Path, pen: ProcessPen) -> None:
     job = job_with(scan(runs_dir), rank0.pid)
     assert job is not None and job.state == STALLED
     assert {p.pid: p.state for p in job.processes}[rank0.pid] == STALLED
+
+
+def test_a_kept_scanner_follows_each_run_with_one_observer(
+    runs_dir: Path, pen: ProcessPen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scanner the UI keeps reads each run on from where it got to: one observer per run
+    across scans, not a fresh one per job per scan."""
+    launcher = pen.python()
+    rank0 = pen.python(env={"DDPTUI_RUN_ID": "r-follow"})
+    now = time.time()
+    started = RankStarted(rank=0, world_size=1, pid=rank0.pid, host="h", device="cpu", time=now)
+    run_dir = make_run(
+        runs_dir, "r-follow", launcher=ref_of(launcher), ranks=[ref_of(rank0)], world_size=1,
+        events={"rank-0": [started], "launcher": [RankStalled(rank=0, silent_seconds=9, time=now + 1)]},
+    )  # fmt: skip
+    wait_for_env(rank0.pid, "DDPTUI_RUN_ID")
+    made: list[object] = []
+    real = process_table.RunObserver
+
+    def counting(*args: object, **kwargs: object) -> object:
+        made.append(args)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(process_table, "RunObserver", counting)
+    scanner = process_table.ProcessScanner(runs_dir)
+    first = job_with(scanner.scan(gpus=NO_GPU), rank0.pid)
+    assert first is not None and first.state == STALLED
+    with EventWriter(run_dir.rank_events_path(0)) as events:  # the rank speaks again
+        events.write(EpochStarted(rank=0, epoch=0, steps=10, time=now + 2))
+    second = job_with(scanner.scan(gpus=NO_GPU), rank0.pid)
+    assert second is not None and second.state == RUNNING
+    scanner.scan(gpus=NO_GPU)
+    assert len(made) == 1
 
 
 def test_a_zombie_rank_is_shown_as_a_zombie(runs_dir: Path, pen: ProcessPen) -> None:
