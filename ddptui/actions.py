@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from engine.core.jobs.process_table import ProcessTable
     from engine.core.ops.run_start import StartedRun
     from engine.core.procs.process_identity import ProcessProbe, ProcessRef
-    from engine.core.stacks.diagnosis import StackSnapshot
+    from engine.core.stacks.snapshot import StackSnapshot
 
 KILL_GRACE_SECONDS = 5.0
 

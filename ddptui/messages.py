@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # only annotations: the app starts without ddptui.watch
     from ddptui.watch import RunListing, RunView
     from engine.core.jobs.gpu_view import GpuView
     from engine.core.runs.rundir import RunDir
-    from engine.core.stacks.diagnosis import StackSnapshot
+    from engine.core.stacks.snapshot import StackSnapshot
 
 
 class Snapshot(Message, bubble=False):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from engine.core.runs.rundir import RunDir
-from engine.core.stacks.diagnosis import StackSnapshot, flight_recorder_command
+from engine.core.stacks.snapshot import StackSnapshot, flight_recorder_command
 
 
 def diagnosis_lines(snapshot: StackSnapshot, *, full: bool = False) -> list[str]:

@@ -144,7 +144,7 @@ def _patched_rank(local_rank: int, run_dir: str, root: str) -> None:
     """A DDP rank that accepts the test's files, then runs the real rank entry."""
     for name, value in accept_files(Path(root)).items():
         setattr(CIFAR10, name, value)
-    spawn_entry(local_rank, run_dir, 0, 2, 2)
+    spawn_entry(local_rank, run_dir, (0, 1), 2)
 
 
 @pytest.mark.slow

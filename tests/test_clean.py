@@ -7,7 +7,6 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from engine.core.jobs.process_table import (
     TrainingProcess,
     scan_processes,
 )
-from tests.fixtures.made_runs import ProcessPen, make_run, ref_of
+from tests.fixtures.made_runs import ProcessPen, confine_scans, make_run, ref_of
 
 KIND_ENV = JobKind.ENV
 ORPHANED = JobState.ORPHANED
@@ -42,11 +41,10 @@ ELASTIC = {
 }
 
 
-@pytest.fixture
-def pen() -> Iterator[ProcessPen]:
-    p = ProcessPen()
-    yield p
-    p.close()
+@pytest.fixture(autouse=True)
+def only_our_jobs(monkeypatch: pytest.MonkeyPatch, pen: ProcessPen) -> None:
+    """`clean` here sees only this test's processes: never another session's run."""
+    confine_scans(monkeypatch, pen)
 
 
 @pytest.fixture(autouse=True)

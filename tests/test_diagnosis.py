@@ -13,24 +13,22 @@ from pathlib import Path
 
 import pytest
 
-from engine.core.common.statuses import RankActivity, RankStatus
+from engine.core.common.statuses import ProcessState, RankActivity, RankStatus
 from engine.core.procs.process_identity import ProcessRef, identify
 from engine.core.runs.events import EpochStarted, PhaseStarted, RankStarted, StepProgress
 from engine.core.runs.rank_states import RankStateTracker, Thresholds
 from engine.core.stacks.capture import (
-    Frame,
     ProcessStack,
-    ThreadStack,
     capture_stack,
     parse_faulthandler,
     parse_py_spy_json,
 )
-from engine.core.stacks.diagnosis import (
+from engine.core.stacks.diagnosis import RankTarget, choose_culprit, diagnose
+from engine.core.stacks.snapshot import (
+    Frame,
     RankDiagnosis,
-    RankTarget,
     StackSnapshot,
-    choose_culprit,
-    diagnose,
+    ThreadStack,
     latest_snapshot,
     save_snapshot,
 )
@@ -386,8 +384,7 @@ def test_a_process_held_by_a_tracer_is_not_stopped_by_a_signal() -> None:
 
     import psutil
 
-    from engine.core.procs.process_identity import ProcessProbe
-    from engine.core.stacks.capture import process_state
+    from engine.core.procs.process_identity import ProcessProbe, lookup
 
     libc = ctypes.CDLL(None, use_errno=True)
     ptrace_attach, ptrace_detach = 16, 17
@@ -399,8 +396,10 @@ def test_a_process_held_by_a_tracer_is_not_stopped_by_a_signal() -> None:
             assert wait_for(
                 lambda: psutil.Process(proc.pid).status() == psutil.STATUS_TRACING_STOP, timeout=5
             )
-            assert ProcessProbe().stopped([proc.pid]) == frozenset()
-            assert process_state(proc.pid) == "running"
+            ref = identify(proc.pid)
+            assert ref is not None
+            assert ProcessProbe().stopped([ref]) == frozenset()
+            assert lookup(ref)[0] == ProcessState.RUNNING
         finally:
             libc.ptrace(ptrace_detach, proc.pid, None, None)
     finally:
@@ -413,11 +412,13 @@ def test_a_process_stopped_by_sigstop_is_seen_stopped(tmp_path: Path) -> None:
 
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
+        ref = identify(proc.pid)
+        assert ref is not None
         proc.send_signal(signal.SIGSTOP)
         probe = ProcessProbe()
-        assert wait_for(lambda: probe.stopped([proc.pid]) == {proc.pid}, timeout=5)
+        assert wait_for(lambda: probe.stopped([ref]) == {proc.pid}, timeout=5)
         proc.send_signal(signal.SIGCONT)
-        assert wait_for(lambda: not probe.stopped([proc.pid]), timeout=5)
+        assert wait_for(lambda: not probe.stopped([ref]), timeout=5)
     finally:
         proc.kill()
         proc.wait()

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
 from pathlib import Path
-from typing import Any, get_args, get_origin, get_type_hints
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 import pytest
 
@@ -48,8 +49,8 @@ def sample_event(cls: type[Event]) -> Event:
     values: dict[str, Any] = {}
     for n, f in enumerate(dataclasses.fields(cls), start=1):
         hint = get_type_hints(cls)[f.name]
-        kinds = [k for k in get_args(hint) if k is not type(None)] or [hint]
-        kind = kinds[0]
+        optional = get_origin(hint) in (Union, types.UnionType)
+        kind = next(k for k in get_args(hint) if k is not type(None)) if optional else hint
         if kind is bool:
             values[f.name] = True
         elif kind is int:
@@ -60,6 +61,8 @@ def sample_event(cls: type[Event]) -> Event:
             values[f.name] = f"value {n}"
         elif get_origin(kind) is dict:
             values[f.name] = {"loss": n + 0.5, "accuracy": 0.75}
+        elif get_origin(kind) is tuple and get_args(kind)[0] is int:
+            values[f.name] = (n, 20 + n)
         else:
             raise AssertionError(f"{cls.__name__}.{f.name}: no sample for {hint}")
     return cls(**values)

@@ -17,7 +17,13 @@ from click.testing import CliRunner
 from ddptui.cli import main
 from engine.core.common.statuses import LeftoverKind
 from engine.core.procs.leftovers import plan_leftovers, remove_leftovers
-from tests.fixtures.made_runs import ProcessPen
+from tests.fixtures.made_runs import ProcessPen, confine_scans
+
+
+@pytest.fixture(autouse=True)
+def only_our_jobs(monkeypatch: pytest.MonkeyPatch, pen: ProcessPen) -> None:
+    """`clean` here sees only this test's processes: never another session's run."""
+    confine_scans(monkeypatch, pen)
 
 
 def dead_pid() -> int:
@@ -110,7 +116,7 @@ def test_clean_shows_then_removes_leftovers(folders: tuple[Path, Path]) -> None:
     assert f"remove {segment}" in shown.stdout and segment.exists()
     declined = CliRunner().invoke(main, args, input="n\n")
     assert declined.exit_code == 1 and "Nothing removed." in declined.stdout
-    assert "Remove 1 left-over file(s), 100 B?" in declined.stdout and segment.exists()
+    assert "Remove 1 left-over file(s), 100 bytes?" in declined.stdout and segment.exists()
     done = CliRunner().invoke(main, [*args, "--json"], input="y\n")
     assert done.exit_code == 0, done.output
     data = json.loads(done.stdout[done.stdout.index("{") :])

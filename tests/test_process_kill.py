@@ -7,18 +7,21 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
+from engine.core.config.schema import RunConfig, SupervisionConfig
+from engine.core.config.toml_io import to_toml
 from engine.core.host.gpus import GpuInventory, GpuProcess, GpuSample
+from engine.core.jobs.process_table import scan_processes
+from engine.core.ops import kill
 from engine.core.ops.kill import kill_run
 from engine.core.procs import stopping
 from engine.core.procs.process_identity import ProcessRef
 from engine.core.procs.stopping import KillRefused, gpu_memory_left, stop_processes
-from engine.core.runs.rundir import RunDirError
+from engine.core.runs.rundir import RunDir, RunDirError
 from engine.core.runs.settle import killed_summary
 from tests.fixtures.made_runs import STUBBORN, ProcessPen, make_run, ref_of, start_as_user
 
@@ -27,13 +30,6 @@ SPAWNS_A_CHILD = (
     "subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: time.sleep(0.1)'])\n"
     "while True: time.sleep(0.1)"
 )
-
-
-@pytest.fixture
-def pen() -> Iterator[ProcessPen]:
-    p = ProcessPen()
-    yield p
-    p.close()
 
 
 @pytest.fixture(autouse=True)
@@ -218,6 +214,163 @@ def test_a_corrupt_run_json_stops_nothing(runs_dir: Path, pen: ProcessPen) -> No
     with pytest.raises(RunDirError, match=r"run\.json is corrupt"):
         kill_run(run_dir, grace=0.1)
     assert alive(rank.pid)
+
+
+# ---- one stop authority: a live launcher stops its own ranks -------------------------------
+
+# A rank that notes every SIGTERM it gets in TERM_FILE: POLITE leaves a moment after the first,
+# STUBBORN_RANK stays until SIGKILL. Two lines in a file: it was signalled twice.
+RANK_CODE = (
+    "import os, signal, sys, time\n"
+    "def on_term(*_):\n"
+    "    with open(os.environ['TERM_FILE'], 'a') as f:\n"
+    "        f.write('TERM\\n')\n"
+    "    if os.environ.get('POLITE'):\n"
+    "        signal.setitimer(signal.ITIMER_REAL, 0.3)\n"
+    "signal.signal(signal.SIGTERM, on_term)\n"
+    "signal.signal(signal.SIGALRM, lambda *_: sys.exit(0))\n"
+    "while True: time.sleep(0.05)\n"
+)
+# A launcher as engine.train.launch behaves on SIGTERM, in a few lines: it starts two ranks (global
+# ranks 3 and 1 of the run), records them in run.json, and when asked to stop it SIGTERMs them,
+# gives them its grace period, SIGKILLs the rest, says so in StopSignalled events and writes a
+# killed summary.
+FAKE_LAUNCHER = f"""
+import dataclasses, os, signal, subprocess, sys, time
+from pathlib import Path
+import psutil
+from engine.core.config.toml_io import load_config
+from engine.core.procs.process_identity import ref_of
+from engine.core.runs.events import EventWriter, StopSignalled
+from engine.core.runs.rundir import RunDir
+from engine.core.runs.settle import killed_summary
+run_dir = RunDir(Path(os.environ["FAKE_RUN_DIR"]))
+asked = []
+signal.signal(signal.SIGTERM, lambda *_: asked.append(True))
+ranks = {{}}
+for rank, polite in ((3, "1"), (1, "")):
+    env = {{**os.environ, "TERM_FILE": str(run_dir.path / f"term-{{rank}}"), "POLITE": polite}}
+    ranks[rank] = subprocess.Popen([sys.executable, "-c", {RANK_CODE!r}], env=env)
+info = dataclasses.replace(
+    run_dir.read_run_info(),
+    launcher=ref_of(psutil.Process()),
+    ranks=tuple(ref_of(psutil.Process(p.pid)) for p in ranks.values()),
+    global_ranks=tuple(ranks),
+)
+run_dir.write_run_info(info)
+while not asked:
+    time.sleep(0.05)
+events = EventWriter(run_dir.launcher_events_path)
+def stop(sig):
+    live = {{r: p for r, p in ranks.items() if p.poll() is None}}
+    for p in live.values():
+        p.send_signal(sig)
+    pids = tuple(p.pid for p in live.values())
+    events.write(StopSignalled(signal=sig.name, ranks=tuple(live), pids=pids))
+stop(signal.SIGTERM)
+deadline = time.monotonic() + load_config(run_dir.config_path).supervision.failure_grace_seconds
+while time.monotonic() < deadline and any(p.poll() is None for p in ranks.values()):
+    time.sleep(0.05)
+if any(p.poll() is None for p in ranks.values()):
+    stop(signal.SIGKILL)
+for p in ranks.values():
+    p.wait()
+run_dir.write_summary(killed_summary(run_dir, "the launcher received SIGTERM"))
+"""
+
+
+def launched_run(runs_dir: Path, pen: ProcessPen, run_id: str, code: str = FAKE_LAUNCHER) -> RunDir:
+    """A run whose launcher (``code``) is alive and has recorded its two ranks."""
+    run_dir = make_run(runs_dir, run_id)
+    config = RunConfig(name="made", supervision=SupervisionConfig(failure_grace_seconds=1.0))
+    run_dir.config_path.write_text(to_toml(config), encoding="utf-8")
+    launcher = pen.python(code, env={"DDPTUI_RUN_ID": run_id, "FAKE_RUN_DIR": str(run_dir.path)})
+    assert pen.wait_until(lambda: len(run_dir.read_run_info().ranks) == 2)
+    pen.started.extend(psutil.Process(launcher.pid).children())
+    return run_dir
+
+
+def terms(run_dir: Path, rank: int) -> int:
+    path = run_dir / f"term-{rank}"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_a_live_launcher_stops_its_own_ranks_and_writes_the_summary(
+    runs_dir: Path, pen: ProcessPen
+) -> None:
+    run_dir = launched_run(runs_dir, pen, "r-launcher-stops")
+    info = run_dir.read_run_info()
+    assert info.launcher is not None
+    polite, stubborn = (ref.pid for _, ref in info.ranked())
+    result = kill_run(run_dir, grace=4.0, check_gpu=False)
+    assert result.by_launcher and result.ok
+    assert not result.summary_written  # the launcher wrote it
+    summary = run_dir.read_summary()
+    assert summary is not None and summary.status == "killed"
+    assert summary.reason == "the launcher received SIGTERM"
+    # every rank was signalled once, by its launcher; none by the killer
+    assert (terms(run_dir.path, 3), terms(run_dir.path, 1)) == (1, 1)
+    assert result.stop is not None
+    assert result.stop.killed == (stubborn,)  # as the launcher's StopSignalled events say
+    assert set(result.stop.terminated) == {info.launcher.pid, polite}
+    assert result.grace_seconds == 1.0  # the launcher's, not the killer's 4 s
+    assert {t.role for t in result.targets} == {"launcher", "rank 3", "rank 1"}
+    assert not any(alive(pid) for pid in (info.launcher.pid, polite, stubborn))
+
+
+def test_with_the_launcher_gone_the_killer_stops_the_ranks_and_settles(
+    runs_dir: Path, pen: ProcessPen
+) -> None:
+    gone = pen.python("pass")
+    gone_ref = ref_of(gone)
+    gone.wait()
+    marker = {"DDPTUI_RUN_ID": "r-gone"}
+    ranks = [
+        pen.python(
+            RANK_CODE, env={**marker, "TERM_FILE": str(runs_dir / f"term-{r}"), "POLITE": "1"}
+        )
+        for r in (0, 1)
+    ]
+    run_dir = make_run(runs_dir, "r-gone", launcher=gone_ref, ranks=[ref_of(r) for r in ranks])
+    time.sleep(0.3)  # let the ranks install their handlers
+    result = kill_run(run_dir, grace=2.0, check_gpu=False)
+    assert not result.by_launcher and result.summary_written and result.ok
+    assert result.stop is not None and set(result.stop.terminated) == {r.pid for r in ranks}
+    assert result.grace_seconds == 2.0
+    assert (terms(runs_dir, 0), terms(runs_dir, 1)) == (1, 1)
+    summary = run_dir.read_summary()
+    assert summary is not None and summary.status == "killed"
+    assert "stopped by ddptui kill" in summary.reason
+
+
+def test_a_launcher_that_does_not_finish_in_time_is_stopped_with_its_ranks(
+    runs_dir: Path, pen: ProcessPen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kill, "LAUNCHER_STOP_MARGIN_SECONDS", 0.5)
+    deaf = FAKE_LAUNCHER.replace("lambda *_: asked.append(True)", "signal.SIG_IGN")
+    run_dir = launched_run(runs_dir, pen, "r-deaf-launcher", deaf)
+    info = run_dir.read_run_info()
+    assert info.launcher is not None
+    result = kill_run(run_dir, grace=1.0, check_gpu=False)
+    assert not result.by_launcher and result.summary_written
+    assert result.stop is not None and info.launcher.pid in result.stop.killed
+    assert (
+        "stopped by ddptui kill" in (run_dir.read_summary() or killed_summary(run_dir, "")).reason
+    )
+    assert not any(alive(ref.pid) for ref in [info.launcher, *info.ranks])
+
+
+def test_readers_take_each_ranks_number_from_run_json(runs_dir: Path, pen: ProcessPen) -> None:
+    run_dir = launched_run(runs_dir, pen, "r-numbered")
+    numbered = {ref.pid: rank for rank, ref in run_dir.read_run_info().ranked()}
+    found, _ = kill.run_targets(run_dir)
+    assert {p.pid: role for p, role in found if role != "launcher"} == {
+        pid: f"rank {rank}" for pid, rank in numbered.items()
+    }
+    job = next(
+        j for j in scan_processes(runs_dir, cpu_interval=0.0).jobs if j.run_id == "r-numbered"
+    )
+    assert {p.pid: p.rank for p in job.processes if p.pid in numbered} == numbered
 
 
 # ---- the GPU check ---------------------------------------------------------------------------

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -16,16 +15,12 @@ from click.testing import CliRunner
 from ddptui.cli import main
 from engine.core.common.statuses import JobKind, JobState
 from engine.core.host.gpus import GpuInventory, GpuProcess, GpuSample
-from engine.core.jobs import process_table
-from engine.core.jobs.process_table import (
-    ProcessTable,
-    TrainingJob,
-    is_spawn_child,
-    launcher_kind,
-    scan_processes,
-)
+from engine.core.jobs import grouping, process_table
+from engine.core.jobs.process_table import ProcessTable, TrainingJob, scan_processes
+from engine.core.procs import process_scan
 from engine.core.procs.process_identity import ProcessRef
-from engine.core.runs.events import RankStalled, RankStarted
+from engine.core.procs.process_scan import ProcessInfo, is_spawn_child, launcher_kind
+from engine.core.runs.events import EpochStarted, EventWriter, RankStalled, RankStarted
 from tests.fixtures.made_runs import ProcessPen, make_run, ref_of
 
 KIND_DDPTUI = JobKind.DDPTUI
@@ -38,13 +33,6 @@ STALLED = JobState.STALLED
 ZOMBIE = JobState.ZOMBIE
 
 NO_GPU = GpuInventory(error="NVML: stand-in says no driver")
-
-
-@pytest.fixture
-def pen() -> Iterator[ProcessPen]:
-    p = ProcessPen()
-    yield p
-    p.close()
 
 
 def scan(runs_dir: Path | None = None, gpus: GpuInventory = NO_GPU) -> ProcessTable:
@@ -175,6 +163,39 @@ def test_a_stalled_rank_of_a_live_run(runs_dir: Path, pen: ProcessPen) -> None:
     assert {p.pid: p.state for p in job.processes}[rank0.pid] == STALLED
 
 
+def test_a_kept_scanner_follows_each_run_with_one_observer(
+    runs_dir: Path, pen: ProcessPen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scanner the UI keeps reads each run on from where it got to: one observer per run
+    across scans, not a fresh one per job per scan."""
+    launcher = pen.python()
+    rank0 = pen.python(env={"DDPTUI_RUN_ID": "r-follow"})
+    now = time.time()
+    started = RankStarted(rank=0, world_size=1, pid=rank0.pid, host="h", device="cpu", time=now)
+    run_dir = make_run(
+        runs_dir, "r-follow", launcher=ref_of(launcher), ranks=[ref_of(rank0)], world_size=1,
+        events={"rank-0": [started], "launcher": [RankStalled(rank=0, silent_seconds=9, time=now + 1)]},
+    )  # fmt: skip
+    wait_for_env(rank0.pid, "DDPTUI_RUN_ID")
+    made: list[object] = []
+    real = process_table.RunObserver
+
+    def counting(*args: object, **kwargs: object) -> object:
+        made.append(args)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(process_table, "RunObserver", counting)
+    scanner = process_table.ProcessScanner(runs_dir)
+    first = job_with(scanner.scan(gpus=NO_GPU), rank0.pid)
+    assert first is not None and first.state == STALLED
+    with EventWriter(run_dir.rank_events_path(0)) as events:  # the rank speaks again
+        events.write(EpochStarted(rank=0, epoch=0, steps=10, time=now + 2))
+    second = job_with(scanner.scan(gpus=NO_GPU), rank0.pid)
+    assert second is not None and second.state == RUNNING
+    scanner.scan(gpus=NO_GPU)
+    assert len(made) == 1
+
+
 def test_a_zombie_rank_is_shown_as_a_zombie(runs_dir: Path, pen: ProcessPen) -> None:
     launcher = pen.python()
     dead = pen.python("pass")
@@ -263,7 +284,8 @@ def test_spawn_children_that_loaded_torch_are_grouped_under_their_parent(
     leaked = pen.orphan("import time\nwhile True: time.sleep(0.1)\n# spawn_main")
     not_torch = pen.python(argv0_note="from multiprocessing.spawn import spawn_main")
     torch_pids = {a.pid, b.pid, leaked.pid}
-    monkeypatch.setattr(process_table, "loads_torch", lambda pid: pid in torch_pids)
+    for module in (process_scan, grouping):  # spawn children, and launchers
+        monkeypatch.setattr(module, "loads_torch", lambda pid: pid in torch_pids)
     table = scan()
     job = job_with(table, a.pid)
     assert job is not None and job.kind == KIND_SPAWN and job.state == RUNNING
@@ -351,8 +373,8 @@ def test_ps_json_for_scripts(pen: ProcessPen) -> None:
 
 
 def test_what_cannot_be_seen_is_said() -> None:
-    def info(pid: int, uid: int, user: str) -> process_table.ProcessInfo:
-        return process_table.ProcessInfo(
+    def info(pid: int, uid: int, user: str) -> ProcessInfo:
+        return ProcessInfo(
             pid=pid,
             ppid=1,
             name="python",

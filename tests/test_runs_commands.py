@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,6 +24,7 @@ from engine.core.runs.events import (
     RunFinished,
     RunStarted,
     StepProgress,
+    StopSignalled,
 )
 from engine.core.runs.observer import RunObserver, observe_run
 from engine.core.runs.rank_states import RankStateTracker, Thresholds
@@ -56,13 +57,6 @@ def step(rank: int, t: float, *, step_no: int = 3, step_seconds: float = 0.1) ->
 
 def started(rank: int, t: float = T0) -> RankStarted:
     return RankStarted(rank=rank, world_size=2, pid=100 + rank, host="h", device="cpu", time=t)
-
-
-@pytest.fixture
-def pen() -> Iterator[ProcessPen]:
-    p = ProcessPen()
-    yield p
-    p.close()
 
 
 def states_by_rank(tracker: RankStateTracker, **kwargs: object) -> dict[int, str]:
@@ -157,6 +151,61 @@ def test_a_rank_killed_by_a_signal_first_is_the_root_cause() -> None:
     assert states_by_rank(tracker, now=T0 + 3, run_status="killed") == {0: STOPPED, 1: STOPPED}
 
 
+def test_a_rank_that_died_silently_is_the_root_cause_before_its_peers_errors(
+    runs_dir: Path,
+) -> None:
+    """Rank 1 is SIGKILLed (the OOM killer, say); rank 0 then reports the broken connection and
+    the launcher stops it. Every writer and reader names rank 1: the one rule decides it, though
+    rank 0's report came before the launcher reaped rank 1."""
+    launcher = [
+        RunStarted(
+            run_id="r-oom",
+            world_size=2,
+            launcher_pid=1,
+            devices="cpu:2",
+            stops_recorded=True,
+            time=T0,
+        ),
+        RankExited(rank=1, pid=101, exitcode=None, signal="SIGKILL", time=T0 + 1.05),
+        StopSignalled(signal="SIGTERM", ranks=(0,), pids=(100,), time=T0 + 1.1),
+        RankExited(rank=0, pid=100, exitcode=1, signal=None, time=T0 + 1.5),
+    ]
+    peer_error = RankFailed(rank=0, error="Connection closed by peer", traceback="", time=T0 + 1.02)
+    tracker = RankStateTracker(world_size=2)
+    tracker.feed_all([started(0), started(1), peer_error, *launcher])
+    cause = tracker.root_failure()
+    assert cause is not None and (cause.rank, cause.signal) == (1, "SIGKILL")
+    assert cause.error == "rank 1 exited with SIGKILL without reporting an error"
+    states = tracker.states(now=T0 + 2)
+    assert [s.state for s in states] == [FAILED, FAILED]  # rank 0 reported its error
+    assert "exited first (SIGKILL)" in states[1].reason
+    # the summary a settler or torchrun's rank 0 builds from the files, and a reader's view
+    run_dir = make_run(
+        runs_dir, "r-oom", events={"launcher": launcher, "rank-0": [started(0), peer_error]}
+    )
+    summary = build_summary(run_dir, RunStatus.FAILED)
+    assert summary.failure is not None and summary.failure.rank == 1
+    observed = observe_run(run_dir).failure
+    assert observed is not None and observed.rank == 1
+
+
+def test_a_rank_the_launcher_stopped_is_neither_root_cause_nor_failed() -> None:
+    tracker = RankStateTracker(world_size=2)
+    tracker.feed_all([started(0), started(1)])
+    tracker.feed(RankFailed(rank=1, error="ValueError: bad", traceback="tb", time=T0 + 2))
+    tracker.feed(RankExited(rank=1, pid=101, exitcode=1, signal=None, time=T0 + 2.05))
+    tracker.feed(StopSignalled(signal="SIGTERM", ranks=(0,), pids=(100,), time=T0 + 2.1))
+    # rank 0 handled SIGTERM and left with code 1: stopped all the same
+    tracker.feed(RankExited(rank=0, pid=100, exitcode=1, signal=None, time=T0 + 2.4))
+    cause = tracker.root_failure()
+    assert cause is not None and (cause.rank, cause.error, cause.exitcode) == (
+        1,
+        "ValueError: bad",
+        1,
+    )
+    assert states_by_rank(tracker, now=T0 + 3) == {0: STOPPED, 1: FAILED}
+
+
 def test_ranks_of_an_ended_run_are_never_running() -> None:
     tracker = RankStateTracker(world_size=2)
     tracker.feed_all([started(0), step(0, T0 + 1), RunFinished(status="killed", time=T0 + 2)])
@@ -209,6 +258,33 @@ def test_silent_ranks_of_an_orphaned_run_are_stalled(runs_dir: Path, pen: Proces
     progress = observe_run(run_dir)
     assert progress.status == ORPHANED
     assert progress.stalled_ranks == (0,)
+
+
+def test_ranks_are_numbered_as_the_launcher_recorded_them(runs_dir: Path) -> None:
+    """Node 1 of a run whose scheduler put global ranks 5 and 2 on it: nothing derives them."""
+    a, b = ProcessRef(4101, 10.0), ProcessRef(4102, 11.0)
+    run_dir = make_run(runs_dir, "r-node1")
+    info = replace(
+        run_dir.read_run_info(), node_rank=1, nnodes=2, ranks=(a, b), global_ranks=(5, 2)
+    )
+    run_dir.write_run_info(info)
+    assert run_dir.read_run_info().ranked() == ((5, a), (2, b))
+    assert [r["rank"] for r in json.loads(run_dir.run_json_path.read_text())["ranks"]] == [5, 2]
+    # a run.json from before the launcher recorded them reads as those launchers numbered them
+    old = json.loads(run_dir.run_json_path.read_text())
+    for entry in old["ranks"]:
+        del entry["rank"]
+    run_dir.run_json_path.write_text(json.dumps(old))
+    assert run_dir.read_run_info().ranked() == ((2, a), (3, b))
+    assert "rank" not in json.dumps(run_dir.read_run_info().to_json()["ranks"])
+    # as many numbers as rank processes, or run.json is corrupt
+    old["ranks"][0]["rank"] = 5
+    old["ranks"].append({"pid": 4103, "start_time": 12.0, "rank": 7})
+    old["ranks"][1]["rank"] = 2
+    run_dir.run_json_path.write_text(json.dumps(old))
+    assert [r for r, _ in run_dir.read_run_info().ranked()] == [5, 2, 7]
+    with pytest.raises(ValueError, match="2 global ranks for 3 rank processes"):
+        replace(run_dir.read_run_info(), global_ranks=(5, 2))
 
 
 # ---- the commands ----------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from engine.core.common.statuses import RankActivity, RankStatus, RunStatus
-from engine.core.runs.events import RankStalled, StacksTaken, read_events
+from engine.core.runs.events import RankStalled, StacksTaken, StopSignalled, read_events
 from engine.core.runs.observer import observe_run
 from engine.core.runs.rundir import RunDir
 from tests.fixtures.live_runs import ddptui, detached_run, run_processes
@@ -71,6 +71,10 @@ def test_a_hang_is_flagged_in_15_s_its_culprit_named_and_a_kill_keeps_the_stacks
     killed = ddptui("kill", run_dir.run_id, "--runs-dir", str(runs_dir), timeout=90)
     assert killed.returncode == 0, killed.stderr
     assert run_processes(run_dir) == []
+    # the launcher stopped its ranks (one SIGTERM each, from it) and wrote the summary
+    assert "its launcher stopped its ranks and wrote the summary" in killed.stdout
+    (stop, *_) = launcher_events(run_dir, StopSignalled)
+    assert stop.signal == "SIGTERM" and stop.ranks == (0, 1)
     assert sorted(p.name.split("-", 2)[-1] for p in run_dir.stacks_dir.glob("*.json")) == [
         "before-kill.json", "on-demand.json", "stall.json",
     ]  # fmt: skip

@@ -105,7 +105,7 @@ def wait_gone(pid: int, timeout: float) -> bool:
 @pytest.mark.usefixtures("rank_env")
 def test_spawn_entry_runs_ddp_ranks_end_to_end(tmp_path: Path) -> None:
     run_dir = make_run_dir(tmp_path / "run", {"training.report_interval": 60.0})
-    spawn_ranks(spawn_entry, (str(run_dir.path), 0, 2, 2))
+    spawn_ranks(spawn_entry, (str(run_dir.path), (0, 1), 2))
 
     events = {r: read_events(run_dir.rank_events_path(r)) for r in range(2)}
     for rank, evs in events.items():
@@ -154,7 +154,7 @@ def test_spawn_entry_runs_ddp_ranks_end_to_end(tmp_path: Path) -> None:
 def test_injected_crash_is_reported_as_rank_failed(tmp_path: Path) -> None:
     run_dir = make_run_dir(tmp_path / "run", {"faults": ["crash:1:2"]})
     with pytest.raises(mp.ProcessRaisedException, match="injected crash at step 2"):
-        spawn_ranks(spawn_entry, (str(run_dir.path), 0, 2, 2))
+        spawn_ranks(spawn_entry, (str(run_dir.path), (0, 1), 2))
     failed = [e for e in read_events(run_dir.rank_events_path(1)) if isinstance(e, RankFailed)]
     assert len(failed) == 1
     assert failed[0].error == "RuntimeError: injected crash at step 2"
@@ -170,7 +170,7 @@ def test_a_refused_plan_is_a_rank_failed_event_with_the_reason(tmp_path: Path) -
         {"strategy.name": "single", "devices.spec": "cpu", "precision.mode": "fp16"},
     )
     with pytest.raises(mp.ProcessRaisedException):
-        spawn_ranks(spawn_entry, (str(run_dir.path), 0, 1, 1), nprocs=1)
+        spawn_ranks(spawn_entry, (str(run_dir.path), (0,), 1), nprocs=1)
     (failed,) = read_events(run_dir.rank_events_path(0))
     assert isinstance(failed, RankFailed)
     assert failed.error.startswith("ConfigError: precision fp16 needs CUDA")

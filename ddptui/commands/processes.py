@@ -195,8 +195,11 @@ def _kill_report(result: KillResult, grace: float) -> list[str]:
             extra = len(stop.stopped) - len(result.targets)
             if extra > 0:
                 lines.append(f"  and {extra} of their child processes")
+            if result.by_launcher:
+                lines.append("  its launcher stopped its ranks and wrote the summary")
             lines.append(
-                f"  SIGTERM: {len(stop.terminated)} ended within the {grace:g} s grace period; "
+                f"  SIGTERM: {len(stop.terminated)} ended within the "
+                f"{result.grace_seconds or grace:g} s grace period; "
                 f"SIGKILL: {len(stop.killed)}; {stop.seconds:.1f} s in all"
             )
             if stop.survivors:

@@ -18,8 +18,9 @@ from engine.core.ops.run_snapshot import request_flight_recorder_dumps, snapshot
 from engine.core.procs.process_identity import identify
 from engine.core.runs.observer import observe_run
 from engine.core.runs.rundir import RunDirError, find_run
-from engine.core.stacks.capture import capture_stack, process_state
-from engine.core.stacks.diagnosis import RankDiagnosis, StackSnapshot, read_activity
+from engine.core.stacks.capture import capture_stack
+from engine.core.stacks.diagnosis import read_activity
+from engine.core.stacks.snapshot import RankDiagnosis, StackSnapshot
 
 
 def _fail(message: str, code: int = exit_codes.BAD_INPUT) -> NoReturn:
@@ -45,7 +46,7 @@ def _process_stack(pid: int) -> StackSnapshot:
         rank=-1, pid=pid, activity=activity, detail=detail, frame=frame,
         method=stack.method, stack=stack.text,
     )  # fmt: skip
-    return StackSnapshot(time=0.0, reason=f"pid {pid} ({process_state(pid)})", ranks=(rank,))
+    return StackSnapshot(time=0.0, reason=f"pid {pid} ({stack.process_state})", ranks=(rank,))
 
 
 def _as_json(snapshot: StackSnapshot, run_id: str | None) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from textual.widgets import Footer, Header, Static
 from ddptui.messages import StacksTaken
 from ddptui.stack_report import diagnosis_lines
 from engine.core.runs.rundir import RunDir
-from engine.core.stacks.diagnosis import StackSnapshot
+from engine.core.stacks.snapshot import StackSnapshot
 
 if TYPE_CHECKING:
     from ddptui.app import DdptuiApp

@@ -247,6 +247,7 @@ def record_start(
             world_size=world_size,
             launcher_pid=me.pid,
             devices=plan.devices.describe(),
+            stops_recorded=True,
         )
     )
     return base, events
@@ -277,17 +278,20 @@ def launch(
     status, failure, reason = RunStatus.FAILED, None, ""
     processes: dict[int, psutil.Process] = {}
     error_files: list[str | None] = []
+    ranks = node_ranks(node_rank, nproc)
     try:
         if nnodes == 1:
             prepare_rendezvous_file(run_dir)
         if config.script.given:
-            processes.update(start_script_ranks(run_dir, node_rank, nproc, world_size))
+            processes.update(start_script_ranks(run_dir, node_rank, ranks, world_size))
         else:
-            spawned, error_files = spawn_engine_ranks(run_dir, node_rank, nproc, world_size)
+            spawned, error_files = spawn_engine_ranks(run_dir, ranks, world_size)
             processes.update(spawned)
         run_dir.write_run_info(
             replace(
-                base, ranks=tuple(ProcessRef(p.pid, p.create_time()) for p in processes.values())
+                base,
+                ranks=tuple(ProcessRef(p.pid, p.create_time()) for p in processes.values()),
+                global_ranks=tuple(processes),
             )
         )
         status, failure, reason = supervise(
@@ -298,7 +302,7 @@ def launch(
             base.oom_baseline,
             # a script rank has no spawn error file: its log's tail is its evidence
             error_of=lambda rank: spawn_error(
-                dict(enumerate(error_files)).get(rank - node_rank * nproc)
+                dict(zip(ranks, error_files, strict=False)).get(rank)
             ),
         )
     except BaseException as err:  # the summary is written whatever happened
@@ -313,6 +317,7 @@ def launch(
             base,
             state=status,
             ranks=tuple(ProcessRef(p.pid, _create_time(p)) for p in processes.values()),
+            global_ranks=tuple(processes),
         )
         write_final_state(run_dir, final, build_summary(run_dir, status, failure, reason), events)
     return status
@@ -332,39 +337,47 @@ def remove_rank_leftovers(
         remove_fault_cgroup(p.pid, cgroup)
 
 
+def node_ranks(node_rank: int, nproc: int) -> tuple[int, ...]:
+    """The global rank of each local rank this launcher starts: node ``node_rank`` of a run with
+    ``nproc`` ranks a node holds the next ``nproc``. The one place a rank gets its number; run.json
+    records it (``RunInfo.ranked``), so no reader works it out again."""
+    return tuple(node_rank * nproc + local_rank for local_rank in range(nproc))
+
+
 def spawn_engine_ranks(
-    run_dir: RunDir, node_rank: int, nproc: int, world_size: int
+    run_dir: RunDir, ranks: tuple[int, ...], world_size: int
 ) -> tuple[dict[int, psutil.Process], list[str | None]]:
-    """The engine's workload: ``torch.multiprocessing.spawn`` of ``spawn_entry``, one per device.
-    Returns the ranks and the files each pickles its error into."""
+    """The engine's workload: ``torch.multiprocessing.spawn`` of ``spawn_entry``, one per device,
+    local rank i as global rank ``ranks[i]``. Returns the ranks by global rank and the files each
+    pickles its error into, in the same order."""
     import torch.multiprocessing as mp  # only now: the environment above is in place
 
     from engine.train.worker import spawn_entry
 
     context = mp.start_processes(
         spawn_entry,
-        args=(str(run_dir.path), node_rank, nproc, world_size),
-        nprocs=nproc,
+        args=(str(run_dir.path), ranks, world_size),
+        nprocs=len(ranks),
         join=False,
         start_method="spawn",
     )
     processes = {}
-    for local_rank, proc in enumerate(context.processes):
+    for rank, proc in zip(ranks, context.processes, strict=True):
         assert proc.pid is not None
-        processes[node_rank * nproc + local_rank] = psutil.Process(proc.pid)
+        processes[rank] = psutil.Process(proc.pid)
     return processes, list(context.error_files)
 
 
 def start_script_ranks(
-    run_dir: RunDir, node_rank: int, nproc: int, world_size: int
+    run_dir: RunDir, node_rank: int, ranks: tuple[int, ...], world_size: int
 ) -> dict[int, psutil.Process]:
-    """The user's script: one ``engine.train.script_rank`` process per device, with the torchrun
-    contract in its environment and its log as its output. The script makes its own process group;
-    its env:// meets at the launcher's store all the same (``engine.train.rendezvous``, routed by
-    ``engine.train.script_rank``)."""
+    """The user's script: one ``engine.train.script_rank`` process per device (local rank i as
+    global rank ``ranks[i]``), with the torchrun contract in its environment and its log as its
+    output. The script makes its own process group; its env:// meets at the launcher's store all
+    the same (``engine.train.rendezvous``, routed by ``engine.train.script_rank``)."""
     processes = {}
-    for local_rank in range(nproc):
-        rank = node_rank * nproc + local_rank
+    nproc = len(ranks)
+    for local_rank, rank in enumerate(ranks):
         env = {
             **os.environ,
             "RANK": str(rank),

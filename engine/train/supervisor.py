@@ -21,7 +21,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import psutil
 
@@ -30,6 +30,7 @@ from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.config.schema import RunConfig
 from engine.core.host.oom_evidence import OomBaseline, sigkill_cause
 from engine.core.procs.process_identity import ProcessRef
+from engine.core.procs.stopping import descendants
 from engine.core.runs.events import (
     EventTail,
     EventWriter,
@@ -39,11 +40,13 @@ from engine.core.runs.events import (
     RankStalled,
     RankStraggling,
     StacksTaken,
+    StopSignalled,
 )
 from engine.core.runs.rank_states import RankStateTracker, Thresholds
 from engine.core.runs.rundir import RunDir
 from engine.core.runs.summary import Failure, exit_status
-from engine.core.stacks.diagnosis import RankTarget, StackSnapshot, latest_snapshot, take_snapshot
+from engine.core.stacks.diagnosis import RankTarget, take_snapshot
+from engine.core.stacks.snapshot import StackSnapshot, latest_snapshot
 
 # Exits are reaped every POLL_SECONDS, so a dead rank stops its peers at once; the event files
 # are read, and the stall and straggler rules applied, every READ_SECONDS, which keeps the
@@ -70,13 +73,6 @@ class RankWatch:
     straggling: bool = False  # reported straggling, and still so
 
 
-def _descendants(proc: psutil.Process) -> list[psutil.Process]:
-    try:
-        return proc.children(recursive=True)
-    except psutil.Error:
-        return []
-
-
 class Supervisor:
     """Watches the local ranks of one run until every one has exited. Whether a rank is stalled or
     straggling is the run observer's rule (``RankStateTracker``), fed the same events readers
@@ -101,13 +97,14 @@ class Supervisor:
             for r in ranks
         }
         self.tracker = RankStateTracker(
-            world_size=len(ranks), thresholds=Thresholds.of(config), run_started=time.time()
+            world_size=len(ranks),
+            thresholds=Thresholds.of(config),
+            run_started=time.time(),
+            stops_recorded=True,  # enforce_stop names every rank it signals
         )
         self.stop_reason = ""  # why the launcher stopped the ranks, when it did
         self.stop_status: RunStatus | None = None
         self.stop_deadline: float | None = None
-        self.stopped_by_us: set[int] = set()
-        self.first_exit_order: list[int] = []
         self.stall_kill_rank: int | None = None
         self.stop_signal_sent: signal.Signals | None = None
         self.processes: dict[int, psutil.Process] = {}
@@ -247,7 +244,6 @@ class Supervisor:
             w.exited = True
             w.exitcode = code
             w.pid = proc.pid
-            self.first_exit_order.append(rank)
             exitcode, signal_name = exit_status(code)
             exited = RankExited(rank=rank, pid=proc.pid, exitcode=exitcode, signal=signal_name)
             self.events.write(exited)
@@ -263,63 +259,48 @@ class Supervisor:
         self.report_snapshots()
         self.stop_status, self.stop_reason = status, reason
         self.stop_deadline = time.monotonic() + self.config.supervision.failure_grace_seconds
-        for w in self.watches.values():
-            if not w.exited:
-                self.stopped_by_us.add(w.rank)
 
     def enforce_stop(self, processes: dict[int, psutil.Process]) -> None:
-        """SIGTERM once when the stop begins, SIGKILL once the grace period is over."""
+        """SIGTERM once when the stop begins, SIGKILL once the grace period is over; each time
+        the launcher's events say which ranks and processes got it (``StopSignalled``)."""
         if self.stop_deadline is None:
             return
         overdue = time.monotonic() >= self.stop_deadline
         if self.stop_signal_sent == (signal.SIGKILL if overdue else signal.SIGTERM):
             return
         sig = signal.SIGKILL if overdue else signal.SIGTERM
-        live = [p for r, p in processes.items() if not self.watches[r].exited]
-        for target in [*live, *(c for p in live for c in _descendants(p))]:
+        live = {r: p for r, p in processes.items() if not self.watches[r].exited}
+        signalled = []
+        for target in [*live.values(), *descendants(live.values())]:
             with contextlib.suppress(psutil.Error):
                 target.send_signal(sig)
+                signalled.append(target.pid)
         self.stop_signal_sent = sig
+        if live:
+            stop = StopSignalled(
+                signal=sig.name,
+                ranks=tuple(sorted(live)),
+                pids=tuple(signalled),
+                reason=self.stop_reason,
+            )
+            self.events.write(stop)
+            self.tracker.feed(stop)
 
     def root_cause(self) -> Failure | None:
-        """The first failure: a rank that died without a report (hard exit, signal) comes first,
-        since the errors of its peers follow from its disappearance; else the earliest report."""
-        bad = [
-            w
-            for w in self.watches.values()
-            if w.exited and w.exitcode != 0 and w.rank not in self.stopped_by_us
-        ]
-        silent = [w for w in bad if w.failed_event is None]
-        if silent:
-            w = min(silent, key=lambda w: self.first_exit_order.index(w.rank))
-            exitcode, signal_name = exit_status(w.exitcode)
-            how = f"code {exitcode}" if exitcode is not None else signal_name or "an unknown status"
-            error = self.error_of(w.rank) or (
-                f"rank {w.rank} exited with {how} without reporting an error"
-            )
-            if signal_name == "SIGKILL" and w.pid is not None:
-                cause = sigkill_cause(w.pid, self.oom_baseline)
-                error += f"; {cause}" if cause else ""
-            return Failure(
-                rank=w.rank,
-                exitcode=exitcode,
-                signal=signal_name,
-                error=error,
-                traceback=_log_tail(self.run_dir, w.rank),
-            )
-        reported = [w for w in self.watches.values() if w.failed_event is not None]
-        if reported:
-            w = min(reported, key=lambda w: w.failed_event.time if w.failed_event else 0.0)
-            assert w.failed_event is not None
-            exitcode, signal_name = exit_status(w.exitcode)
-            return Failure(
-                rank=w.rank,
-                exitcode=exitcode,
-                signal=signal_name,
-                error=w.failed_event.error,
-                traceback=w.failed_event.traceback,
-            )
-        return None
+        """The root cause as the rank rules decide it (``RankStateTracker.root_failure``), with
+        what only the launcher knows of a rank that died without a report: the error its spawn
+        left, whether the kernel's OOM killer sent its SIGKILL, and the end of its log."""
+        cause = self.tracker.root_failure()
+        if cause is None or cause.rank is None or cause.rank not in self.watches:
+            return cause
+        w = self.watches[cause.rank]
+        if w.failed_event is not None:
+            return cause
+        error = self.error_of(w.rank) or cause.error
+        if cause.signal == "SIGKILL" and w.pid is not None:
+            why = sigkill_cause(w.pid, self.oom_baseline)
+            error += f"; {why}" if why else ""
+        return replace(cause, error=error, traceback=_log_tail(self.run_dir, w.rank))
 
 
 def _with_note(reason: str, note: str) -> str:
@@ -367,9 +348,6 @@ def supervise(
         if failed and sup.stop_deadline is None:
             first = failed[0].rank
             sup.begin_stop(RunStatus.FAILED, f"rank {first} failed; the other ranks were stopped")
-            # the failing rank itself is not "stopped by us"
-            for w in failed:
-                sup.stopped_by_us.discard(w.rank)
         if fresh and sup.stop_deadline is None:
             sup.check_health(now)
         sup.report_snapshots()

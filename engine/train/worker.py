@@ -1,7 +1,7 @@
 """The entry of one rank process, under the ddptui launcher or under torchrun.
 
-- ``spawn_entry(local_rank, run_dir, node_rank, nproc_per_node, world_size)``: the target the
-  launcher passes to ``torch.multiprocessing.spawn``.
+- ``spawn_entry(local_rank, run_dir, global_ranks, world_size)``: the target the launcher passes
+  to ``torch.multiprocessing.spawn``.
 - ``python -m engine.train.worker RUN_DIR [--preset NAME_OR_PATH] [--set section.key=value ...]``: the
   same rank under ``torchrun`` (RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT from the
   environment). With no launcher there, global rank 0 writes summary.json at the end, and a rank
@@ -349,11 +349,12 @@ def run_rank(run_dir: RunDir, *, rank: int, local_rank: int, world_size: int) ->
 
 
 def spawn_entry(
-    local_rank: int, run_dir: str, node_rank: int, nproc_per_node: int, world_size: int
+    local_rank: int, run_dir: str, global_ranks: Sequence[int], world_size: int
 ) -> None:
-    """Target of ``torch.multiprocessing.spawn`` (which passes ``local_rank`` first)."""
+    """Target of ``torch.multiprocessing.spawn`` (which passes ``local_rank`` first): this process
+    is global rank ``global_ranks[local_rank]``, as the launcher numbered it."""
     bootstrap_rank()  # already done in __mp_main__ under our launcher; not under other spawners
-    rank = node_rank * nproc_per_node + local_rank
+    rank = global_ranks[local_rank]
     rd = RunDir(Path(run_dir))
     redirect_output(rd.rank_log_path(rank))
     run_rank(rd, rank=rank, local_rank=local_rank, world_size=world_size)

@@ -19,12 +19,12 @@ from engine.core.common.statuses import JobKind, JobState, ProcessRole
 from engine.core.config.schema import RunConfig
 from engine.core.host import gpus
 from engine.core.host.gpus import GpuInventory
+from engine.core.jobs.gpu_join import join_gpus
 from engine.core.jobs.gpu_view import GpuView, build_gpu_view
 from engine.core.jobs.process_table import (
     ProcessTable,
     TrainingJob,
     TrainingProcess,
-    hidden_holders,
 )
 from engine.core.procs.device_holders import DeviceHolder, HolderScan
 from engine.core.procs.process_identity import ProcessProbe, ProcessRef, ProcessUsage
@@ -439,7 +439,10 @@ LEAK_COMMAND = "python /home/ana/scratch/leak_check.py --hold-gpu 6"
 def eight_gpu_view(inventory: GpuInventory) -> GpuView:
     """What the GPUs screen shows of the eight-GPU machine, through the real join."""
     table = eight_gpu_table()
-    table = replace(table, hidden_holders=hidden_holders(inventory, table.holders))
+    visible = {h.pid: h.zombie for h in table.holders.holders}
+    visible |= {p.pid: p.state == JobState.ZOMBIE for j in table.jobs for p in j.processes}
+    join = join_gpus(inventory, table.holders, visible)
+    table = replace(table, hidden_holders=join.hidden, gpu_holdings=join.holdings)
     return build_gpu_view(
         inventory,
         table,

@@ -383,8 +383,7 @@ async def test_a_stalled_run_shows_its_stacks_inline_and_in_full(
     """The recorded live run has a stalled rank 2; a stored snapshot names it the culprit."""
     from ddptui.screens.stacks import StacksScreen
     from engine.core.common.statuses import RankActivity
-    from engine.core.stacks.capture import Frame
-    from engine.core.stacks.diagnosis import RankDiagnosis, StackSnapshot, save_snapshot
+    from engine.core.stacks.snapshot import Frame, RankDiagnosis, StackSnapshot, save_snapshot
 
     runs = tmp_path / "runs"
     shutil.copytree(REPO_ROOT / RECORDED, runs)

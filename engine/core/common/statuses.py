@@ -122,6 +122,28 @@ class ProcessRole(Vocabulary):
     CHILD = "child"
 
 
+class ProcessState(Vocabulary):
+    """What became of a process named by pid and start time (``engine.core.procs.process_identity
+    .lookup``): the one answer every caller that looks a process up goes by."""
+
+    RUNNING = "running"  # that very process exists and runs
+    STOPPED = "stopped"  # it exists, stopped by a signal (SIGSTOP, Ctrl-Z): SIGCONT resumes it
+    ZOMBIE = "zombie"  # it ended; only its entry is left until its parent collects it
+    GONE = "gone"  # no process has its pid any more
+    REUSED = "reused"  # its pid now names another process (a different start time)
+    UNREADABLE = "unreadable"  # a process has its pid, but this user cannot tell which one
+
+    @property
+    def alive(self) -> bool:
+        """It is that very process and it has not ended (it may be stopped)."""
+        return self in (ProcessState.RUNNING, ProcessState.STOPPED)
+
+    @property
+    def ended(self) -> bool:
+        """The process named is no more: gone, a zombie, or its pid reused."""
+        return self in (ProcessState.ZOMBIE, ProcessState.GONE, ProcessState.REUSED)
+
+
 class RowStatus(Vocabulary):
     """One row of a speedup table."""
 

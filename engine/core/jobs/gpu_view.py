@@ -2,10 +2,10 @@
 a foreign torchrun job's rank, an orphaned job's process, a DataLoader worker, or unknown
 (``ddptui gpus`` and the GPUs screen).
 
-Plain Python. It joins three readings, each made elsewhere: the NVML sample
-(``engine.core.host.gpus``), the process scan with its jobs (``engine.core.jobs.process_table``) and the
-scan of open device files (``engine.core.procs.device_holders``), so a process NVML does not list but
-that holds ``/dev/nvidia<N>`` open is shown on card N too, marked as found that way.
+Plain Python. It names the holdings of the one GPU join (``engine.core.jobs.gpu_join``, made with
+the process scan and carried by its table): NVML's processes card by card, then the processes NVML
+does not list but that hold ``/dev/nvidia<N>`` open, shown on card N too and marked as found that
+way; the scan's jobs (``engine.core.jobs.process_table``) say what each process is.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from engine.core.jobs.process_table import (
     ProcessTable,
     TrainingJob,
     TrainingProcess,
-    card_index,
 )
 from engine.core.procs.device_holders import DEFAULT_DEVICE_GLOB, DeviceHolder
 from engine.core.procs.process_identity import ProcessProbe, ProcessRef
@@ -220,7 +219,8 @@ def build_gpu_view(
     uid: int | None = None,
     now: float | None = None,
 ) -> GpuView:
-    """Join an NVML sample with a process scan (which carries its device-file scan).
+    """The rows of a process scan's GPU holdings (``ProcessTable.gpu_holdings``), with the card
+    figures of ``inventory``, the NVML sample the scan was joined with.
 
     ``commands`` gives the command line of processes outside every job (the scan knows those of
     job members); ``probe`` their CPU and memory. Without NVML the rows are the processes with a
@@ -247,33 +247,18 @@ def build_gpu_view(
             )
         return None
 
-    if inventory.error is None:
-        listed = inventory.listed_pids()
-        for gpu in inventory.gpus:
-            for nv in gpu.processes:
-                local = table.holders.holds(nv.pid) is not False or table.job_of(nv.pid)
-                row = row_for(nv.pid, gpu.index, nv.used_memory_bytes, True) if local else None
-                rows.append(
-                    row
-                    or GpuProcessRow(
-                        gpu_index=gpu.index,
-                        pid=nv.pid,
-                        kind=HolderKind.UNKNOWN,
-                        what="not visible here: another PID namespace (a container's NVML "
-                        "reports host pids)",
-                        gpu_memory_bytes=nv.used_memory_bytes,
-                    )
-                )
-    else:
-        listed = set()
-    for holder in table.hidden_holders:
-        if holder.pid in listed:
-            continue
-        for minor in holder.minors:
-            index = card_index(inventory, minor)
-            row = row_for(holder.pid, index, None, False)
-            if row is not None:
-                rows.append(row)
+    for h in table.gpu_holdings:
+        row = row_for(h.pid, h.gpu_index, h.used_bytes, h.listed) if h.here else None
+        if row is None and h.listed:
+            row = GpuProcessRow(
+                gpu_index=h.gpu_index,
+                pid=h.pid,
+                kind=HolderKind.UNKNOWN,
+                what="not visible here: another PID namespace (a container's NVML reports host pids)",
+                gpu_memory_bytes=h.used_bytes,
+            )
+        if row is not None:
+            rows.append(row)
     if inventory.error is not None or not inventory.gpus:
         shown = {r.pid for r in rows}
         for job in table.jobs:

@@ -1,38 +1,60 @@
 """``ddptui kill RUN_ID`` and the UI's kill: stop exactly the processes that prove they are one
-run's, after taking every rank's stack, and settle its summary."""
+run's, after taking every rank's stack, and settle its summary.
+
+One stop authority: a run whose launcher lives is stopped by its launcher. The killer sends the
+launcher (proved by pid, start time and run marker) one SIGTERM and waits for it to end: the
+launcher stops its ranks as it stops them for a failure (stacks, SIGTERM, its grace period,
+SIGKILL) and writes summary.json saying killed. The killer signals ranks itself only when the
+launcher is gone, stopped by a signal, or not done within its grace period plus a margin, and only
+then writes the summary (through ``engine.core.runs.settle``). Either way it sweeps up what carries
+the run's marker and is still alive, and says truthfully what ended on SIGTERM and what needed
+SIGKILL: from its own stop, or from the launcher's ``StopSignalled`` events.
+"""
 
 from __future__ import annotations
 
-import getpass
 import os
+import signal
 import time
 from dataclasses import dataclass
 
 import psutil
 
-from engine.core.common.statuses import KillOutcome, RunStatus
+from engine.core.common.config_error import ConfigError
+from engine.core.common.run_files import user_name
+from engine.core.common.statuses import KillOutcome, ProcessState, RunStatus
+from engine.core.config.toml_io import load_config
 from engine.core.ops.run_snapshot import snapshot_run
 from engine.core.procs.process_identity import (
     ProcessRef,
+    identify,
+    lookup,
     marked_processes,
     marker_mismatch,
     process_ended,
-    same_start,
+    state_of,
     user_of,
 )
 from engine.core.procs.stopping import (
+    POLL_SECONDS,
     KillRefused,
     StopResult,
+    descendants,
     gpu_memory_left,
     protected_pids,
     refusal,
+    signal_process,
     stop_processes,
 )
+from engine.core.runs.events import StopSignalled, read_events
 from engine.core.runs.rundir import RunDir, RunDirError, run_dir_owner
 from engine.core.runs.settle import record_killed
-from engine.core.stacks.diagnosis import StackSnapshot
+from engine.core.stacks.snapshot import StackSnapshot
 
-# ---- ddptui kill RUN_ID ----------------------------------------------------------------------
+# How long past its grace period a launcher may take to finish its stop: its SIGKILL, reaping its
+# ranks, and writing the summary (a snapshot of its own, when the killer's is not recent).
+LAUNCHER_STOP_MARGIN_SECONDS = 15.0
+LATE_GRACE_SECONDS = 0.5  # for marked processes that appeared while the run was being stopped
 
 
 @dataclass(frozen=True)
@@ -54,6 +76,8 @@ class KillResult:
     gpu_check: str = ""
     summary_written: bool = False
     stacks: StackSnapshot | None = None  # every rank's stack, taken before anything was signalled
+    by_launcher: bool = False  # the run's live launcher stopped its ranks and wrote the summary
+    grace_seconds: float = 0.0  # between SIGTERM and SIGKILL, as the ranks were given it
 
     @property
     def ok(self) -> bool:
@@ -69,14 +93,36 @@ def check_run_owner(run_dir: RunDir, *, allow_other_users: bool) -> None:
     if not allow_other_users:
         raise KillRefused(
             f"run {run_dir.run_id}: its run directory belongs to user {owner}, not "
-            f"{getpass.getuser()}; ddptui stops only your own runs (as root, add --all-users); "
-            "nothing was stopped"
+            f"{user_name(os.getuid())}; ddptui stops only your own runs (as root, add "
+            "--all-users); nothing was stopped"
         )
     if os.getuid() != 0:
         raise KillRefused(
             f"run {run_dir.run_id}: its run directory belongs to user {owner}; only root can stop "
             "another user's run; nothing was stopped"
         )
+
+
+def _named_process(ref: ProcessRef, role: str, run_id: str) -> tuple[psutil.Process | None, str]:
+    """The live process run.json names for ``role``, or None and (when it is not simply gone)
+    the sentence saying why it is left alone."""
+    state, proc = lookup(ref)
+    if state == ProcessState.UNREADABLE:
+        return None, f"pid {ref.pid} ({role}) cannot be inspected"
+    if state == ProcessState.REUSED:
+        now = identify(ref.pid)
+        since = (
+            f", started {time.strftime('%H:%M:%S', time.localtime(now.start_time))}" if now else ""
+        )
+        return None, (
+            f"pid {ref.pid} ({role} in run.json) now belongs to another process{since}: left alone"
+        )
+    if proc is None or not state.alive:
+        return None, ""
+    foreign = marker_mismatch(proc, run_id)
+    if foreign:
+        return None, f"{foreign} ({role} in run.json): left alone"
+    return proc, ""
 
 
 def run_targets(
@@ -90,33 +136,14 @@ def run_targets(
     info = run_dir.read_run_info()  # RunDirError: the caller says so and stops
     found: dict[int, tuple[psutil.Process, str]] = {}
     skipped: list[str] = []
-    refs: list[tuple[ProcessRef, str]] = []
-    if info.launcher is not None:
-        refs.append((info.launcher, "launcher"))
-    first = info.node_rank * len(info.ranks)
-    refs += [(ref, f"rank {first + i}") for i, ref in enumerate(info.ranks)]
-    for ref, role in refs:
-        try:
-            proc = psutil.Process(ref.pid)
-            started = proc.create_time()
-        except psutil.NoSuchProcess:
-            continue
-        except psutil.Error as err:
-            skipped.append(f"pid {ref.pid} ({role}) cannot be inspected ({type(err).__name__})")
-            continue
-        if not same_start(started, ref.start_time):
-            skipped.append(
-                f"pid {ref.pid} ({role} in run.json) now belongs to another process, started "
-                f"{time.strftime('%H:%M:%S', time.localtime(started))}: left alone"
-            )
-            continue
-        if process_ended(proc):
-            continue
-        foreign = marker_mismatch(proc, run_dir.run_id)
-        if foreign:
-            skipped.append(f"{foreign} ({role} in run.json): left alone")
-            continue
-        found[proc.pid] = (proc, role)
+    named = [(info.launcher, "launcher")] if info.launcher is not None else []
+    named += [(ref, f"rank {rank}") for rank, ref in info.ranked()]
+    for ref, role in named:
+        proc, why = _named_process(ref, role, run_dir.run_id)
+        if why:
+            skipped.append(why)
+        if proc is not None:
+            found[proc.pid] = (proc, role)
     for proc in marked_processes(run_dir.run_id, exclude=frozenset(protected)):
         found.setdefault(proc.pid, (proc, "marked"))
     return list(found.values()), skipped
@@ -132,6 +159,107 @@ def _status_before(run_dir: RunDir) -> RunStatus:
     return run_dir.read_run_info().state
 
 
+def _launcher_grace(run_dir: RunDir) -> float | None:
+    """The grace period the run's launcher gives its ranks (its preset's supervision)."""
+    try:
+        return load_config(run_dir.config_path).supervision.failure_grace_seconds
+    except (ConfigError, OSError):
+        return None
+
+
+def _killed_by_launcher(run_dir: RunDir, since: float) -> set[int]:
+    """The pids the launcher sent SIGKILL to since ``since`` (its ``StopSignalled`` events)."""
+    return {
+        pid
+        for e in read_events(run_dir.launcher_events_path, run_dir.path)
+        if isinstance(e, StopSignalled) and e.signal == "SIGKILL" and e.time >= since - 1.0
+        for pid in e.pids
+    }
+
+
+def ask_launcher_to_stop(
+    run_dir: RunDir, launcher: psutil.Process, members: list[psutil.Process], wait: float
+) -> tuple[StopResult, bool]:
+    """SIGTERM to the launcher only, then wait up to ``wait`` seconds for it to end. Returns what
+    of ``members`` (and their descendants) ended meanwhile and how, as the launcher's events tell
+    it, and whether the launcher finished its stop (it ended and summary.json is there)."""
+    watched = {p.pid: p for p in [*members, *descendants(members)]}
+    asked, started = time.time(), time.monotonic()
+    if not signal_process(launcher, signal.SIGTERM):
+        return StopResult(), False
+    deadline = started + wait
+    while not process_ended(launcher) and time.monotonic() < deadline:
+        time.sleep(POLL_SECONDS)
+    finished = process_ended(launcher) and run_dir.summary_path.exists()
+    ended = sorted(pid for pid, p in watched.items() if process_ended(p))
+    killed = _killed_by_launcher(run_dir, asked)
+    return StopResult(
+        terminated=tuple(pid for pid in ended if pid not in killed),
+        killed=tuple(pid for pid in ended if pid in killed),
+        seconds=time.monotonic() - started,
+    ), finished
+
+
+def _stop_run(
+    run_dir: RunDir,
+    found: list[tuple[psutil.Process, str]],
+    grace: float,
+    *,
+    allow_other_users: bool,
+    protected: set[int],
+) -> tuple[StopResult, bool, float]:
+    """Stop the run's processes: through its live launcher where it has one, else (or when it does
+    not finish in time) directly, then whatever carrying the marker is left. Returns what was
+    stopped and how, whether the launcher did it, and the grace the ranks were given."""
+    marker = run_dir.run_id
+    launcher = next((p for p, role in found if role == "launcher"), None)
+    result, by_launcher, given = StopResult(), False, grace
+    if launcher is not None and state_of(launcher) == ProcessState.RUNNING:  # it can act
+        launcher_grace = _launcher_grace(run_dir)
+        wait = max(grace, launcher_grace or grace) + LAUNCHER_STOP_MARGIN_SECONDS
+        result, by_launcher = ask_launcher_to_stop(run_dir, launcher, [p for p, _ in found], wait)
+        if by_launcher and launcher_grace is not None:
+            given = launcher_grace
+    rest = [p for p, _ in found if p.pid not in result.stopped and not process_ended(p)]
+    if rest:  # the launcher was gone, could not act, or did not finish in time
+        result = result.merged(
+            stop_processes(rest, grace, allow_other_users=allow_other_users, run_marker=marker)
+        )
+    # a last look for marked processes that slipped through (started while we were stopping)
+    late = [
+        p
+        for p in marked_processes(marker, exclude=frozenset(protected))
+        if p.pid not in result.stopped
+    ]
+    if late:
+        result = result.merged(
+            stop_processes(
+                late, LATE_GRACE_SECONDS, allow_other_users=allow_other_users, run_marker=marker
+            )
+        )
+    return result, by_launcher, given
+
+
+def _nothing_left(
+    run_dir: RunDir, status_before: RunStatus, skipped: list[str], reason: str
+) -> KillResult:
+    """Nothing of the run runs: a finished run is left as it is, an unfinished one is recorded as
+    killed (its launcher ended without a summary)."""
+    finished = status_before.final
+    written = not finished and record_killed(
+        run_dir,
+        reason
+        or "ddptui kill found no process left: the launcher had ended without writing a summary",
+    )
+    return KillResult(
+        run_id=run_dir.run_id,
+        outcome=KillOutcome.ALREADY_FINISHED if finished else KillOutcome.NOTHING_RUNNING,
+        status_before=status_before,
+        skipped=tuple(skipped),
+        summary_written=written,
+    )
+
+
 def kill_run(
     run_dir: RunDir,
     grace: float = 10.0,
@@ -141,68 +269,41 @@ def kill_run(
     reason: str = "",
 ) -> KillResult:
     """Stop exactly the processes of one run: the launcher and ranks run.json names (pid and start
-    time), every process carrying its run marker, and all their descendants.
-
-    Only what is provably the run's is stopped: a process carrying the run's marker (and, for
-    the ones run.json names, its pid and start time), and descendants carrying it too.
+    time), every process carrying its run marker, and all their descendants carrying it too; a
+    live launcher is asked to stop its ranks itself (see the module docstring), ``grace`` is the
+    grace period when the killer stops them.
 
     Raises RunDirError (run.json missing or corrupt) or KillRefused (the run directory or a
     target is another user's, or a target is this process's own ancestor) before signalling
-    anything. A finished run with nothing left
-    is reported as such and left alone; a finished run's leftovers are stopped without touching its
-    summary. Otherwise summary.json ends up with status ``killed``.
+    anything. A finished run with nothing left is reported as such and left alone; a finished
+    run's leftovers are stopped without touching its summary. Otherwise summary.json ends up with
+    status ``killed``: the launcher's, or (``reason``) the killer's when the launcher could not.
     """
     check_run_owner(run_dir, allow_other_users=allow_other_users)
     status_before = _status_before(run_dir)
     protected = protected_pids()
     found, skipped = run_targets(run_dir, protected)
-    finished = status_before.final
     if not found:
-        outcome = KillOutcome.ALREADY_FINISHED if finished else KillOutcome.NOTHING_RUNNING
-        written = False
-        if not finished:
-            written = record_killed(
-                run_dir,
-                reason
-                or "ddptui kill found no process left: the launcher had ended without "
-                "writing a summary",
-            )
-        return KillResult(
-            run_id=run_dir.run_id,
-            outcome=outcome,
-            status_before=status_before,
-            skipped=tuple(skipped),
-            summary_written=written,
-        )
+        return _nothing_left(run_dir, status_before, skipped, reason)
     for proc, role in found:
         why = refusal(proc, allow_other_users=allow_other_users, protected=protected)
         if why:
             raise KillRefused(f"run {run_dir.run_id}: {role} {why}; nothing was stopped")
     targets = tuple(Target(p.pid, p.create_time(), role, user_of(p)) for p, role in found)
+    finished = status_before.final
     # The evidence of why the run was stuck dies with it: take every rank's stack first.
     stacks = None if finished else snapshot_run(run_dir, reason="before kill")
-    marker = run_dir.run_id
-    result = stop_processes(
-        [p for p, _ in found], grace, allow_other_users=allow_other_users, run_marker=marker
+    result, by_launcher, given = _stop_run(
+        run_dir, found, grace, allow_other_users=allow_other_users, protected=protected
     )
-    # a last look for marked processes that slipped through (started while we were stopping)
-    late = [
-        p
-        for p in marked_processes(run_dir.run_id, exclude=frozenset(protected))
-        if p.pid not in result.stopped
-    ]
-    if late:
-        result = result.merged(
-            stop_processes(late, 0.5, allow_other_users=allow_other_users, run_marker=marker)
-        )
     pids = [t.pid for t in targets] + list(result.stopped)
-    gpu_check = gpu_memory_left(pids) if check_gpu else ""
-    written = False
-    if not finished:
-        written = record_killed(
-            run_dir,
-            reason or f"stopped by ddptui kill (SIGTERM, SIGKILL after {grace:g} s)",
+    written = (
+        not finished
+        and not by_launcher
+        and record_killed(
+            run_dir, reason or f"stopped by ddptui kill (SIGTERM, SIGKILL after {grace:g} s)"
         )
+    )
     return KillResult(
         run_id=run_dir.run_id,
         outcome=KillOutcome.STOPPED,
@@ -210,7 +311,9 @@ def kill_run(
         targets=targets,
         stop=result,
         skipped=tuple(skipped),
-        gpu_check=gpu_check,
+        gpu_check=gpu_memory_left(pids) if check_gpu else "",
         summary_written=written,
         stacks=stacks,
+        by_launcher=by_launcher,
+        grace_seconds=given,
     )

@@ -12,7 +12,8 @@ import os
 from engine.core.procs.process_identity import ProcessProbe
 from engine.core.runs.observer import RunObserver
 from engine.core.runs.rundir import RunDir
-from engine.core.stacks.diagnosis import RankTarget, StackSnapshot, take_snapshot
+from engine.core.stacks.diagnosis import RankTarget, take_snapshot
+from engine.core.stacks.snapshot import StackSnapshot
 
 
 def snapshot_run(
@@ -25,11 +26,8 @@ def snapshot_run(
     info = state.info
     if info is None or not info.ranks or not any(probe.alive(r) for r in info.ranks):
         return None
-    first = info.node_rank * len(info.ranks)
     reported = {r.rank: r.last_event_time for r in state.ranks}
-    targets = [
-        RankTarget(first + i, ref, reported.get(first + i)) for i, ref in enumerate(info.ranks)
-    ]
+    targets = [RankTarget(rank, ref, reported.get(rank)) for rank, ref in info.ranked()]
     return take_snapshot(
         run_dir.path, targets, reason=reason, distributed=info.world_size > 1, save=save
     )

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import psutil
 
-from engine.core.procs.process_identity import ProcessRef, user_of
+from engine.core.common.statuses import ProcessState
+from engine.core.procs.process_identity import ProcessRef, status_state, user_of
 
 # Every NVIDIA device node; the digits of /dev/nvidia<N> are the card's minor number.
 DEFAULT_DEVICE_GLOB = "/dev/nvidia*"
@@ -161,7 +162,7 @@ def scan_device_holders(
                     user=user_of(proc),
                     uid=uid,
                     name=proc.name(),
-                    zombie=proc.status() == psutil.STATUS_ZOMBIE,
+                    zombie=status_state(proc.status()) == ProcessState.ZOMBIE,
                     minors=tuple(sorted({m for p in paths if (m := minor_of(p)) is not None})),
                     paths=tuple(paths),
                 )

@@ -24,11 +24,11 @@ from pathlib import Path
 import psutil
 
 from engine.core.common.statuses import LeftoverKind
+from engine.core.procs.process_scan import TORCH_LAUNCHERS, launcher_kind
 
 DEFAULT_SHM_DIR = Path("/dev/shm")
 _SEGMENT = re.compile(r"^torch_(\d+)_")
 ELASTIC_PREFIX = "torchelastic_"
-_TORCH_LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def _read_users(watched: Iterable[Path]) -> _Users:
         if info.get("create_time") is not None:
             users.starts[proc.pid] = float(info["create_time"])
         cmd = info.get("cmdline") or []
-        if _is_torch_launcher(cmd) and info.get("uids") is not None:
+        if launcher_kind(cmd) in TORCH_LAUNCHERS and info.get("uids") is not None:
             users.launchers.append((proc.pid, info["uids"].real, float(info["create_time"] or 0)))
         try:
             for f in os.listdir(f"/proc/{proc.pid}/fd"):
@@ -122,15 +122,6 @@ def _read_users(watched: Iterable[Path]) -> _Users:
         except (psutil.Error, OSError):
             pass
     return users
-
-
-def _is_torch_launcher(cmd: list[str]) -> bool:
-    for i, arg in enumerate(cmd[:3]):
-        if os.path.basename(arg) == "torchrun":
-            return True
-        if arg == "-m" and i + 1 < len(cmd) and cmd[i + 1] in _TORCH_LAUNCHERS:
-            return True
-    return False
 
 
 def _size(path: Path) -> int:

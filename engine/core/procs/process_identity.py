@@ -1,7 +1,8 @@
 """Which process is which: a process is named by its pid *and* its start time, and it is alive only
-while that very process exists and is not a zombie. The one place that decides it, for liveness
-(the run observer), scanning (``ddptui ps``), stopping (``ddptui kill`` / ``clean``) and the rank's
-launcher watchdog.
+while that very process exists and is not a zombie. ``lookup(ref)`` is the one place that decides
+it (a ``ProcessState``: running, stopped, zombie, gone, reused, unreadable), for liveness (the run
+observer), scanning (``ddptui ps``), stacks, stopping (``ddptui kill`` / ``clean``) and the rank's
+launcher watchdog; ``status_state`` reads the same states from a status word a scan already has.
 
 Plain Python (psutil).
 """
@@ -16,6 +17,8 @@ from typing import Any
 import psutil
 
 from engine.core.common.run_environment import RUN_MARKER_ENV
+from engine.core.common.run_files import user_name
+from engine.core.common.statuses import ProcessState
 
 # psutil's create_time is boot time + start ticks; boot time can shift by a second when the clock
 # is adjusted. A pid cannot be reused within a second (the pid counter has to wrap first).
@@ -54,18 +57,54 @@ def identify(pid: int) -> ProcessRef | None:
         return None
 
 
-def find_process(ref: ProcessRef) -> psutil.Process | None:
-    """The live process ``ref`` names, or None when it is gone or its pid now belongs to another
-    process (a different start time). Zombies count as gone: they ended, only the entry is left."""
+def status_state(status: str) -> ProcessState:
+    """A psutil status word as a ``ProcessState`` of a process that exists: a zombie, stopped by a
+    signal (SIGSTOP, SIGTSTP: it runs again on SIGCONT) or running. A tracer's stop is running:
+    py-spy holds every rank in one for a moment while ddptui takes their stacks, and a debugger's
+    stop is not the user's kill -STOP either."""
+    if status == psutil.STATUS_ZOMBIE:
+        return ProcessState.ZOMBIE
+    if status == psutil.STATUS_STOPPED:
+        return ProcessState.STOPPED
+    return ProcessState.RUNNING
+
+
+def state_of(proc: psutil.Process) -> ProcessState:
+    """The state of this very process: a ``psutil.Process`` remembers the start time it was made
+    with, so a pid reused since is ``GONE`` for it, never another process's state."""
+    try:
+        if not proc.is_running():
+            return ProcessState.GONE
+        return status_state(proc.status())
+    except psutil.NoSuchProcess:
+        return ProcessState.GONE
+    except (psutil.Error, OSError):
+        return ProcessState.UNREADABLE
+
+
+def lookup(ref: ProcessRef) -> tuple[ProcessState, psutil.Process | None]:
+    """The one process lookup: what became of the process ``ref`` names, and that very process
+    while it exists (running, stopped or a zombie), else None. A pid that now names a process
+    with another start time is ``REUSED``; one whose start time cannot be read is
+    ``UNREADABLE``: neither is ever handed out, so nothing signals the wrong process."""
     try:
         proc = psutil.Process(ref.pid)
-        if not same_start(proc.create_time(), ref.start_time):
-            return None
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return None
-        return proc
+        started = proc.create_time()
+    except psutil.NoSuchProcess:
+        return ProcessState.GONE, None
     except (psutil.Error, OSError):
-        return None
+        return ProcessState.UNREADABLE, None
+    if not same_start(started, ref.start_time):
+        return ProcessState.REUSED, None
+    state = state_of(proc)
+    return state, (None if state in (ProcessState.GONE, ProcessState.UNREADABLE) else proc)
+
+
+def find_process(ref: ProcessRef) -> psutil.Process | None:
+    """The live process ``ref`` names (``lookup``), or None once it has ended or its pid names
+    another process. Zombies count as ended: only the entry is left."""
+    state, proc = lookup(ref)
+    return proc if state.alive else None
 
 
 def marker_mismatch(proc: psutil.Process, run_id: str) -> str | None:
@@ -87,17 +126,13 @@ def marker_mismatch(proc: psutil.Process, run_id: str) -> str | None:
 
 
 def ref_alive(ref: ProcessRef | None) -> bool:
-    return ref is not None and find_process(ref) is not None
+    return ref is not None and lookup(ref)[0].alive
 
 
 def process_ended(proc: psutil.Process) -> bool:
-    """True once ``proc`` (this very process, not a later one with its pid) is gone or a zombie."""
-    try:
-        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-    except psutil.Error:
-        return False
+    """True once ``proc`` (this very process, not a later one with its pid) is gone or a zombie;
+    False while it cannot be told (``UNREADABLE``)."""
+    return state_of(proc).ended
 
 
 def marked_processes(run_id: str, *, exclude: frozenset[int] = frozenset()) -> list[psutil.Process]:
@@ -121,23 +156,13 @@ class ProcessUsage:
     rss_bytes: int | None
 
 
-def stopped_by_signal(status: str) -> bool:
-    """A process status (psutil's) that is a stop by SIGSTOP, SIGTSTP (Ctrl-Z) and the like: it
-    runs again on SIGCONT. Not a tracer's stop: py-spy holds every rank in one for a moment while
-    ddptui takes their stacks, and a debugger's stop is not the user's kill -STOP either."""
-    return status == psutil.STATUS_STOPPED
-
-
 def user_of(proc: psutil.Process) -> str:
-    """The name of the process's user; its uid when the name is unknown here (another container's
-    user); "?" when the process is gone."""
+    """The name of the process's user, as ``user_name`` names every user (``uid N`` when this
+    machine has no name for it: another container's user); "?" when the process is gone."""
     try:
-        return str(proc.username())
-    except (psutil.Error, KeyError):
-        try:
-            return str(proc.uids().real)
-        except psutil.Error:
-            return "?"
+        return user_name(proc.uids().real)
+    except psutil.Error:
+        return "?"
 
 
 class ProcessProbe:
@@ -155,17 +180,10 @@ class ProcessProbe:
     def alive(self, ref: ProcessRef | None) -> bool:
         return ref_alive(ref)
 
-    def stopped(self, pids: Iterable[int]) -> frozenset[int]:
-        """Those of ``pids`` whose process is stopped by a signal (``stopped_by_signal``)."""
-        found = set()
-        for pid in pids:
-            try:
-                status = psutil.Process(pid).status()
-            except (psutil.Error, OSError):
-                continue
-            if stopped_by_signal(status):
-                found.add(pid)
-        return frozenset(found)
+    def stopped(self, refs: Iterable[ProcessRef]) -> frozenset[int]:
+        """The pids of those of ``refs`` whose very process is stopped by a signal (``lookup``):
+        a pid reused since is never taken for the rank it named."""
+        return frozenset(ref.pid for ref in refs if lookup(ref)[0] == ProcessState.STOPPED)
 
     def users(self, pids: Iterable[int]) -> dict[int, str]:
         """The user of each of ``pids`` still running here (NVML's pids of processes in another

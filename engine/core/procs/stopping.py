@@ -11,7 +11,6 @@ runs ddptui) or another user's process unless the caller allows it (root only).
 from __future__ import annotations
 
 import contextlib
-import getpass
 import os
 import signal
 import time
@@ -21,12 +20,14 @@ from dataclasses import dataclass
 import psutil
 
 from engine.core.common.formatting import format_bytes
+from engine.core.common.run_files import user_name
+from engine.core.common.statuses import ProcessState
 from engine.core.host.gpus import sample_gpus
 from engine.core.procs.process_identity import (
     ProcessRef,
+    lookup,
     marker_mismatch,
     process_ended,
-    same_start,
     user_of,
 )
 
@@ -66,7 +67,7 @@ def refusal(proc: psutil.Process, *, allow_other_users: bool, protected: set[int
     if uid is not None and uid != os.getuid():
         if not allow_other_users:
             return (
-                f"pid {proc.pid} belongs to user {user_of(proc)}, not {getpass.getuser()}; "
+                f"pid {proc.pid} belongs to user {user_of(proc)}, not {user_name(os.getuid())}; "
                 "ddptui stops only your own processes (as root, add --all-users)"
             )
         if os.getuid() != 0:
@@ -110,7 +111,8 @@ class StopResult:
         )
 
 
-def _descendants(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
+def descendants(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
+    """Every live descendant of ``procs`` (those that are gone have none)."""
     found = []
     for p in procs:
         try:
@@ -120,7 +122,7 @@ def _descendants(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
     return found
 
 
-def _signal(proc: psutil.Process, sig: signal.Signals) -> bool:
+def signal_process(proc: psutil.Process, sig: signal.Signals) -> bool:
     """Send ``sig``; psutil refuses when the pid now belongs to another process. False: gone."""
     try:
         proc.send_signal(sig)
@@ -131,7 +133,7 @@ def _signal(proc: psutil.Process, sig: signal.Signals) -> bool:
         return True  # still there; it will show up as a survivor
 
 
-def _wait_ended(procs: dict[int, psutil.Process], timeout: float) -> set[int]:
+def wait_ended(procs: dict[int, psutil.Process], timeout: float) -> set[int]:
     """Pids that ended within ``timeout``."""
     deadline = time.monotonic() + timeout
     ended: set[int] = set()
@@ -166,14 +168,14 @@ def stop_processes(
     left_alone: dict[int, str] = {}
     gone: list[int] = []
 
-    def admit(candidates: Iterable[psutil.Process], descendants: bool = False) -> None:
+    def admit(candidates: Iterable[psutil.Process], below: bool = False) -> None:
         for p in candidates:
             if p.pid in targets or p.pid in refused or p.pid in left_alone:
                 continue
             if process_ended(p):
                 gone.append(p.pid)
                 continue
-            if descendants and run_marker is not None:
+            if below and run_marker is not None:
                 foreign = marker_mismatch(p, run_marker)
                 if foreign:
                     left_alone[p.pid] = f"{foreign}: left alone"
@@ -186,21 +188,21 @@ def stop_processes(
 
     admit(processes)
     if include_descendants:
-        admit(_descendants(list(targets.values())), descendants=True)
+        admit(descendants(list(targets.values())), below=True)
     for p in list(targets.values()):
-        if not _signal(p, signal.SIGTERM):
+        if not signal_process(p, signal.SIGTERM):
             gone.append(p.pid)
             del targets[p.pid]
-    ended = _wait_ended(targets, grace)
+    ended = wait_ended(targets, grace)
     terminated = set(ended)
     rest = {pid: p for pid, p in targets.items() if pid not in ended}
     if include_descendants and rest:  # children started during the grace period
         before = set(targets)
-        admit(_descendants(list(rest.values())), descendants=True)
+        admit(descendants(list(rest.values())), below=True)
         rest.update({pid: targets[pid] for pid in set(targets) - before})
     for p in rest.values():
-        _signal(p, signal.SIGKILL)
-    killed = _wait_ended(rest, kill_wait)
+        signal_process(p, signal.SIGKILL)
+    killed = wait_ended(rest, kill_wait)
     survivors = set(rest) - killed
     return StopResult(
         terminated=tuple(sorted(terminated)),
@@ -256,12 +258,10 @@ def stop_refs(
     procs: list[psutil.Process] = []
     skipped: list[str] = []
     for ref in refs:
-        try:
-            proc = psutil.Process(ref.pid)
-            if not same_start(proc.create_time(), ref.start_time):
-                skipped.append(f"pid {ref.pid} now belongs to another process: left alone")
-                continue
-        except psutil.Error:
+        state, proc = lookup(ref)
+        if state == ProcessState.REUSED:
+            skipped.append(f"pid {ref.pid} now belongs to another process: left alone")
+        if proc is None:
             continue
         foreign = marker_mismatch(proc, run_marker) if run_marker is not None else None
         if foreign:

@@ -174,6 +174,9 @@ class RunStarted(Event):
     world_size: int
     launcher_pid: int
     devices: str
+    # This launcher writes a StopSignalled event whenever it signals its ranks, so a rank it did
+    # not name there was not stopped by it (False in older runs: readers then infer stops).
+    stops_recorded: bool = False
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,24 @@ class RankStraggling(Event):
     rank: int
     step_seconds: float
     others_median_step_seconds: float
+
+
+@dataclass(frozen=True)
+class StopSignalled(Event):
+    """The launcher signalled its ranks to stop: ``SIGTERM`` to every live rank (and its children)
+    when a stop begins, ``SIGKILL`` to those left once the grace period is over. Who was stopped,
+    and how, is read from these: the root cause leaves stopped ranks out, and ``ddptui kill``
+    reports which needed SIGKILL."""
+
+    type: ClassVar[str] = "stop_signalled"
+    signal: str  # "SIGTERM" | "SIGKILL"
+    ranks: tuple[int, ...]  # the ranks signalled
+    pids: tuple[int, ...]  # every process signalled: those ranks and their children
+    reason: str = ""  # why the launcher stopped them
+
+    def __post_init__(self) -> None:  # JSON gives lists back
+        object.__setattr__(self, "ranks", tuple(self.ranks))
+        object.__setattr__(self, "pids", tuple(self.pids))
 
 
 @dataclass(frozen=True)
@@ -237,6 +258,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         RankExited,
         RankStalled,
         RankStraggling,
+        StopSignalled,
         StacksTaken,
         RunFinished,
     )

@@ -32,16 +32,11 @@ from engine.core.config.schema import RunConfig
 from engine.core.config.toml_io import load_config
 from engine.core.procs.process_identity import ProcessProbe
 from engine.core.runs.events import EventTail
-from engine.core.runs.rank_states import (
-    RankState,
-    RankStateTracker,
-    Thresholds,
-    root_failure,
-)
+from engine.core.runs.rank_states import RankState, RankStateTracker, Thresholds
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
 from engine.core.runs.settle import lost_summary, settle_run
 from engine.core.runs.summary import Failure, RunSummary
-from engine.core.stacks.diagnosis import StackSnapshot, latest_snapshot, snapshot_paths
+from engine.core.stacks.snapshot import StackSnapshot, latest_snapshot, snapshot_paths
 
 # A launcher records itself in run.json within seconds of its start; a run.json that names none
 # this long after it was made belongs to a launcher that died first.
@@ -296,12 +291,11 @@ class RunObserver:
         """Every rank's state (the tracker decides it), with what only the machine tells while
         the run lives: which ranks are SIGSTOPped and, when asked, their CPU and memory."""
         live = status.live
-        pids = [r.pid for r in info.ranks] if info is not None else []
         ranks = self.tracker.states(
             now=now,
             launcher_alive=launcher_alive is not False,
             run_status=status if status.final else None,
-            stopped_pids=self.probe.stopped(pids) if live else frozenset(),
+            stopped_pids=self.probe.stopped(info.ranks) if live and info else frozenset(),
         )
         if self.measure_usage and live:
             usage = self.probe.usage([r.pid for r in ranks if r.pid])
@@ -343,7 +337,8 @@ class RunObserver:
             launcher_alive=launcher_alive,
             ranks=ranks,
             summary=summary,
-            failure=(summary.failure if summary else None) or root_failure(ranks),
+            failure=(summary.failure if summary else None)
+            or self.tracker.root_failure(status if status.final else None),
             started=started,
             elapsed=self._elapsed(summary, started, now, status.live),
             eta=eta_seconds(ranks, epochs) if status == RunStatus.RUNNING else None,

@@ -46,12 +46,13 @@ from engine.core.runs.events import (
     RunFinished,
     RunStarted,
     StepProgress,
+    StopSignalled,
 )
+from engine.core.runs.root_cause import RankEnd, root_failure, stopped
 from engine.core.runs.summary import Failure, RankReached
 
 # Before its first event a rank imports torch and loads its data: silence is expected that long.
 STARTUP_ALLOWANCE_SECONDS = 60.0
-_STOP_SIGNALS = ("SIGTERM", "SIGKILL", "SIGINT")
 NOTICES_KEPT = 20
 REPORT_TIMES_KEPT = 8
 
@@ -233,12 +234,16 @@ class _RankFold:
     failure: RankFailed | None = None
     exited: RankExited | None = None
     stalled_report: RankStalled | None = None
+    signalled_at: float | None = None  # when the launcher first signalled it to stop
     phase: str = ""
     report_times: list[float] = field(default_factory=list)  # recent step reports, this phase
 
     @property
     def live(self) -> bool:
         return self.exited is None and not self.finished and self.failure is None
+
+    def end(self) -> RankEnd:
+        return RankEnd(self.rank, self.failure, self.exited, self.finished, self.signalled_at)
 
     def enter(self, phase: str) -> None:
         if phase != self.phase:
@@ -264,6 +269,7 @@ class RankStateTracker:
     run_finished: RunFinished | None = None
     accuracy: float | None = None  # rank 0's latest test accuracy
     metrics_reported: bool = False  # a rank of a script called ddptui.report
+    stops_recorded: bool = False  # the launcher names every rank it stops (``StopSignalled``)
     events_read: int = 0
     notices: list[str] = field(default_factory=list)  # what happened, in words, newest last
     _ranks: dict[int, _RankFold] = field(default_factory=dict)
@@ -277,9 +283,14 @@ class RankStateTracker:
         if isinstance(event, RunStarted):
             self.run_started = event.time
             self.world_size = self.world_size or event.world_size
+            self.stops_recorded = self.stops_recorded or event.stops_recorded
             return
         if isinstance(event, RunFinished):
             self.run_finished = event
+            return
+        if isinstance(event, StopSignalled):
+            for stopping in map(self._fold, event.ranks):
+                stopping.signalled_at = stopping.signalled_at or event.time
             return
         rank = getattr(event, "rank", None)
         if not isinstance(rank, int):
@@ -358,7 +369,10 @@ class RankStateTracker:
             status = None
         ranks = set(self._ranks) | set(range(self.world_size))
         folds = [self._ranks.get(r) or _RankFold(r) for r in sorted(ranks)]
-        root = _root_cause(folds)
+        final = RunStatus(status) if status else None
+        ends = [f.end() for f in folds]
+        cause = root_failure(ends, final, self.stops_recorded)
+        root = cause.rank if cause is not None else None
         step_times = {
             f.rank: f.report.step_seconds
             for f in folds
@@ -367,10 +381,11 @@ class RankStateTracker:
             and f.live
             and status is None
         }
+        halted = {e.rank for e in ends if stopped(e, ends, final, self.stops_recorded)}
         return tuple(
             self._state_of(
-                f, now, launcher_alive, judge, RunStatus(status) if status else None, root,
-                step_times, f.pid in stopped_pids,
+                f, now, launcher_alive, judge, final, root, f.rank in halted, step_times,
+                f.pid in stopped_pids,
             )
             for f in folds
         )  # fmt: skip
@@ -383,6 +398,7 @@ class RankStateTracker:
         judge_silence: bool,
         status: RunStatus | None,
         root: int | None,
+        was_stopped: bool,
         step_times: dict[int, float],
         suspended: bool,
     ) -> RankState:
@@ -414,7 +430,7 @@ class RankStateTracker:
             how = f"exit code {f.exited.exitcode}" if f.exited.signal is None else f.exited.signal
             if f.rank == root and status != RunStatus.KILLED:
                 return replace(base, state=RankStatus.FAILED, reason=f"exited first ({how})")
-            if f.exited.signal in _STOP_SIGNALS:
+            if was_stopped:
                 return replace(base, state=RankStatus.STOPPED, reason=f"stopped ({how})")
             return replace(base, state=RankStatus.FAILED, reason=f"exited ({how})")
         if status is not None:  # the run ended and this rank left no word of how
@@ -447,6 +463,13 @@ class RankStateTracker:
             return replace(base, state=RankStatus.STARTING)
         return base
 
+    def root_failure(self, run_status: RunStatus | None = None) -> Failure | None:
+        """The root cause of the run's failure by ``engine.core.runs.root_cause``'s rule, from the
+        events fed; ``run_status``: its final status when known (a killed run's stops are none)."""
+        status = run_status or (RunStatus(self.run_finished.status) if self.run_finished else None)
+        ends = [self._ranks[r].end() for r in sorted(self._ranks)]
+        return root_failure(ends, status, self.stops_recorded)
+
     def stall_after(self, f: _RankFold) -> float:
         """The stall rule: the silence after which this rank is stalled, by its phase and pace,
         plus the start-up allowance for a rank that has not reported yet (it is importing torch)."""
@@ -454,36 +477,3 @@ class RankStateTracker:
         if f.last_event_time is None:
             return after + STARTUP_ALLOWANCE_SECONDS
         return after
-
-
-def _root_cause(folds: list[_RankFold]) -> int | None:
-    """The rank that exited badly first: the one whose exit the others followed."""
-    bad = [f for f in folds if f.exited is not None and f.exited.exitcode != 0 and not f.finished]
-    if not bad:
-        return None
-    return min(bad, key=lambda f: f.exited.time if f.exited else 0.0).rank
-
-
-def root_failure(ranks: tuple[RankState, ...]) -> Failure | None:
-    """The root cause while no summary says it: the first rank to report an error, else the
-    first failed rank with how it exited."""
-    failed = [r for r in ranks if r.state == RankStatus.FAILED]
-    if not failed:
-        return None
-    reported = [r for r in failed if r.error]
-    if reported:
-        first = min(reported, key=lambda r: r.last_event_time or 0.0)
-        return Failure(
-            rank=first.rank,
-            exitcode=first.exitcode,
-            signal=first.signal,
-            error=first.error,
-            traceback=first.traceback,
-        )
-    first = failed[0]
-    return Failure(
-        rank=first.rank,
-        exitcode=first.exitcode,
-        signal=first.signal,
-        error=f"{first.reason} (no traceback reported)",
-    )

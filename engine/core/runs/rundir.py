@@ -92,15 +92,34 @@ class RunInfo:
     devices: str
     launcher: ProcessRef | None = None
     pgid: int | None = None
-    ranks: tuple[ProcessRef, ...] = ()
+    ranks: tuple[ProcessRef, ...] = ()  # this node's rank processes, in the launcher's order
     node_rank: int = 0
     nnodes: int = 1
     # The launcher's boot, uptime and memory cgroup's OOM count at its start: what ties a later
     # OOM kill to this run (engine.core.host.oom_evidence).
     oom_baseline: OomBaseline | None = None
+    # The global rank of each of ``ranks``, as the launcher that started them numbered them; ()
+    # in a run.json written before ddptui recorded it (``ranked`` derives those).
+    global_ranks: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", RunStatus(self.state))  # the word, typed where made
+        object.__setattr__(self, "global_ranks", tuple(self.global_ranks))
+        if self.global_ranks and len(self.global_ranks) != len(self.ranks):
+            raise ValueError(
+                f"{len(self.global_ranks)} global ranks for {len(self.ranks)} rank processes"
+            )
+
+    def ranked(self) -> tuple[tuple[int, ProcessRef], ...]:
+        """(global rank, process) of each rank of this node: the one rank numbering every reader
+        goes by. The number is the one the launcher recorded; nothing assumes a node holds a
+        contiguous block of ranks (a scheduler may place global rank 0 on any node). A run.json
+        from before the launcher recorded them was written by a launcher that numbered its ranks
+        ``node_rank * ranks per node + local rank``, so that is what those are read as."""
+        numbers = self.global_ranks or tuple(
+            self.node_rank * len(self.ranks) + local for local in range(len(self.ranks))
+        )
+        return tuple(zip(numbers, self.ranks, strict=True))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -114,7 +133,11 @@ class RunInfo:
             "devices": self.devices,
             "launcher": self.launcher.to_json() if self.launcher else None,
             "pgid": self.pgid,
-            "ranks": [r.to_json() for r in self.ranks],
+            # each rank's global number where the launcher recorded one, never a derived one
+            "ranks": [
+                {**ref.to_json(), **({"rank": rank} if self.global_ranks else {})}
+                for rank, ref in self.ranked()
+            ],
             "node_rank": self.node_rank,
             "nnodes": self.nnodes,
             "oom_baseline": self.oom_baseline.to_json() if self.oom_baseline else None,
@@ -124,6 +147,8 @@ class RunInfo:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunInfo:
         launcher = data.get("launcher")
+        ranks = data.get("ranks", [])
+        numbered = bool(ranks) and all("rank" in r for r in ranks)
         return cls(
             run_id=str(data["run_id"]),
             preset=str(data.get("preset", "")),
@@ -134,10 +159,11 @@ class RunInfo:
             devices=str(data.get("devices", "")),
             launcher=ProcessRef.from_json(launcher) if launcher else None,
             pgid=data.get("pgid"),
-            ranks=tuple(ProcessRef.from_json(r) for r in data.get("ranks", [])),
+            ranks=tuple(ProcessRef.from_json(r) for r in ranks),
             node_rank=int(data.get("node_rank", 0)),
             nnodes=int(data.get("nnodes", 1)),
             oom_baseline=OomBaseline.from_json(data.get("oom_baseline")),
+            global_ranks=tuple(int(r["rank"]) for r in ranks) if numbered else (),
         )
 
 

@@ -16,15 +16,15 @@ from engine.core.runs.events import (
     EpochEnded,
     Evaluation,
     Event,
-    RankFailed,
     RankStarted,
     RunStarted,
     StepProgress,
     read_events,
 )
+from engine.core.runs.rank_states import RankStateTracker
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
 from engine.core.runs.summary import EpochFigures, Failure, RunSummary
-from engine.core.stacks.diagnosis import latest_snapshot
+from engine.core.stacks.snapshot import latest_snapshot
 
 
 def epoch_figures(rank0_events: list[Event]) -> list[EpochFigures]:
@@ -67,18 +67,13 @@ def figure_warnings(epochs: list[EpochFigures]) -> tuple[str, ...]:
     )
 
 
-def first_rank_failure(run_dir: RunDir) -> Failure | None:
-    """The earliest RankFailed event of any rank (the root cause), if a rank reported one."""
-    failures = [
-        e
-        for path in run_dir.rank_event_paths().values()
-        for e in read_events(path, run_dir.path)
-        if isinstance(e, RankFailed)
-    ]
-    if not failures:
-        return None
-    first = min(failures, key=lambda e: e.time)
-    return Failure(rank=first.rank, error=first.error, traceback=first.traceback)
+def root_failure_of(run_dir: RunDir, status: RunStatus) -> Failure | None:
+    """The root cause of a run's failure from its event files, as the rank rules decide it
+    (``RankStateTracker.root_failure``: the one place it is decided)."""
+    tracker = RankStateTracker()
+    for path in [run_dir.launcher_events_path, *run_dir.rank_event_paths().values()]:
+        tracker.feed_all(read_events(path, run_dir.path))
+    return tracker.root_failure(status)
 
 
 def started_time(run_dir: RunDir, info: RunInfo) -> float:
@@ -94,7 +89,7 @@ def build_summary(
     """The summary of a run from its config, run.json (when there) and rank 0's events.
 
     Works on whatever the run left: a run killed before rank 0 wrote anything gets a summary with
-    no epochs. ``failure`` defaults to the first RankFailed event when ``status`` is failed.
+    no epochs. ``failure`` defaults to the root cause the events show when ``status`` is failed.
     """
     config = load_config(run_dir.config_path)
     try:
@@ -109,7 +104,7 @@ def build_summary(
     device_count = described.device_count if described is not None else 1
     global_batch = config.training.batch_size * (world_size if config.strategy.name == "ddp" else 1)
     if failure is None and status == RunStatus.FAILED:
-        failure = first_rank_failure(run_dir)
+        failure = root_failure_of(run_dir, status)
     finished = time.time()
     epochs = epoch_figures(rank0)
     return RunSummary(

@@ -15,7 +15,7 @@ from typing import Any
 
 from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.common.strict_json import float_or_nan
-from engine.core.stacks.diagnosis import StackSnapshot
+from engine.core.stacks.snapshot import StackSnapshot
 
 
 @dataclass(frozen=True)

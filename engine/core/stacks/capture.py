@@ -5,7 +5,11 @@ faulthandler file the rank bootstrap registered. Plain Python.
 frames, where the kernel and the container allow a ptrace attach by this user), then sends the
 rank ``STACK_DUMP_SIGNAL`` and reads what faulthandler appended to its file. Either way the result
 is a ``ProcessStack``: every thread's frames, innermost first, the text as the method printed it,
-and which method produced it. A process that is gone, a zombie or stopped (SIGSTOP) says so.
+and which method produced it. A process that is gone, a zombie or stopped (SIGSTOP) says so, as the
+one process lookup (``engine.core.procs.process_identity.lookup``) finds it.
+
+The only module of ``engine.core.stacks`` that runs a program or signals a process: run-directory
+readers never import it (an import-linter contract in pyproject.toml).
 """
 
 from __future__ import annotations
@@ -21,11 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from engine.core.common.run_environment import STACK_DUMP_SIGNAL
 from engine.core.common.run_files import open_in_run
-from engine.core.procs.process_identity import ProcessRef, same_start, stopped_by_signal
+from engine.core.common.statuses import ProcessState
+from engine.core.procs.process_identity import ProcessRef, lookup
+from engine.core.stacks.snapshot import Frame, ThreadStack
 
 PY_SPY_TIMEOUT_SECONDS = 5.0  # per attempt: with native frames, then without
 DUMP_WAIT_SECONDS = 5.0  # for faulthandler to write the dump after the signal
@@ -36,64 +40,19 @@ FAULTHANDLER = "faulthandler"
 
 
 @dataclass(frozen=True)
-class Frame:
-    function: str
-    filename: str
-    line: int | None = None
-    native: bool = False
-
-    @property
-    def where(self) -> str:
-        name = Path(self.filename).name if self.filename else "?"
-        return f"{name}:{self.line}" if self.line is not None else name
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "function": self.function,
-            "filename": self.filename,
-            "line": self.line,
-            "native": self.native,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Frame:
-        return cls(
-            function=str(data.get("function", "")),
-            filename=str(data.get("filename", "")),
-            line=data.get("line") if isinstance(data.get("line"), int) else None,
-            native=bool(data.get("native", False)),
-        )
-
-
-@dataclass(frozen=True)
-class ThreadStack:
-    name: str  # "MainThread" / "Thread 0x7f..." / "Thread 1234 (idle)"
-    frames: tuple[Frame, ...]  # innermost first
-    main: bool = False  # the process's main thread
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "main": self.main, "frames": [f.to_json() for f in self.frames]}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ThreadStack:
-        return cls(
-            name=str(data.get("name", "")),
-            main=bool(data.get("main", False)),
-            frames=tuple(Frame.from_json(f) for f in data.get("frames") or []),
-        )
-
-
-@dataclass(frozen=True)
 class ProcessStack:
     """One process's stack at one moment, or why there is none."""
 
     pid: int
     method: str = ""  # py-spy | faulthandler | "" (none could be taken)
-    process_state: str = "running"  # running | stopped | gone | zombie
+    process_state: ProcessState = ProcessState.RUNNING
     threads: tuple[ThreadStack, ...] = ()
     text: str = ""  # as the method printed it
     problem: str = ""  # why there is no stack, one sentence
     notes: tuple[str, ...] = field(default=())  # e.g. why py-spy could not attach
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "process_state", ProcessState(self.process_state))
 
     @property
     def main_thread(self) -> ThreadStack | None:
@@ -176,22 +135,6 @@ def py_spy_path() -> str | None:
     return shutil.which("py-spy")
 
 
-def process_state(pid: int, start_time: float | None = None) -> str:
-    """running | stopped | gone | zombie, for the process with this pid (and start time)."""
-    try:
-        proc = psutil.Process(pid)
-        if start_time is not None and not same_start(proc.create_time(), start_time):
-            return "gone"
-        status = proc.status()
-    except (psutil.Error, OSError):
-        return "gone"
-    if status == psutil.STATUS_ZOMBIE:
-        return "zombie"
-    if stopped_by_signal(status):
-        return "stopped"
-    return "running"
-
-
 def py_spy_dump(pid: int, *, native: bool = True) -> tuple[tuple[ThreadStack, ...], str]:
     """(threads, "") from py-spy, or ((), why it could not)."""
     exe = py_spy_path()
@@ -265,16 +208,21 @@ def capture_stack(
     ref: ProcessRef, dump_file: Path | None = None, *, use_py_spy: bool = True
 ) -> ProcessStack:
     """The stack of one process: py-spy first, then faulthandler through ``dump_file``."""
-    state = process_state(ref.pid, ref.start_time)
-    if state in ("gone", "zombie"):
-        return ProcessStack(ref.pid, process_state=state, problem=f"the process is {state}")
+    state = lookup(ref)[0]
+    if state.ended:  # a reused pid is the rank's process gone: never read the newcomer
+        gone = ProcessState.ZOMBIE if state == ProcessState.ZOMBIE else ProcessState.GONE
+        return ProcessStack(ref.pid, process_state=gone, problem=f"the process is {gone}")
+    if state == ProcessState.UNREADABLE:  # which process has the pid cannot be told: not touched
+        return ProcessStack(
+            ref.pid, process_state=state, problem="this user cannot tell which process it is"
+        )
     notes: list[str] = []
     if use_py_spy:
         threads, why = py_spy_dump(ref.pid)
         if threads:
             return ProcessStack(ref.pid, PY_SPY, state, threads, text=format_threads(threads))
         notes.append(why)
-    if state == "stopped":  # a stopped process cannot run its signal handler until SIGCONT
+    if state == ProcessState.STOPPED:  # it cannot run its signal handler until SIGCONT
         return ProcessStack(
             ref.pid,
             process_state=state,

@@ -1,34 +1,36 @@
-"""Why a run is stuck: every rank's stack, what each rank was doing, and which rank is the culprit.
+"""Why a run is stuck, judged from its stacks: what each rank was doing, its innermost frame in user
+or engine code, and which rank is the culprit; and ``take_snapshot``, which captures every rank's
+stack (``engine.core.stacks.capture``), judges them and stores the ``StackSnapshot``
+(``engine.core.stacks.snapshot``).
 
-A ``StackSnapshot`` is taken (``take_snapshot``) when a rank is flagged stalled, before every stop of
-ranks, and on demand. Per rank it says its activity (``RankActivity``: stepping in its own code,
-waiting on its peers inside a collective or in backward, stopped by a signal, gone), the innermost
-frame in user or engine code, and the full stack with the method that produced it. The culprit is
-the rank that is not waiting on its peers or, when every rank waits, the one that went silent
-first. Snapshots are stored in the run directory (``stacks/<time>-<why>.json``); the last one goes
-into summary.json. Plain Python.
+A snapshot is taken when a rank is flagged stalled, before every stop of ranks, and on demand. Per
+rank it says its activity (``RankActivity``: stepping in its own code, waiting on its peers inside
+a collective or in backward, stopped by a signal, gone). The culprit is the rank that is not
+waiting on its peers or, when every rank waits, the one that went silent first. Plain Python.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sysconfig
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from engine.core.common import strict_json
-from engine.core.common.run_environment import STACKS_DIR, faulthandler_file_name
-from engine.core.common.run_files import PRIVATE_DIR_MODE, open_private, read_run_text
-from engine.core.common.statuses import RankActivity
+from engine.core.common.run_environment import faulthandler_file_name
+from engine.core.common.statuses import ProcessState, RankActivity
 from engine.core.procs.process_identity import ProcessRef
-from engine.core.stacks.capture import Frame, ProcessStack, capture_stack
+from engine.core.stacks.capture import ProcessStack, capture_stack
+from engine.core.stacks.snapshot import (
+    Frame,
+    RankDiagnosis,
+    StackSnapshot,
+    save_snapshot,
+    stacks_dir,
+)
 
-SNAPSHOT_SUFFIX = ".json"
 _ENGINE_DIR = Path(__file__).resolve().parents[2]  # engine/
 _LIBRARY_DIRS = tuple(
     str(Path(p).resolve())
@@ -71,112 +73,6 @@ class RankTarget:
     error: str = ""  # the error it reported, when it failed
 
 
-@dataclass(frozen=True)
-class RankDiagnosis:
-    rank: int
-    pid: int | None
-    activity: RankActivity
-    detail: str = ""  # "in backward (all-reduce)", "in all_reduce", "waiting for its data"
-    frame: Frame | None = None  # innermost frame in user or engine code
-    method: str = ""  # py-spy | faulthandler | ""
-    stack: str = ""  # the full stack, as text
-    problem: str = ""  # why there is no stack
-    last_event_time: float | None = None
-
-    def describe(self) -> str:
-        """One phrase: "rank 0 stuck at faults.py:42 in hang"."""
-        at = f" at {self.frame.where} in {self.frame.function}" if self.frame else ""
-        if self.activity == RankActivity.STEPPING:
-            how = f" ({self.detail})" if self.detail else ""
-            return f"rank {self.rank} stuck{at}{how}" if at else f"rank {self.rank} busy{how}"
-        if self.activity == RankActivity.WAITING:
-            return f"rank {self.rank} waiting {self.detail or 'on its peers'}"
-        if self.activity == RankActivity.STOPPED:
-            resume = f"; resume it with kill -CONT {self.pid}" if self.pid else ""
-            return f"rank {self.rank} stopped by a signal (SIGSTOP){resume}"
-        if self.activity == RankActivity.GONE:
-            return f"rank {self.rank} is gone"
-        if self.activity == RankActivity.FAILED:
-            return (
-                f"rank {self.rank} failed ({self.detail})"
-                if self.detail
-                else f"rank {self.rank} failed"
-            )
-        return f"rank {self.rank}: no stack ({self.problem or 'unknown'})"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "pid": self.pid,
-            "state": self.activity,
-            "detail": self.detail,
-            "frame": self.frame.to_json() if self.frame else None,
-            "where": f"{self.frame.where} in {self.frame.function}" if self.frame else None,
-            "method": self.method,
-            "stack": self.stack,
-            "problem": self.problem,
-            "last_event_time": self.last_event_time,
-            "describe": self.describe(),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RankDiagnosis:
-        frame = data.get("frame")
-        return cls(
-            rank=int(data["rank"]),
-            pid=data.get("pid"),
-            activity=RankActivity(data["state"]),
-            detail=str(data.get("detail", "")),
-            frame=Frame.from_json(frame) if isinstance(frame, dict) else None,
-            method=str(data.get("method", "")),
-            stack=str(data.get("stack", "")),
-            problem=str(data.get("problem", "")),
-            last_event_time=data.get("last_event_time"),
-        )
-
-
-@dataclass(frozen=True)
-class StackSnapshot:
-    time: float
-    reason: str  # why it was taken: "stall", "before stop", "before kill", "on demand"
-    ranks: tuple[RankDiagnosis, ...]
-    culprit_rank: int | None = None
-    culprit_reason: str = ""
-    path: str = ""  # where it is stored ("" until saved)
-
-    @property
-    def culprit(self) -> RankDiagnosis | None:
-        return next((r for r in self.ranks if r.rank == self.culprit_rank), None)
-
-    def summary_line(self) -> str:
-        """ "rank 0 stuck at faults.py:NN in hang; rank 1 waiting in backward (all-reduce)",
-        the culprit first."""
-        ordered = sorted(self.ranks, key=lambda r: (r.rank != self.culprit_rank, r.rank))
-        return "; ".join(r.describe() for r in ordered)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "time": self.time,
-            "reason": self.reason,
-            "culprit_rank": self.culprit_rank,
-            "culprit_reason": self.culprit_reason,
-            "summary": self.summary_line(),
-            "path": self.path,
-            "ranks": [r.to_json() for r in self.ranks],
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> StackSnapshot:
-        return cls(
-            time=float(data["time"]),
-            reason=str(data.get("reason", "")),
-            ranks=tuple(RankDiagnosis.from_json(r) for r in data.get("ranks") or []),
-            culprit_rank=data.get("culprit_rank"),
-            culprit_reason=str(data.get("culprit_reason", "")),
-            path=str(data.get("path", "")),
-        )
-
-
 # ---- reading a stack -------------------------------------------------------------------------
 
 
@@ -201,11 +97,12 @@ def read_activity(
     stack: ProcessStack, *, distributed: bool
 ) -> tuple[RankActivity, str, Frame | None]:
     """(activity, detail, innermost own frame) from one rank's stack."""
-    if stack.process_state in ("gone", "zombie"):
-        return RankActivity.GONE, stack.process_state, None
+    if stack.process_state.ended:  # a reused pid: the rank it named is gone
+        detail = "zombie" if stack.process_state == ProcessState.ZOMBIE else "gone"
+        return RankActivity.GONE, detail, None
     main = stack.main_thread
     own = next((f for f in main.frames if is_own_code(f)), None) if main else None
-    if stack.process_state == "stopped":
+    if stack.process_state == ProcessState.STOPPED:
         return RankActivity.STOPPED, "SIGSTOP", own
     if main is None:
         return RankActivity.UNKNOWN, "", None
@@ -285,11 +182,7 @@ def diagnose(
     return tuple(found)
 
 
-# ---- taking and storing ----------------------------------------------------------------------
-
-
-def stacks_dir(run_dir_path: Path) -> Path:
-    return Path(run_dir_path) / STACKS_DIR
+# ---- taking one ----------------------------------------------------------------------
 
 
 def take_snapshot(
@@ -317,53 +210,3 @@ def take_snapshot(
         time=time.time(), reason=reason, ranks=ranks, culprit_rank=culprit, culprit_reason=why
     )
     return save_snapshot(run_dir_path, snapshot) if save else snapshot
-
-
-def save_snapshot(run_dir_path: Path, snapshot: StackSnapshot) -> StackSnapshot:
-    """Write it as ``stacks/<time>-<reason>.json`` (private to this user); on a disk that refuses,
-    the snapshot is returned unsaved."""
-    directory = stacks_dir(run_dir_path)
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(snapshot.time))
-    micro = f"{snapshot.time % 1:.6f}"[2:]
-    slug = "-".join(snapshot.reason.split())
-    path = directory / f"{stamp}.{micro}-{slug}{SNAPSHOT_SUFFIX}"
-    saved = replace(snapshot, path=str(path))
-    try:
-        fd = open_private(path, "exclusive", parents=PRIVATE_DIR_MODE)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(strict_json.dumps(saved.to_json(), indent=2))
-    except OSError:
-        path.unlink(missing_ok=True)
-        return snapshot
-    return saved
-
-
-def snapshot_paths(run_dir_path: Path) -> list[Path]:
-    """Stored snapshots, oldest first."""
-    try:
-        return sorted(stacks_dir(run_dir_path).glob(f"*{SNAPSHOT_SUFFIX}"))
-    except OSError:
-        return []
-
-
-def load_snapshot(run_dir_path: Path, path: Path) -> StackSnapshot | None:
-    """A stored snapshot, read through no planted link; None when it cannot be read."""
-    try:
-        data = json.loads(read_run_text(run_dir_path, path))
-        return StackSnapshot.from_json(data) if isinstance(data, dict) else None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def latest_snapshot(run_dir_path: Path) -> StackSnapshot | None:
-    """The newest stored snapshot that could be read, or None."""
-    for path in reversed(snapshot_paths(run_dir_path)):
-        snapshot = load_snapshot(run_dir_path, path)
-        if snapshot is not None:
-            return snapshot
-    return None
-
-
-def flight_recorder_command(directory: Path) -> str:
-    """The command that merges and analyses the ranks' flight-recorder dumps in ``directory``."""
-    return f"python -m torch.distributed.flight_recorder.fr_trace {directory} --prefix rank_"
