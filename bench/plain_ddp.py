@@ -7,7 +7,7 @@ engine to. It is the tutorial's loop and nothing else: no events, no supervision
 - Started plainly (``python bench/plain_ddp.py``) it is the tutorial's single-process loop.
 
 Only the model and the data come from the engine (``engine.train.models.build_model``,
-``engine.train.data.synthetic_split`` + ``engine.train.data.augment``), so the comparison is of the training
+``engine.train.synthetic_data.synthetic_split`` + ``engine.train.data.augment``), so the comparison is of the training
 loops, on the same model, batch, images and augmentation. Throughput is measured the way the engine
 measures it: the last epoch, after the first ``--warmup-steps`` steps, all ranks' images over the
 slowest rank's seconds. Rank 0 prints one JSON line.
@@ -34,8 +34,9 @@ from torch.utils.data import DistributedSampler
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.core.config.schema import ModelConfig
-from engine.train.data import augment, synthetic_split
+from engine.train.data import augment
 from engine.train.models import build_model
+from engine.train.synthetic_data import synthetic_split
 
 
 def plain_training(

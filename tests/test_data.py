@@ -1,4 +1,5 @@
-"""Data sets, augmentation and sampling (engine.train.data), in one process."""
+"""Data sets (engine.train.synthetic_data), augmentation, sampling and pipelines (engine.train.data),
+in one process."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import torch.nn.functional as F
 from engine.core.config.schema import RunConfig
 from engine.core.config.toml_io import apply_overrides
 from engine.train import data
+from engine.train.image_split import ImageSplit
+from engine.train.synthetic_data import synthetic_split
 
 CPU = torch.device("cpu")
 
@@ -24,8 +27,8 @@ def make_config(**overrides: object) -> RunConfig:
 
 
 def test_synthetic_split_is_cifar_shaped_and_deterministic() -> None:
-    split = data.synthetic_split(True, 1000)
-    again = data.synthetic_split(True, 1000)
+    split = synthetic_split(True, 1000)
+    again = synthetic_split(True, 1000)
     assert split.images.shape == (1000, 3, 32, 32)
     assert split.images.dtype == torch.uint8
     assert split.labels.dtype == torch.int64
@@ -33,20 +36,20 @@ def test_synthetic_split_is_cifar_shaped_and_deterministic() -> None:
     assert torch.equal(split.images, again.images)
     assert torch.equal(split.labels, again.labels)
     # A longer split starts with the shorter one: train_size only truncates the draw.
-    assert torch.equal(data.synthetic_split(True, 1500).labels[:1000], split.labels)
+    assert torch.equal(synthetic_split(True, 1500).labels[:1000], split.labels)
 
 
 def test_synthetic_data_does_not_depend_on_the_training_seed() -> None:
     torch.manual_seed(1)
-    a = data.synthetic_split(False, 200)
+    a = synthetic_split(False, 200)
     torch.manual_seed(2)
-    b = data.synthetic_split(False, 200)
+    b = synthetic_split(False, 200)
     assert torch.equal(a.images, b.images)
 
 
 def test_synthetic_train_and_test_are_different_draws() -> None:
-    train = data.synthetic_split(True, 500)
-    test = data.synthetic_split(False, 500)
+    train = synthetic_split(True, 500)
+    test = synthetic_split(False, 500)
     assert not torch.equal(train.images, test.images)
     # Same distribution: the per-channel means agree to a grey level or two.
     assert torch.allclose(
@@ -55,9 +58,9 @@ def test_synthetic_train_and_test_are_different_draws() -> None:
 
 
 def test_synthetic_50k_is_generated_in_well_under_a_second() -> None:
-    data.synthetic_split(False, 10)  # the class bank is made once per process
+    synthetic_split(False, 10)  # the class bank is made once per process
     start = time.perf_counter()
-    split = data.synthetic_split(True, 50_000)
+    split = synthetic_split(True, 50_000)
     seconds = time.perf_counter() - start
     assert len(split) == 50_000
     # ~0.2 s measured on 2 cores; the bound leaves room for a loaded CI machine.
@@ -66,8 +69,8 @@ def test_synthetic_50k_is_generated_in_well_under_a_second() -> None:
 
 def test_mean_colour_does_not_tell_the_class() -> None:
     """A nearest-class-mean classifier on the mean colour is near chance (10 %)."""
-    train = data.synthetic_split(True, 5000)
-    test = data.synthetic_split(False, 2000)
+    train = synthetic_split(True, 5000)
+    test = synthetic_split(False, 2000)
     colour = train.images.float().mean(dim=(2, 3))
     centroids = torch.stack([colour[train.labels == c].mean(0) for c in range(10)])
     test_colour = test.images.float().mean(dim=(2, 3))
@@ -79,8 +82,8 @@ def test_mean_colour_does_not_tell_the_class() -> None:
 def test_a_linear_model_of_the_pixels_does_not_tell_the_class() -> None:
     """Ridge regression on raw pixels (one-hot targets, solved in its dual form) stays near
     chance: the class is a texture at a random phase, which takes spatial features to see."""
-    train = data.synthetic_split(True, 2000)
-    test = data.synthetic_split(False, 1000)
+    train = synthetic_split(True, 2000)
+    test = synthetic_split(False, 1000)
     x = data.normalize(train.images).flatten(1)
     dual = torch.linalg.solve(x @ x.T + 10.0 * torch.eye(len(x)), F.one_hot(train.labels).float())
     scores = data.normalize(test.images).flatten(1) @ (x.T @ dual)
@@ -90,7 +93,7 @@ def test_a_linear_model_of_the_pixels_does_not_tell_the_class() -> None:
 def test_class_signal_survives_crop_and_flip() -> None:
     """Class templates stay closer to their own class than to any other after augmentation: the
     nearest class-mean of augmented, mean-removed images is mostly right."""
-    train = data.synthetic_split(True, 3000)
+    train = synthetic_split(True, 3000)
     x = data.augment(train.images, torch.arange(3000), seed=0, epoch=0)
     x = x - x.mean(dim=(2, 3), keepdim=True)
     # Power spectrum: phase-free, so it compares textures whatever their shift.
@@ -110,7 +113,7 @@ def test_load_split_uses_configured_sizes() -> None:
 
 
 def test_augment_shapes_and_range() -> None:
-    images = data.synthetic_split(True, 64).images
+    images = synthetic_split(True, 64).images
     out = data.augment(images, torch.arange(64), seed=0, epoch=0)
     assert out.shape == (64, 3, 32, 32)
     assert out.dtype == torch.float32
@@ -118,7 +121,7 @@ def test_augment_shapes_and_range() -> None:
 
 
 def test_augment_is_random_crop_with_padding_and_flip() -> None:
-    images = data.synthetic_split(True, 32).images
+    images = synthetic_split(True, 32).images
     indices = torch.arange(100, 132)
     out = data.augment(images, indices, seed=3, epoch=2)
     dy, dx, flip = data.augmentation_params(indices, seed=3, epoch=2)
@@ -135,7 +138,7 @@ def test_augment_is_random_crop_with_padding_and_flip() -> None:
 
 
 def test_augmentation_depends_on_seed_epoch_and_index_only() -> None:
-    images = data.synthetic_split(True, 16).images
+    images = synthetic_split(True, 16).images
     indices = torch.arange(500, 516)
     whole = data.augment(images, indices, seed=0, epoch=1)
     # The same samples in another batch composition (other order, split in two) are augmented alike.
@@ -153,7 +156,7 @@ def test_augmentation_depends_on_seed_epoch_and_index_only() -> None:
 def test_normalize_matches_to_tensor_and_normalize() -> None:
     from PIL import Image
 
-    images = data.synthetic_split(False, 4).images
+    images = synthetic_split(False, 4).images
     transform = data.torchvision_transform(train=False)
     for i in range(4):
         pil = Image.fromarray(images[i].permute(1, 2, 0).numpy())
@@ -181,8 +184,8 @@ def test_ranks_partition_each_epoch_and_order_changes() -> None:
 
 def test_single_batch_is_the_union_of_the_ranks_batches() -> None:
     """Step k of one process with batch 2b holds exactly the samples of step k on 2 ranks of b."""
-    split = data.synthetic_split(True, 500)
-    split = data.ImageSplit(split.images, torch.arange(500))  # label = sample index
+    split = synthetic_split(True, 500)
+    split = ImageSplit(split.images, torch.arange(500))  # label = sample index
     single = data.TensorTrainBatches(split, batch_size=32, seed=7, rank=0, world_size=1, device=CPU)
     ranks = [
         data.TensorTrainBatches(split, batch_size=16, seed=7, rank=r, world_size=2, device=CPU)
@@ -202,7 +205,7 @@ def test_single_batch_is_the_union_of_the_ranks_batches() -> None:
 
 
 def test_max_steps_truncates_each_epoch() -> None:
-    split = data.synthetic_split(True, 500)
+    split = synthetic_split(True, 500)
     batches = data.TensorTrainBatches(
         split, batch_size=10, seed=0, rank=0, world_size=1, device=CPU, max_steps=3
     )

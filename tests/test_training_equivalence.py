@@ -23,8 +23,9 @@ from engine.core.plan.run_plan import plan_run
 from engine.core.runs.events import EpochEnded, Evaluation, EventWriter, StepProgress, read_events
 from engine.core.runs.rundir import RunDir
 from engine.train.data import TestBatches
+from engine.train.evaluation import evaluate
 from engine.train.models import SmallCNN, build_model
-from engine.train.training import evaluate, train_rank
+from engine.train.training import train_rank
 from engine.train.worker import end_process
 from tests.fixtures.spawning import free_port, spawn_ranks
 

@@ -3,6 +3,7 @@ launcher-death watchdog and the torchrun entry. Real processes throughout."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -35,6 +36,8 @@ from engine.core.runs.rundir import RunDir
 from engine.train.faults import FaultInjector
 from engine.train.models import build_model
 from engine.train.worker import (
+    dump_flight_recorder,
+    flight_recorder_size_variable,
     launcher_gone,
     main,
     plan_for_world,
@@ -325,6 +328,88 @@ def test_plan_for_world_scales_batch_and_lr_over_nodes() -> None:
         plan_for_world(single, 2)
 
 
+# ---- the flight recorder --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "name"),
+    [
+        ("2.5.1", "TORCH_NCCL_TRACE_BUFFER_SIZE"),
+        ("2.7.1+cu126", "TORCH_NCCL_TRACE_BUFFER_SIZE"),
+        ("2.8.0", "TORCH_FR_BUFFER_SIZE"),
+        ("2.14.1+cu130", "TORCH_FR_BUFFER_SIZE"),
+        ("3.0.0a0", "TORCH_FR_BUFFER_SIZE"),
+    ],
+)
+def test_the_flight_recorder_size_goes_by_the_name_its_torch_reads(version: str, name: str) -> None:
+    assert flight_recorder_size_variable(version) == name
+
+
+FLIGHT_RECORDER_PROBE = """
+import os, pickle, sys
+import torch, torch.distributed as dist
+import engine.train.worker as worker
+from engine.core.runs.rundir import RunDir
+worker.FLIGHT_RECORDER_ENTRIES = 3
+worker.enable_flight_recorder(RunDir(sys.argv[1]))
+dist.init_process_group(
+    "gloo", store=dist.FileStore(sys.argv[1] + "/store", 1), rank=0, world_size=1
+)
+for _ in range(6):
+    dist.all_reduce(torch.ones(1))
+print(len(pickle.loads(torch._C._distributed_c10d._dump_fr_trace())["entries"]))
+dist.destroy_process_group()
+"""
+
+
+def test_the_flight_recorder_is_sized_by_our_setting_without_a_deprecation_warning(
+    tmp_path: Path,
+) -> None:
+    """With this torch: the buffer keeps the 3 entries we asked for out of 6 collectives (so the
+    variable set is one torch reads), and nothing on stderr says a variable is deprecated."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_FR_", "TORCH_NCCL_"))}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    probe = subprocess.run(
+        [sys.executable, "-c", FLIGHT_RECORDER_PROBE, str(tmp_path)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.strip() == "3"
+    assert "deprecated" not in probe.stderr, probe.stderr
+
+
+class FullDiskStream:
+    """A log on a full disk: every write fails as the kernel's ENOSPC does."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def flush(self) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_failed_flight_recorder_dump_on_a_full_disk_does_not_replace_the_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dump and its one-line note both meet the full disk: dump_flight_recorder returns None
+    rather than raising, so the rank goes on to report the failure it was reporting."""
+
+    def no_room() -> bytes:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    c10d = torch._C._distributed_c10d
+    name = "_dump_fr_trace" if hasattr(c10d, "_dump_fr_trace") else "_dump_nccl_trace"
+    monkeypatch.setattr(c10d, name, no_room)
+    monkeypatch.setattr(sys, "stdout", FullDiskStream())
+    run_dir = RunDir(tmp_path / "run")
+    assert dump_flight_recorder(run_dir, 0) is None
+    assert not (run_dir.flight_recorder_dir / "rank_0").exists()
+
+
 # ---- torchrun entry --------------------------------------------------------------------------
 
 
@@ -340,6 +425,24 @@ def test_write_config_if_missing(tmp_path: Path) -> None:
     assert run_dir.events_dir.is_dir() and run_dir.logs_dir.is_dir()
     write_config_if_missing(run_dir, "cpu-demo", ["training.max_steps=5"])  # there already: kept
     assert load_config(run_dir.config_path).training.max_steps == 2
+
+
+@pytest.mark.parametrize("item", ["oops", "=3"])
+def test_worker_set_is_parsed_as_ddptui_run_parses_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    item: str,
+) -> None:
+    """The same sentence as `ddptui run --set` (engine.core.config.schema.parse_setting), exit 2,
+    and no config.toml written."""
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    run = tmp_path / "run"
+    assert main([str(run), "--preset", "cpu-demo", "--set", item]) == 2
+    assert capsys.readouterr().err == f"error: --set {item!r} is not SECTION.KEY=VALUE\n"
+    assert not RunDir(run).config_path.exists()
 
 
 def test_worker_main_outside_torchrun_says_what_is_missing(

@@ -44,7 +44,7 @@ from engine.core.common.run_environment import (
 )
 from engine.core.common.run_files import SpaceReserve, open_private
 from engine.core.common.statuses import RunStatus
-from engine.core.config.schema import ConfigError
+from engine.core.config.schema import ConfigError, RunConfig
 from engine.core.config.toml_io import load_config
 from engine.core.host import gpus
 from engine.core.host.capacity import available_memory_bytes, usable_cores
@@ -180,15 +180,9 @@ def spawn_error(error_file: str | None) -> str:
     return message.strip() if kind.endswith("WriteFailed") else last.strip()
 
 
-def launch(
-    run_dir: RunDir,
-    *,
-    nnodes: int = 1,
-    node_rank: int = 0,
-    master_addr: str = "127.0.0.1",
-    master_port: int | None = None,
-) -> RunStatus:
-    """Run one node's share of a run to the end; returns the final status."""
+def plan_this_node(run_dir: RunDir) -> tuple[RunConfig, RunPlan]:
+    """The run's config and this node's plan, refused when the machine cannot hold it (its
+    warnings printed)."""
     config = load_config(run_dir.config_path)
     plan = plan_run(config, gpus.gpu_count())
     # ddptui run checked this already; `python -m engine.train.launch` on another node did not. The
@@ -197,21 +191,33 @@ def launch(
     resources = check_resources(plan, available_bytes=available_memory_bytes() + own)
     for warning in resources.warnings:
         print(f"ddptui: warning: {warning}", file=sys.stderr, flush=True)
-    nproc = plan.world_size
-    world_size = nproc * nnodes
-    if nnodes > 1 and config.strategy.name != "ddp":
-        raise LaunchError(
-            f"strategy {config.strategy.name} runs on one machine; use ddp with --nnodes"
-        )
+    return config, plan
+
+
+def rendezvous_port(nnodes: int, node_rank: int, master_addr: str, master_port: int | None) -> int:
+    """The port the ranks meet on: the one given (checked free on node 0), or a free one on a
+    single node; several nodes must name theirs."""
     if master_port is None:
         if nnodes > 1:
             raise LaunchError("--nnodes above 1 needs --master-port (the same on every node)")
-        master_port = find_free_port(master_addr)
-    elif node_rank == 0:
+        return find_free_port(master_addr)
+    if node_rank == 0:
         check_port_free(master_addr, master_port)
-    os.environ.update(rank_environment(run_dir, plan, master_addr, master_port, nproc))
-    os.environ.update(rendezvous_environment(run_dir, nnodes, master_addr, master_port))
+    return master_port
 
+
+def record_start(
+    run_dir: RunDir,
+    config: RunConfig,
+    plan: RunPlan,
+    *,
+    world_size: int,
+    node_rank: int,
+    nnodes: int,
+) -> tuple[RunInfo, LauncherEvents]:
+    """run.json as the run starts (no ranks yet) and the RunStarted event; the space reserve set
+    aside where no ``ddptui run`` made it. Returns the run info the final state builds on and the
+    launcher's events."""
     info = run_dir.read_run_info() if run_dir.run_json_path.exists() else None
     me = psutil.Process()
     base = RunInfo(
@@ -243,6 +249,31 @@ def launch(
             devices=plan.devices.describe(),
             stops_recorded=True,
         )
+    )
+    return base, events
+
+
+def launch(
+    run_dir: RunDir,
+    *,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str = "127.0.0.1",
+    master_port: int | None = None,
+) -> RunStatus:
+    """Run one node's share of a run to the end; returns the final status."""
+    config, plan = plan_this_node(run_dir)
+    nproc = plan.world_size
+    world_size = nproc * nnodes
+    if nnodes > 1 and config.strategy.name != "ddp":
+        raise LaunchError(
+            f"strategy {config.strategy.name} runs on one machine; use ddp with --nnodes"
+        )
+    master_port = rendezvous_port(nnodes, node_rank, master_addr, master_port)
+    os.environ.update(rank_environment(run_dir, plan, master_addr, master_port, nproc))
+    os.environ.update(rendezvous_environment(run_dir, nnodes, master_addr, master_port))
+    base, events = record_start(
+        run_dir, config, plan, world_size=world_size, node_rank=node_rank, nnodes=nnodes
     )
     status, failure, reason = RunStatus.FAILED, None, ""
     processes: dict[int, psutil.Process] = {}
@@ -281,13 +312,7 @@ def launch(
         live = [p for p in processes.values() if p.is_running()]
         stop_processes(live, grace=3.0)
     finally:
-        run_dir.rendezvous_path.unlink(missing_ok=True)
-        for name in error_files:
-            if name:
-                Path(name).unlink(missing_ok=True)
-        cgroup = own_memory_cgroup()
-        for p in processes.values():  # the cgroup an `oom` fault made, once its rank is gone
-            remove_fault_cgroup(p.pid, cgroup)
+        remove_rank_leftovers(run_dir, processes, error_files)
         final = replace(
             base,
             state=status,
@@ -296,6 +321,20 @@ def launch(
         )
         write_final_state(run_dir, final, build_summary(run_dir, status, failure, reason), events)
     return status
+
+
+def remove_rank_leftovers(
+    run_dir: RunDir, processes: dict[int, psutil.Process], error_files: list[str | None]
+) -> None:
+    """What the ranks needed and no reader does: the rendezvous file store, the spawn error
+    files, and the cgroup an ``oom`` fault made (once its rank is gone)."""
+    run_dir.rendezvous_path.unlink(missing_ok=True)
+    for name in error_files:
+        if name:
+            Path(name).unlink(missing_ok=True)
+    cgroup = own_memory_cgroup()
+    for p in processes.values():
+        remove_fault_cgroup(p.pid, cgroup)
 
 
 def node_ranks(node_rank: int, nproc: int) -> tuple[int, ...]:

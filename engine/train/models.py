@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from engine.core.config.schema import ConfigError, ModelConfig
-from engine.train.data import NUM_CLASSES
+from engine.train.image_split import NUM_CLASSES
 from engine.train.user_factories import build_user_model
 
 IMAGENET_CLASSES = 1000

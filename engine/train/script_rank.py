@@ -25,7 +25,6 @@ if __name__ == "__main__":
     bootstrap_rank()
 
 import contextlib
-import ctypes
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -36,7 +35,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any, NoReturn
+from typing import Any
 
 from engine.core.config.schema import RunConfig
 from engine.core.config.toml_io import load_config
@@ -49,6 +48,7 @@ from engine.core.runs.events import (
 )
 from engine.core.runs.rundir import RunDir, this_host
 from engine.core.runs.script_reporting import BarReader, ScriptReporter, install
+from engine.train.rank_bootstrap import exit_at_once
 
 OPTIMIZER_MODULE = "torch.optim.optimizer"
 RENDEZVOUS_MODULE = "torch.distributed.rendezvous"
@@ -140,17 +140,6 @@ def exit_code(err: SystemExit) -> int:
     return 1
 
 
-def end_process(code: int) -> NoReturn:
-    """Exit now once the output is flushed: threads the script left running must not keep the
-    rank alive after its main code returned."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None).fflush(None)
-    os._exit(code)
-
-
 def main(argv: Sequence[str]) -> int:
     run_dir, rank = RunDir(Path(argv[0])), int(argv[1])
     config = load_config(run_dir.config_path)
@@ -190,4 +179,5 @@ def main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    end_process(main(sys.argv[1:]))
+    # Threads the script left running must not keep the rank alive after its main code returned.
+    exit_at_once(main(sys.argv[1:]))

@@ -2,26 +2,25 @@
 classification reference).
 
 ``train_rank`` runs in every rank process after the worker has read the plan and, for ``ddp``, joined
-the process group. It reports through typed events only; rank 0 alone writes files other than its
-own events and log (the checkpoint). Figures an epoch reports are reduced across ranks before they
-are reported, so every rank's ``EpochEnded`` carries the same ``global_*`` values:
+the process group::
 
-- ``global_seconds``: the slowest rank's device-synchronised epoch seconds (ranks wait for each
-  other at every all-reduce, so the slowest rank is the epoch);
-- ``global_data_wait_seconds``: the largest data wait of any rank;
-- ``global_images``: images of all ranks;
-- ``global_steady_images_per_s``: all ranks' images after the warm-up steps divided by the slowest
-  rank's seconds for them;
-- ``global_train_loss``: the mean of the ranks' mean losses (every rank runs the same steps).
+    setup = set_up_rank(...)                    model, data, optimizer: the same on every rank
+    for epoch in range(epochs):
+        figures = train_one_epoch(setup, ...)   steps, throttled step reports (StepReporter)
+        report_epoch(setup, ...)                figures reduced across ranks, then reported
+        evaluate_epoch(setup, ...)              the whole test set, counted across ranks
+    save_checkpoint_on_main(setup, ...)         rank 0 only
+
+It reports through typed events only; rank 0 alone writes files other than its own events and log
+(the checkpoint). Figures an epoch reports are reduced across ranks before they are reported
+(``engine.train.epoch_figures``), so every rank's ``EpochEnded`` carries the same ``global_*`` values.
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
-import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -32,7 +31,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from engine.core.common.run_files import PRIVATE_FILE_MODE, write_atomic
-from engine.core.config.schema import ConfigError, ModelConfig
+from engine.core.config.schema import ConfigError, ModelConfig, RunConfig
 from engine.core.plan.run_plan import RunPlan, lr_at_step
 from engine.core.runs.events import (
     CheckpointSaved,
@@ -41,70 +40,16 @@ from engine.core.runs.events import (
     Evaluation,
     EventWriter,
     PhaseStarted,
-    StepProgress,
 )
 from engine.core.runs.rundir import RunDir
-from engine.train.data import Batch, TestBatches, TrainBatches, make_train_batches
+from engine.core.runs.step_reporter import StepReporter
+from engine.train.data import TestBatches, TrainBatches, make_train_batches
+from engine.train.epoch_figures import RankEpoch, reduce_epoch
+from engine.train.evaluation import broadcast_buffers, evaluate
 from engine.train.faults import FaultInjector
+from engine.train.image_split import Batch
 from engine.train.models import build_model, prepare_model
-
-# ---- devices and precision -------------------------------------------------------------------
-
-
-def pick_device(plan: RunPlan, local_rank: int) -> torch.device:
-    """The device this rank computes on: ``cuda:<local_rank>`` for DDP on GPUs, ``cuda:0`` for
-    single and dataparallel (the first GPU of CUDA_VISIBLE_DEVICES), else the CPU."""
-    if plan.devices.kind != "cuda":
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise RuntimeError(
-            f"the run plans CUDA GPUs ({plan.devices.describe()}) but torch.cuda.is_available() is "
-            "false in this process; check the driver and CUDA_VISIBLE_DEVICES"
-        )
-    index = local_rank if plan.config.strategy.name == "ddp" else 0
-    return torch.device("cuda", index)
-
-
-def gpu_index(device: torch.device) -> int | None:
-    """NVML index of the card behind ``device``: its CUDA_VISIBLE_DEVICES entry (the launcher sets
-    CUDA_DEVICE_ORDER=PCI_BUS_ID, so the orders agree); None on the CPU or for a UUID entry."""
-    if device.type != "cuda":
-        return None
-    index = device.index or 0
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return index
-    entries = [e.strip() for e in visible.split(",") if e.strip()]
-    if index < len(entries) and entries[index].isdigit():
-        return int(entries[index])
-    return None
-
-
-def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager[object]:
-    """fp16: CUDA autocast to float16 (with a GradScaler); bf16: autocast to bfloat16 on CUDA or the
-    CPU; fp32: nothing. fp16 without CUDA is refused, as plan_run does before a run starts."""
-    if precision == "fp16":
-        if device.type != "cuda":
-            raise ConfigError(
-                "precision fp16 needs CUDA (autocast + GradScaler), and this rank runs on the "
-                f"{device.type}; use bf16 or fp32"
-            )
-        return torch.autocast("cuda", dtype=torch.float16)
-    if precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for queued device work, so a clock read after it measures the work."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def synchronized_clock(device: torch.device) -> float:
-    synchronize(device)
-    return time.perf_counter()
-
+from engine.train.rank_device import autocast, pick_device, synchronized_clock
 
 # ---- collectives ----------------------------------------------------------------------------
 
@@ -162,125 +107,7 @@ class DivergenceWatch:
         print(f"warning: {message}; training.on_divergence = warn, so training goes on", flush=True)
 
 
-# ---- epoch figures ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RankEpoch:
-    """One epoch as this rank saw it."""
-
-    steps: int
-    images: int
-    seconds: float
-    data_wait_seconds: float
-    warmup_steps: int
-    steady_images: int
-    steady_seconds: float
-    train_loss: float
-
-    @property
-    def steady_images_per_s(self) -> float:
-        return self.steady_images / self.steady_seconds if self.steady_seconds > 0 else 0.0
-
-
-@dataclass(frozen=True)
-class GlobalEpoch:
-    images: int
-    seconds: float
-    data_wait_seconds: float
-    steady_images_per_s: float
-    train_loss: float
-
-
-def reduce_epoch(local: RankEpoch, device: torch.device, distributed: bool) -> GlobalEpoch:
-    """The figures of all ranks (see the module docstring for how each is reduced)."""
-    if not distributed:
-        return GlobalEpoch(
-            local.images,
-            local.seconds,
-            local.data_wait_seconds,
-            local.steady_images_per_s,
-            local.train_loss,
-        )
-    maxima = torch.tensor(
-        [local.seconds, local.data_wait_seconds, local.steady_seconds],
-        dtype=torch.float64,
-        device=device,
-    )
-    sums = torch.tensor(
-        [local.images, local.steady_images, local.train_loss], dtype=torch.float64, device=device
-    )
-    dist.all_reduce(maxima, op=dist.ReduceOp.MAX)
-    dist.all_reduce(sums, op=dist.ReduceOp.SUM)
-    seconds, data_wait, steady_seconds = maxima.tolist()
-    images, steady_images, loss_sum = sums.tolist()
-    return GlobalEpoch(
-        images=round(images),
-        seconds=seconds,
-        data_wait_seconds=data_wait,
-        steady_images_per_s=steady_images / steady_seconds if steady_seconds > 0 else 0.0,
-        train_loss=loss_sum / dist.get_world_size(),
-    )
-
-
-# ---- evaluation ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class EvalResult:
-    correct: int
-    loss_sum: float
-    samples: int
-
-    @property
-    def accuracy(self) -> float:
-        return self.correct / self.samples if self.samples else 0.0
-
-    @property
-    def loss(self) -> float:
-        return self.loss_sum / self.samples if self.samples else 0.0
-
-
-@torch.no_grad()
-def evaluate(
-    model: nn.Module,
-    batches: Iterable[Batch],
-    *,
-    device: torch.device,
-    precision: str = "fp32",
-    channels_last: bool = False,
-    distributed: bool = False,
-) -> EvalResult:
-    """Correct predictions and summed loss over this rank's shard, summed over all ranks when
-    ``distributed``: every rank returns the figures of the whole test set.
-
-    Pass the unwrapped module under DDP: ranks may hold different numbers of test batches, and
-    DDP's forward would wait for the others.
-    """
-    was_training = model.training
-    model.eval()
-    totals = torch.zeros(3, dtype=torch.float64, device=device)  # correct, loss sum, samples
-    for images, labels in batches:
-        if channels_last:
-            images = images.contiguous(memory_format=torch.channels_last)
-        with autocast(precision, device):
-            logits = model(images)
-        loss = nn.functional.cross_entropy(logits.float(), labels, reduction="sum")
-        totals[0] += (logits.argmax(dim=1) == labels).sum()
-        totals[1] += loss.double()
-        totals[2] += labels.shape[0]
-    if distributed:
-        dist.all_reduce(totals, op=dist.ReduceOp.SUM)
-    model.train(was_training)
-    correct, loss_sum, samples = totals.tolist()
-    return EvalResult(correct=round(correct), loss_sum=loss_sum, samples=round(samples))
-
-
-def broadcast_buffers(model: nn.Module) -> None:
-    """Give every rank rank 0's buffers (BatchNorm running statistics), so every rank evaluates
-    the model rank 0 checkpoints; without SyncBatchNorm each rank's statistics drift apart."""
-    for buffer in model.buffers():
-        dist.broadcast(buffer, src=0)
+# ---- checkpoint ------------------------------------------------------------------------------
 
 
 def save_checkpoint(model: nn.Module, path: Path) -> int:
@@ -295,7 +122,7 @@ def save_checkpoint(model: nn.Module, path: Path) -> int:
     return path.stat().st_size
 
 
-# ---- the loop --------------------------------------------------------------------------------
+# ---- setup -----------------------------------------------------------------------------------
 
 
 def wrap_model(model: nn.Module, plan: RunPlan, device: torch.device) -> nn.Module:
@@ -317,50 +144,71 @@ def wrap_model(model: nn.Module, plan: RunPlan, device: torch.device) -> nn.Modu
     return model
 
 
-def train_rank(
-    run_dir: RunDir,
+@dataclass(frozen=True)
+class RankSetup:
+    """What one rank trains with, made once by ``set_up_rank``."""
+
+    plan: RunPlan
+    rank: int
+    world_size: int
+    device: torch.device
+    raw_model: nn.Module  # unwrapped: what DDP evaluates and rank 0 checkpoints
+    model: nn.Module  # wrapped for the strategy: what trains
+    train_batches: TrainBatches
+    test_batches: TestBatches | None  # None without training.evaluate
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    criterion: nn.Module
+    faults: FaultInjector
+    divergence: DivergenceWatch
+    step_reports: StepReporter
+    events: EventWriter
+
+    @property
+    def config(self) -> RunConfig:
+        return self.plan.config
+
+    @property
+    def distributed(self) -> bool:
+        return self.plan.config.strategy.name == "ddp"
+
+    @property
+    def precision(self) -> str:
+        return self.plan.config.precision.mode
+
+
+def build_rank_model(
     plan: RunPlan,
+    device: torch.device,
     *,
     rank: int,
-    local_rank: int,
-    world_size: int,
-    events: EventWriter,
-    model_factory: Callable[[ModelConfig], nn.Module] = build_model,
-) -> None:
-    """Train one rank as ``plan`` says. For ``ddp`` the process group must be initialised.
-
-    ``model_factory`` builds the unwrapped model after the seed is set (so every rank starts from
-    the same weights); the default is the configured model. Tests pass a SmallCNN without
-    BatchNorm.
-    """
+    model_factory: Callable[[ModelConfig], nn.Module],
+) -> tuple[nn.Module, nn.Module]:
+    """(the unwrapped model, the model wrapped for the strategy), from the same initial weights
+    on every rank (DDP broadcasts rank 0's anyway)."""
     config = plan.config
-    training = config.training
-    precision = config.precision.mode
-    distributed = config.strategy.name == "ddp"
-    is_main = rank == 0
-    device = pick_device(plan, local_rank)
-    faults = FaultInjector(config.faults, rank)
-    divergence = DivergenceWatch(device, rank, training.on_divergence)
-    autocast(precision, device)  # refuses fp16 without CUDA before any work
-    if device.type == "cuda":
-        torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest kernels once
-
-    # Model: the same initial weights on every rank (DDP broadcasts rank 0's anyway).
-    torch.manual_seed(training.seed)
-    raw_model = model_factory(config.model)
+    torch.manual_seed(config.training.seed)
     raw_model = prepare_model(
-        raw_model,
+        model_factory(config.model),
         config.model,
         device=device,
-        sync_batchnorm=distributed and config.ddp.sync_batchnorm,
+        sync_batchnorm=config.strategy.name == "ddp" and config.ddp.sync_batchnorm,
     )
     model = wrap_model(raw_model, plan, device)
     # Host-side randomness from here on (PIL augmentation without workers) differs per rank.
-    torch.manual_seed(training.seed + 1 + rank)
+    torch.manual_seed(config.training.seed + 1 + rank)
+    return raw_model, model
 
-    # Data: DDP ranks share out every epoch; single and dataparallel are one replica.
+
+def make_rank_batches(
+    config: RunConfig, device: torch.device, *, rank: int, world_size: int
+) -> tuple[TrainBatches, TestBatches | None]:
+    """This rank's training batches and its shard of the test set (None without evaluation).
+    DDP ranks share out every epoch; single and dataparallel are one replica."""
+    training = config.training
+    distributed = config.strategy.name == "ddp"
     data_rank, data_world = (rank, world_size) if distributed else (0, 1)
-    train_batches: TrainBatches = make_train_batches(
+    train_batches = make_train_batches(
         config,
         batch_size=training.batch_size,
         rank=data_rank,
@@ -387,156 +235,253 @@ def train_rank(
         if training.evaluate
         else None
     )
+    return train_batches, test_batches
 
-    if distributed:  # setup is over (a download barrier may have waited minutes)
+
+def set_up_rank(
+    plan: RunPlan,
+    *,
+    rank: int,
+    local_rank: int,
+    world_size: int,
+    events: EventWriter,
+    model_factory: Callable[[ModelConfig], nn.Module],
+) -> RankSetup:
+    """Device, model, data and optimizer of one rank, in the order that keeps every rank's
+    initial weights and data the same; prints the rank's one-line description."""
+    config = plan.config
+    training = config.training
+    device = pick_device(plan, local_rank)
+    faults = FaultInjector(config.faults, rank)
+    divergence = DivergenceWatch(device, rank, training.on_divergence)
+    autocast(config.precision.mode, device)  # refuses fp16 without CUDA before any work
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest kernels once
+    raw_model, model = build_rank_model(plan, device, rank=rank, model_factory=model_factory)
+    train_batches, test_batches = make_rank_batches(
+        config, device, rank=rank, world_size=world_size
+    )
+    if config.strategy.name == "ddp":  # setup is over (a download barrier may have waited minutes)
         set_collective_timeout(config.ddp.timeout_seconds)
-
     optimizer = torch.optim.SGD(
         model.parameters(),
         lr=plan.base_lr,
         momentum=config.optimizer.momentum,
         weight_decay=config.optimizer.weight_decay,
     )
-    scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
-    criterion = nn.CrossEntropyLoss()
-    channels_last = config.model.channels_last
+    setup = RankSetup(
+        plan=plan,
+        rank=rank,
+        world_size=world_size,
+        device=device,
+        raw_model=raw_model,
+        model=model,
+        train_batches=train_batches,
+        test_batches=test_batches,
+        optimizer=optimizer,
+        scaler=torch.amp.GradScaler("cuda", enabled=config.precision.mode == "fp16"),
+        criterion=nn.CrossEntropyLoss(),
+        faults=faults,
+        divergence=divergence,
+        step_reports=StepReporter(events, rank, training.report_interval),
+        events=events,
+    )
     print(
         f"rank {rank}/{world_size} on {device}: {config.model.label}, {config.strategy.name}, "
-        f"{precision}, {train_batches.steps_per_epoch} steps/epoch of {training.batch_size}",
+        f"{config.precision.mode}, {train_batches.steps_per_epoch} steps/epoch of "
+        f"{training.batch_size}",
+        flush=True,
+    )
+    return setup
+
+
+# ---- one epoch -------------------------------------------------------------------------------
+
+
+def train_step(setup: RankSetup, batch: Batch, global_step: int) -> tuple[torch.Tensor, float]:
+    """One optimizer step on ``batch``; returns its loss (on the device) and its lr."""
+    images, labels = batch
+    if setup.config.model.channels_last:
+        images = images.contiguous(memory_format=torch.channels_last)
+    lr = lr_at_step(setup.plan, global_step)
+    for group in setup.optimizer.param_groups:
+        group["lr"] = lr
+    with autocast(setup.precision, setup.device):
+        loss = setup.criterion(setup.model(images), labels)
+    setup.optimizer.zero_grad(set_to_none=True)
+    setup.faults.before_backward(global_step)
+    setup.scaler.scale(loss).backward()
+    setup.scaler.step(setup.optimizer)
+    setup.scaler.update()
+    return loss, lr
+
+
+def train_one_epoch(setup: RankSetup, epoch: int, first_global_step: int) -> RankEpoch:
+    """Every step of ``epoch`` (global steps from ``first_global_step``), with throttled step
+    reports; the epoch's figures as this rank measured them (device-synchronised)."""
+    steps = setup.train_batches.steps_per_epoch
+    warmup = min(setup.config.training.warmup_steps, steps - 1) if steps > 1 else 0
+    setup.events.write(EpochStarted(rank=setup.rank, epoch=epoch, steps=steps))
+    setup.model.train()
+    loss_sum = torch.zeros((), device=setup.device)
+    images_seen = steady_images = 0
+    data_wait = 0.0
+    epoch_start = steady_start = synchronized_clock(setup.device)
+    setup.step_reports.restart()
+    batches: Iterator[Batch] = setup.train_batches.epoch(epoch)
+    for step in range(steps):
+        global_step = first_global_step + step
+        setup.faults.at_step(global_step)
+
+        fetch_start = time.perf_counter()
+        batch = next(batches)
+        data_wait += time.perf_counter() - fetch_start
+        loss, lr = train_step(setup, batch, global_step)
+
+        loss_sum += loss.detach().float()
+        setup.divergence.observe(loss, global_step)
+        batch_images = batch[1].shape[0]  # one label per image
+        images_seen += batch_images
+        if step >= warmup:
+            steady_images += batch_images
+        if step + 1 == warmup:
+            steady_start = synchronized_clock(setup.device)
+
+        # step_done first: every step is counted; the epoch's last step is always reported.
+        if setup.step_reports.step_done(images=batch_images) or step + 1 == steps:
+            setup.divergence.check(steps)
+            setup.step_reports.report(
+                epoch=epoch,
+                step=step + 1,
+                steps=steps,
+                global_step=global_step + 1,
+                loss=loss.item(),
+                lr=lr,
+            )
+
+    epoch_end = synchronized_clock(setup.device)
+    return RankEpoch(
+        steps=steps,
+        images=images_seen,
+        seconds=epoch_end - epoch_start,
+        data_wait_seconds=data_wait,
+        warmup_steps=warmup,
+        steady_images=steady_images,
+        steady_seconds=epoch_end - steady_start,
+        train_loss=loss_sum.item() / steps if steps else 0.0,
+    )
+
+
+def report_epoch(setup: RankSetup, epoch: int, local: RankEpoch) -> None:
+    """The epoch's figures, reduced across ranks first (a collective): one ``EpochEnded`` with this
+    rank's and the global figures, and one line in the log."""
+    reduced = reduce_epoch(local, setup.device, setup.distributed)
+    setup.events.write(
+        EpochEnded(
+            rank=setup.rank,
+            epoch=epoch,
+            steps=local.steps,
+            images=local.images,
+            seconds=local.seconds,
+            data_wait_seconds=local.data_wait_seconds,
+            warmup_steps=local.warmup_steps,
+            steady_images_per_s=local.steady_images_per_s,
+            train_loss=local.train_loss,
+            global_images=reduced.images,
+            global_seconds=reduced.seconds,
+            global_data_wait_seconds=reduced.data_wait_seconds,
+            global_steady_images_per_s=reduced.steady_images_per_s,
+            global_train_loss=reduced.train_loss,
+        )
+    )
+    print(
+        f"epoch {epoch + 1}/{setup.config.training.epochs}: {local.steps} steps, "
+        f"{reduced.seconds:.2f} s (data {reduced.data_wait_seconds:.2f} s), "
+        f"{reduced.steady_images_per_s:.0f} img/s, train loss {reduced.train_loss:.4f}",
         flush=True,
     )
 
+
+# ---- evaluation and checkpoint ---------------------------------------------------------------
+
+
+def evaluate_epoch(setup: RankSetup, epoch: int, test_batches: TestBatches) -> None:
+    """The whole test set after ``epoch`` (collectives under DDP: every rank calls it), announced
+    as a slow phase, reported as one ``Evaluation`` and one line in the log."""
+    setup.events.write(PhaseStarted(rank=setup.rank, phase="evaluation"))
+    eval_start = synchronized_clock(setup.device)
+    if setup.distributed:
+        broadcast_buffers(setup.raw_model)
+    # DataParallel splits test batches across its GPUs; DDP evaluates the bare module.
+    dataparallel = setup.config.strategy.name == "dataparallel"
+    result = evaluate(
+        setup.model if dataparallel else setup.raw_model,
+        test_batches,
+        device=setup.device,
+        precision=setup.precision,
+        channels_last=setup.config.model.channels_last,
+        distributed=setup.distributed,
+    )
+    setup.events.write(
+        Evaluation(
+            rank=setup.rank,
+            epoch=epoch,
+            accuracy=result.accuracy,
+            loss=result.loss,
+            samples=result.samples,
+            seconds=synchronized_clock(setup.device) - eval_start,
+        )
+    )
+    print(
+        f"  test accuracy {result.accuracy:.2%} on {result.samples} images, loss {result.loss:.4f}",
+        flush=True,
+    )
+
+
+def save_checkpoint_on_main(setup: RankSetup, run_dir: RunDir) -> None:
+    """Rank 0 alone writes the checkpoint (every rank holds the same weights); the others return."""
+    if setup.rank != 0:
+        return
+    setup.events.write(PhaseStarted(rank=setup.rank, phase="checkpoint"))
+    path = run_dir.checkpoint_path
+    size = save_checkpoint(setup.raw_model, path)
+    setup.events.write(CheckpointSaved(rank=setup.rank, path=str(path), bytes=size))
+
+
+# ---- the rank --------------------------------------------------------------------------------
+
+
+def train_rank(
+    run_dir: RunDir,
+    plan: RunPlan,
+    *,
+    rank: int,
+    local_rank: int,
+    world_size: int,
+    events: EventWriter,
+    model_factory: Callable[[ModelConfig], nn.Module] = build_model,
+) -> None:
+    """Train one rank as ``plan`` says. For ``ddp`` the process group must be initialised.
+
+    ``model_factory`` builds the unwrapped model after the seed is set (so every rank starts from
+    the same weights); the default is the configured model. Tests pass a SmallCNN without
+    BatchNorm.
+    """
+    setup = set_up_rank(
+        plan,
+        rank=rank,
+        local_rank=local_rank,
+        world_size=world_size,
+        events=events,
+        model_factory=model_factory,
+    )
+    training = plan.config.training
     global_step = 0
     for epoch in range(training.epochs):
-        steps = train_batches.steps_per_epoch
-        warmup = min(training.warmup_steps, steps - 1) if steps > 1 else 0
-        events.write(EpochStarted(rank=rank, epoch=epoch, steps=steps))
-        model.train()
-        loss_sum = torch.zeros((), device=device)
-        images_seen = steady_images = 0
-        data_wait = 0.0
-        epoch_start = steady_start = synchronized_clock(device)
-        last_report, images_at_report, step_at_report = time.perf_counter(), 0, 0
-        batches: Iterator[Batch] = train_batches.epoch(epoch)
-        for step in range(steps):
-            faults.at_step(global_step)
-
-            fetch_start = time.perf_counter()
-            images, labels = next(batches)
-            data_wait += time.perf_counter() - fetch_start
-            if channels_last:
-                images = images.contiguous(memory_format=torch.channels_last)
-
-            lr = lr_at_step(plan, global_step)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            with autocast(precision, device):
-                loss = criterion(model(images), labels)
-            optimizer.zero_grad(set_to_none=True)
-            faults.before_backward(global_step)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-
-            loss_sum += loss.detach().float()
-            divergence.observe(loss, global_step)
-            batch_images = labels.shape[0]
-            images_seen += batch_images
-            if step >= warmup:
-                steady_images += batch_images
-            global_step += 1
-            if step + 1 == warmup:
-                steady_start = synchronized_clock(device)
-
-            now = time.perf_counter()
-            if now - last_report >= training.report_interval or step + 1 == steps:
-                divergence.check(steps)
-                elapsed = max(now - last_report, 1e-9)
-                events.write(
-                    StepProgress(
-                        rank=rank,
-                        epoch=epoch,
-                        step=step + 1,
-                        steps=steps,
-                        global_step=global_step,
-                        loss=loss.item(),
-                        images_per_s=(images_seen - images_at_report) / elapsed,
-                        step_seconds=elapsed / (step + 1 - step_at_report),
-                        lr=lr,
-                    )
-                )
-                last_report, images_at_report, step_at_report = now, images_seen, step + 1
-
-        epoch_end = synchronized_clock(device)
-        local = RankEpoch(
-            steps=steps,
-            images=images_seen,
-            seconds=epoch_end - epoch_start,
-            data_wait_seconds=data_wait,
-            warmup_steps=warmup,
-            steady_images=steady_images,
-            steady_seconds=epoch_end - steady_start,
-            train_loss=loss_sum.item() / steps if steps else 0.0,
-        )
-        reduced = reduce_epoch(local, device, distributed)
-        events.write(
-            EpochEnded(
-                rank=rank,
-                epoch=epoch,
-                steps=steps,
-                images=local.images,
-                seconds=local.seconds,
-                data_wait_seconds=local.data_wait_seconds,
-                warmup_steps=warmup,
-                steady_images_per_s=local.steady_images_per_s,
-                train_loss=local.train_loss,
-                global_images=reduced.images,
-                global_seconds=reduced.seconds,
-                global_data_wait_seconds=reduced.data_wait_seconds,
-                global_steady_images_per_s=reduced.steady_images_per_s,
-                global_train_loss=reduced.train_loss,
-            )
-        )
-        print(
-            f"epoch {epoch + 1}/{training.epochs}: {steps} steps, {reduced.seconds:.2f} s "
-            f"(data {reduced.data_wait_seconds:.2f} s), {reduced.steady_images_per_s:.0f} img/s, "
-            f"train loss {reduced.train_loss:.4f}",
-            flush=True,
-        )
-
-        if test_batches is not None:
-            events.write(PhaseStarted(rank=rank, phase="evaluation"))
-            eval_start = synchronized_clock(device)
-            if distributed:
-                broadcast_buffers(raw_model)
-            # DataParallel splits test batches across its GPUs; DDP evaluates the bare module.
-            eval_model = model if config.strategy.name == "dataparallel" else raw_model
-            result = evaluate(
-                eval_model,
-                test_batches,
-                device=device,
-                precision=precision,
-                channels_last=channels_last,
-                distributed=distributed,
-            )
-            events.write(
-                Evaluation(
-                    rank=rank,
-                    epoch=epoch,
-                    accuracy=result.accuracy,
-                    loss=result.loss,
-                    samples=result.samples,
-                    seconds=synchronized_clock(device) - eval_start,
-                )
-            )
-            print(
-                f"  test accuracy {result.accuracy:.2%} on {result.samples} images, "
-                f"loss {result.loss:.4f}",
-                flush=True,
-            )
-
-    if training.checkpoint and is_main:
-        events.write(PhaseStarted(rank=rank, phase="checkpoint"))
-        path = run_dir.checkpoint_path
-        size = save_checkpoint(raw_model, path)
-        events.write(CheckpointSaved(rank=rank, path=str(path), bytes=size))
+        figures = train_one_epoch(setup, epoch, global_step)
+        global_step += figures.steps
+        report_epoch(setup, epoch, figures)
+        if setup.test_batches is not None:
+            evaluate_epoch(setup, epoch, setup.test_batches)
+    if training.checkpoint:
+        save_checkpoint_on_main(setup, run_dir)

@@ -27,8 +27,8 @@ if __name__ == "__main__":
 
 import argparse
 import contextlib
-import ctypes
 import os
+import re
 import sys
 import threading
 import time
@@ -45,11 +45,17 @@ import torch.distributed as dist
 
 from engine.core.common.disk_space import WriteFailed, disk_full
 from engine.core.common.run_environment import LAUNCHER_PID_ENV, THREADS_ENV
-from engine.core.common.run_files import PRIVATE_DIR_MODE, make_dirs, open_private, write_atomic
+from engine.core.common.run_files import (
+    PRIVATE_DIR_MODE,
+    PRIVATE_FILE_MODE,
+    make_dirs,
+    open_private,
+    write_atomic,
+)
 from engine.core.common.statuses import RunStatus
 from engine.core.config.presets import load_preset
 from engine.core.config.schema import ConfigError
-from engine.core.config.toml_io import apply_overrides, load_config, to_toml
+from engine.core.config.toml_io import apply_overrides, load_config, parse_setting, to_toml
 from engine.core.host import gpus
 from engine.core.plan.run_plan import RunPlan, plan_run
 from engine.core.procs.process_identity import ProcessRef, identify, ref_alive
@@ -63,9 +69,10 @@ from engine.core.runs.events import (
 from engine.core.runs.rundir import RunDir, this_host
 from engine.core.runs.settle import settle_run
 from engine.core.runs.summarize import build_summary
-from engine.train.rank_bootstrap import bootstrap_rank, prepare_stack_dumps
+from engine.train.rank_bootstrap import bootstrap_rank, exit_at_once, prepare_stack_dumps
+from engine.train.rank_device import gpu_index, pick_device
 from engine.train.rendezvous import rendezvous_store
-from engine.train.training import gpu_index, pick_device, train_rank
+from engine.train.training import train_rank
 
 WATCHDOG_INTERVAL_SECONDS = 0.5
 WATCHDOG_EXIT_CODE = 1
@@ -73,6 +80,9 @@ WATCHDOG_EXIT_CODE = 1
 # get ddp.timeout_seconds once setup is over (engine.train.training.set_collective_timeout).
 SETUP_TIMEOUT_SECONDS = 600.0
 FLIGHT_RECORDER_ENTRIES = 2000
+# The first torch that reads the flight recorder's size from TORCH_FR_BUFFER_SIZE (pytorch#152563).
+FLIGHT_RECORDER_RENAMED_IN = (2, 8)
+FLIGHT_RECORDER_SIZE_VARIABLES = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 
 
 # ---- process set-up --------------------------------------------------------------------------
@@ -136,18 +146,32 @@ def plan_for_world(plan: RunPlan, world_size: int) -> RunPlan:
 # ---- the flight recorder --------------------------------------------------------------------
 
 
+def flight_recorder_size_variable(torch_version: str) -> str:
+    """The variable ``torch_version`` reads the flight recorder's size from. torch 2.8 renamed
+    TORCH_NCCL_TRACE_BUFFER_SIZE to TORCH_FR_BUFFER_SIZE, still reads the old name, and prints a
+    deprecation warning at the top of every rank's log when it is set; torch before 2.8 reads
+    only the old name."""
+    found = re.match(r"(\d+)\.(\d+)", torch_version)
+    major_minor = (int(found[1]), int(found[2])) if found else FLIGHT_RECORDER_RENAMED_IN
+    if major_minor >= FLIGHT_RECORDER_RENAMED_IN:
+        return "TORCH_FR_BUFFER_SIZE"
+    return "TORCH_NCCL_TRACE_BUFFER_SIZE"
+
+
 def enable_flight_recorder(run_dir: RunDir) -> Path:
     """Turn on torch's flight recorder (the last collectives of every process group, gloo
     included in recent torch) before the process group is made: NCCL dumps it into the run
     directory on a timeout and on demand (a write to its debug pipe); ``dump_flight_recorder``
-    does it for any backend when a rank fails. Settings the user made stay."""
+    does it for any backend when a rank fails. Settings the user made stay, under either name."""
     directory = run_dir.flight_recorder_dir.resolve()
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    make_dirs(directory, PRIVATE_DIR_MODE)
     prefix = str(directory / "rank_")
+    if not any(name in os.environ for name in FLIGHT_RECORDER_SIZE_VARIABLES):
+        os.environ[flight_recorder_size_variable(torch.__version__)] = str(FLIGHT_RECORDER_ENTRIES)
     settings = {
-        "TORCH_FR_BUFFER_SIZE": str(FLIGHT_RECORDER_ENTRIES),
-        "TORCH_NCCL_TRACE_BUFFER_SIZE": str(FLIGHT_RECORDER_ENTRIES),  # its name before torch 2.7
         "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        # Both names of the dump prefix: torch warns about the old one only when NCCL writes a
+        # dump, and the release that added the new one is not pinned down here.
         "TORCH_FR_DUMP_TEMP_FILE": prefix,
         "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": prefix,
         "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": str(directory / "pipe_rank_"),
@@ -167,12 +191,12 @@ def dump_flight_recorder(run_dir: RunDir, rank: int) -> Path | None:
         return None
     path = run_dir.flight_recorder_dir / f"rank_{rank}"
     try:
-        data = dump()
-        fd = open_private(path, "truncate")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        # Atomic: a reader (``ddptui show``) sees the whole dump or none, never half of one.
+        write_atomic(path, dump(), PRIVATE_FILE_MODE)
     except Exception as err:  # the failure being reported matters more than this dump
-        print(f"ddptui: no flight-recorder dump ({type(err).__name__}: {err})", flush=True)
+        # The log may be on the disk that just filled: this line must not replace that failure.
+        with contextlib.suppress(OSError):
+            print(f"ddptui: no flight-recorder dump ({type(err).__name__}: {err})", flush=True)
         return None
     return path
 
@@ -232,16 +256,12 @@ def start_launcher_watchdog(interval: float = WATCHDOG_INTERVAL_SECONDS) -> thre
 
 
 def end_process(code: int) -> NoReturn:
-    """Exit now, once every file is closed: flush Python's and C's output, end this process's
-    children, ``os._exit``. Interpreter shutdown of a process that imported torch takes seconds
-    (measured 2-4 s on a busy 2-core machine) and does nothing a finished rank needs."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None).fflush(None)
+    """Exit now: end this process's children (DataLoader workers), then flush Python's and C's
+    output and ``os._exit`` (``rank_bootstrap.exit_at_once``). Interpreter shutdown of a process
+    that imported torch takes seconds (measured 2-4 s on a busy 2-core machine) and does nothing
+    a finished rank needs."""
     kill_own_children()
-    os._exit(code)
+    exit_at_once(code)
 
 
 # ---- one rank --------------------------------------------------------------------------------
@@ -354,10 +374,11 @@ def write_config_if_missing(run_dir: RunDir, preset: str | None, overrides: Sequ
         raise ConfigError(f"{run_dir.config_path}: no config.toml here; pass --preset NAME_OR_PATH")
     pairs = {}
     for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--set {item!r} is not section.key=value")
-        pairs[key.strip()] = value.strip()
+        try:
+            key, value = parse_setting(item)
+        except ConfigError as err:  # the sentence `ddptui run --set` gives
+            raise ConfigError(f"--set {err}") from None
+        pairs[key] = value
     config = apply_overrides(load_preset(preset), pairs)
     write_atomic(run_dir.config_path, to_toml(config))
 

@@ -2,7 +2,8 @@
 global optimizer hook, the epoch fraction and rate of the progress bars it prints (tqdm's
 ``n/total [..., rate]``), and the metrics it chooses to give ``ddptui.report(**metrics)``.
 
-Standard library only (with ``engine.core.runs.events``): ``ddptui.report`` imports this in the user's
+Standard library only (with ``engine.core.runs.events`` and the ``StepReporter`` that throttles the step
+events of every rank, ``engine.core.runs.step_reporter``): ``ddptui.report`` imports this in the user's
 process, which must not pull in textual, and torch only when the script itself imports it. One
 ``ScriptReporter`` per rank process (``install``); outside a ddptui run there is none, and
 ``report`` does nothing.
@@ -12,30 +13,30 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from typing import Any, TextIO
 
-from engine.core.runs.events import EventWriter, MetricsReported, StepProgress
+from engine.core.runs.events import EventWriter, MetricsReported
+from engine.core.runs.step_reporter import StepReporter
 
 # tqdm's bar: "  40%|████      | 400/1000 [00:12<00:18, 33.2it/s]" (any unit, either way round).
 _BAR = re.compile(r"(\d+)/(\d+) \[[^\]\n]*?(?:,\s*([0-9.]+)\s*([A-Za-z]+/s|s/[A-Za-z]+))?[,\]]")
 
 
 class ScriptReporter:
-    """Folds optimizer steps, progress bars and reported metrics into throttled step events."""
+    """Folds optimizer steps, progress bars and reported metrics into step events, throttled by
+    the rank's ``StepReporter`` (the one the engine's loop uses too)."""
 
     def __init__(self, events: EventWriter, rank: int, report_interval: float) -> None:
         self.events = events
         self.rank = rank
-        self.report_interval = report_interval
         self.steps = 0  # optimizer steps so far
         self.lr: float | None = None
         self.bar: tuple[int, int] | None = None  # (n, total) of the latest bar
         self.bars_done = 0  # bars that reached their total: the epochs, for a bar per epoch
         self.metrics: dict[str, float] = {}
+        # The hook, the bars and report() may come from any of the script's threads.
         self._lock = threading.Lock()
-        self._last_time = time.monotonic()
-        self._last_steps = 0
+        self._step_reports = StepReporter(events, rank, report_interval)
 
     # -- what the rank learns ------------------------------------------------------------------
 
@@ -45,9 +46,10 @@ class ScriptReporter:
             self.steps += 1
             self.lr = lr if lr is not None else self.lr
             if self.steps == 1:  # time steps from the first one on, not from the script's start
-                self._last_time, self._last_steps = time.monotonic(), 1
+                self._step_reports.restart()
                 return
-            self._maybe_report()
+            if self._step_reports.step_done():
+                self._report()
 
     def on_bar(self, n: int, total: int) -> None:
         with self._lock:
@@ -68,36 +70,24 @@ class ScriptReporter:
 
     # -- what it says --------------------------------------------------------------------------
 
-    def _maybe_report(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._last_time < self.report_interval:
-            return
-        done = self.steps - self._last_steps
-        if done <= 0 and not force:
-            return
-        elapsed = max(now - self._last_time, 1e-9)
-        epoch = int(self.metrics.get("epoch", self.bars_done))
+    def _report(self) -> None:
+        """The step event, where the bars and the script's own figures place it."""
         step, steps = self.bar if self.bar is not None else (self.steps, 0)
-        self.events.write(
-            StepProgress(
-                rank=self.rank,
-                epoch=epoch,
-                step=step,
-                steps=steps,
-                global_step=self.steps,
-                loss=self.metrics.get("loss"),
-                images_per_s=self.metrics.get("images_per_s"),
-                step_seconds=elapsed / done if done > 0 else 0.0,
-                lr=self.lr,
-            )
+        self._step_reports.report(
+            epoch=int(self.metrics.get("epoch", self.bars_done)),
+            step=step,
+            steps=steps,
+            global_step=self.steps,
+            loss=self.metrics.get("loss"),
+            lr=self.lr,
+            images_per_s=self.metrics.get("images_per_s"),
         )
-        self._last_time, self._last_steps = now, self.steps
 
     def flush(self) -> None:
         """The last steps, however soon after the previous report."""
         with self._lock:
-            if self.steps > self._last_steps:
-                self._maybe_report(force=True)
+            if self._step_reports.pending_steps > 0:
+                self._report()
 
 
 class BarReader:
