@@ -84,6 +84,28 @@ def test_presets_lists_every_preset_with_its_reason(no_gpu: None) -> None:
     assert "cannot run here: devices.spec 'all' asks for GPUs" in output
 
 
+def test_presets_finds_a_script_beside_its_preset_from_any_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_gpu: None
+) -> None:
+    """A preset whose ``script.path`` is relative names the script beside the preset file: `ddptui
+    presets --json` says it can run, from a directory where no train.py is (as the launch screen
+    and `ddptui run` run it), not "no such file"."""
+    presets = tmp_path / "presets"
+    presets.mkdir()
+    (presets / "train.py").write_text("print('training')\n")
+    (presets / "mine.toml").write_text('[script]\npath = "train.py"\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.setenv("DDPTUI_PRESETS", str(presets))
+    monkeypatch.chdir(elsewhere)
+    code, output = run_cli("presets", "--json")
+    assert code == 0, output
+    (mine,) = [row for row in json.loads(output) if row["name"] == "mine"]
+    assert mine["source"] == "user" and not mine["broken"]
+    assert mine["runnable"], mine["reason"]
+    assert mine["reason"].startswith("runs on cpu:"), mine["reason"]
+
+
 def test_help_teaches_by_example() -> None:
     code, output = run_cli("run", "--help")
     assert code == 0
