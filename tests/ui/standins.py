@@ -525,10 +525,17 @@ def _tables_measured(app: Any) -> bool:
 async def settle(pilot: Any, until: Callable[[], bool] | None = None, timeout: float = 5.0) -> None:
     """Let workers post and handlers run (until ``until`` holds, when given), and tables measure
     what they were given."""
+    from textual.worker import WorkerCancelled
+
     deadline = time.monotonic() + timeout
     while True:
         await pilot.pause(0.05)
-        await pilot.app.workers.wait_for_complete()
+        try:
+            await pilot.app.workers.wait_for_complete()
+        except WorkerCancelled:  # replaced by a newer one (exclusive workers): wait for that
+            if time.monotonic() > deadline:
+                return
+            continue
         await pilot.pause()
         done = until is None or until()
         if (done and _tables_measured(pilot.app)) or time.monotonic() > deadline:

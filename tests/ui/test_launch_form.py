@@ -12,9 +12,10 @@ import pytest
 from textual.widgets import Input, Select, SelectionList
 
 from ddptui.app import DdptuiApp
-from ddptui.screens.launch import LaunchScreen, holders_text, short_model
+from ddptui.screens.launch import LaunchScreen
 from ddptui.screens.run import RunScreen
 from ddptui.widgets.confirm import ConfirmDialog
+from ddptui.widgets.launch_texts import holders_text, short_model
 from engine.core.host.gpus import GpuProcess, GpuSample
 from tests.ui.standins import (
     EIGHT_GPUS,
@@ -318,3 +319,54 @@ async def test_the_set_field_overrides_any_key_and_a_missing_factory_is_refused(
         assert "✗ 'optimizer.lr' is not SECTION.KEY=VALUE" in text_of(
             screen.query_one("#launch-check")
         )
+
+
+async def test_the_form_is_checked_in_a_worker_once_per_burst_of_keys(
+    make_app: Callable[..., DdptuiApp], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Planning reads /proc and cgroup files: it runs off the UI thread, and a burst of keys is
+    one check (the delay is long here so the burst surely falls inside it)."""
+    import threading
+
+    from ddptui.screens import launch
+    from tests.ui.conftest import pinned_resources
+
+    threads: list[threading.Thread] = []
+
+    def checker(plan: object, inventory: object) -> object:
+        threads.append(threading.current_thread())
+        return pinned_resources(plan, inventory)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(launch, "CHECK_DELAY_SECONDS", 1.0)
+    app = make_app(resource_checker=checker)
+    async with app.run_test(size=SMALL) as pilot:
+        screen = await launch_screen(pilot, app)
+        threads.clear()
+        field = screen.query_one("#epochs", Input)
+        field.focus()
+        await pilot.press("end", "backspace", "1", "2", "3")
+        await settle(pilot)
+        assert field.value == "123"
+        assert len(threads) == 1 and threads[0] is not threading.main_thread()
+        check = text_of(screen.query_one("#launch-check"))
+        assert "overrides: training.epochs=123" in check
+        assert screen.effective is not None and screen.effective.training.epochs == 123
+
+
+async def test_start_pressed_before_the_check_is_in_starts_what_the_form_says(
+    make_app: Callable[..., DdptuiApp], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ddptui.screens import launch
+
+    monkeypatch.setattr(launch, "CHECK_DELAY_SECONDS", 0.5)
+    app = make_app()
+    actions(app).start_as = None  # the stand-in refuses to start; asking is what counts
+    async with app.run_test(size=SMALL) as pilot:
+        screen = await launch_screen(pilot, app)
+        field = screen.query_one("#epochs", Input)
+        field.focus()
+        await pilot.press("end", "backspace", "7", "s")  # s at once: the check is not in yet
+        assert actions(app).started == []
+        await settle(pilot)
+        (config,) = actions(app).started
+        assert config.training.epochs == 7
