@@ -219,3 +219,20 @@ def test_a_preset_that_is_not_utf8_is_one_sentence_and_the_others_are_listed(
     result = CliRunner().invoke(main, ["presets", "--json"])
     rows = {r["name"]: r for r in json.loads(result.stdout)}
     assert rows["latin"]["broken"] and not rows["fine"]["broken"]
+
+
+def test_an_empty_runs_dir_variable_means_the_default_in_the_cli_and_the_app(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DDPTUI_RUNS_DIR="" is unset, for every command and for the app alike: ./runs, never the
+    working directory itself (the CLI took "" as ".")."""
+    from ddptui.app import DdptuiApp
+
+    monkeypatch.setenv("DDPTUI_RUNS_DIR", "")
+    monkeypatch.chdir(tmp_path)
+    code, output = run_cli("runs")
+    assert (code, output) == (0, "No runs in runs (it does not exist).\n")
+    assert DdptuiApp().runs_dir == Path("runs")
+    monkeypatch.setenv("DDPTUI_RUNS_DIR", str(tmp_path / "mine"))
+    assert DdptuiApp().runs_dir == tmp_path / "mine"
+    assert run_cli("runs")[1] == f"No runs in {tmp_path / 'mine'} (it does not exist).\n"
