@@ -56,8 +56,9 @@ class DdptuiScreen(Screen[None]):
 
 class PollingScreen(DdptuiScreen):
     """A screen that reads every ``poll_seconds()`` (the app's list interval unless it says
-    otherwise) in its ``poll`` thread worker while it is on show: once as it is shown, then on
-    the timer, which pauses while another screen is shown. ``action_refresh`` (f5) reads now."""
+    otherwise) while it is on show: once as it is shown, then on the timer, which pauses while
+    another screen is shown. Each read is ``read`` in a thread worker; ``action_refresh`` (f5)
+    reads now."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -66,9 +67,21 @@ class PollingScreen(DdptuiScreen):
     def poll_seconds(self) -> float:
         return self.ddptui.list_poll_seconds
 
-    def poll(self) -> None:
-        """Read what the screen shows, in a thread worker that ends in ``post_message``."""
+    def read(self) -> None:
+        """In the worker thread: read what the screen shows and post it (``post_read``)."""
         raise NotImplementedError
+
+    def poll(self) -> None:
+        """Read now, in a thread worker. A read still going is marked cancelled, but a thread
+        cannot be stopped: its result still lands (snapshot messages coalesce)."""
+        self.run_worker(
+            self.read,
+            name=f"{type(self).__name__}.read",
+            group="poll",
+            thread=True,
+            exclusive=True,
+            exit_on_error=False,
+        )
 
     def poll_every(self, seconds: float) -> None:
         """Read every ``seconds`` from now on, in place of the interval the screen started with."""

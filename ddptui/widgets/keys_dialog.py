@@ -12,16 +12,21 @@ from typing import ClassVar
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
-from textual.screen import ModalScreen, Screen
+from textual.screen import Screen
 from textual.widgets import Static
+
+from ddptui.widgets.dialog import Dialog
 
 KeyEntry = tuple[str, str]  # (the keys as the footer writes them, what they do)
 
 
 def keys_of(screen: Screen[object]) -> list[KeyEntry]:
     """The screen's keys with a description, one entry per action (its keys joined), in the
-    order Textual resolves them."""
-    keys: dict[tuple[str, str], list[str]] = {}
+    order Textual resolves them; a dialog's answers (``choice_keys``) first."""
+    choices = getattr(screen, "choice_keys", None)
+    keys: dict[tuple[str, str], list[str]] = {
+        (f"choose:{key}", label): [key] for key, label in (choices() if choices else [])
+    }
     for active in screen.active_bindings.values():
         binding = active.binding
         if binding.system or not binding.description:
@@ -47,14 +52,9 @@ def columns(entries: list[KeyEntry], width: int) -> str:
     return "\n".join(lines)
 
 
-class KeysDialog(ModalScreen[None]):
+class KeysDialog(Dialog[None]):
     DEFAULT_CSS = """
-    KeysDialog { align: center middle; }
-    KeysDialog > Vertical {
-        width: auto; max-width: 95%; height: auto; max-height: 95%;
-        border: thick $accent; background: $surface; padding: 0 1;
-    }
-    KeysDialog .title { text-style: bold; }
+    KeysDialog > Vertical { width: auto; max-height: 95%; }
     KeysDialog .hint { color: $text-muted; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [

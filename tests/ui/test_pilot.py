@@ -277,7 +277,7 @@ async def test_a_failing_read_is_shown_and_the_next_one_retried(
         assert isinstance(screen, RunScreen)
         assert "ZeroDivisionError" in text_of(screen.query_one("#run-foot", Static))
         monkeypatch.setattr(watch.RunReader, "poll", original)
-        screen.poll_run()
+        screen.poll()
         await settle(pilot, lambda: screen.view is not None)
         assert screen.problem == ""
 
