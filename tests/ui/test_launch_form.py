@@ -17,15 +17,14 @@ from ddptui.screens.run import RunScreen
 from ddptui.widgets.confirm import ConfirmDialog
 from ddptui.widgets.launch_texts import holders_text, short_model
 from engine.core.host.gpus import GpuProcess, GpuSample
+from tests.fixtures.standin_nvml import EIGHT_GPUS, standin_nvml
 from tests.ui.standins import (
-    EIGHT_GPUS,
     LIVE_RUN,
     RECORDED,
     StandInActions,
     StandInProbe,
     screen_text,
     settle,
-    standin_nvml,
     text_of,
 )
 
