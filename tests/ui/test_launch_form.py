@@ -163,8 +163,10 @@ async def test_tab_after_the_preset_list_lands_on_something_visible(
 
 
 async def test_start_works_while_the_cursor_is_in_an_input(
-    make_app: Callable[..., DdptuiApp],
+    make_app: Callable[..., DdptuiApp], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from ddptui.screens import launch
+
     app = make_app()
     actions(app).start_as = None  # the stand-in refuses to start; asking is what counts
     async with app.run_test(size=SMALL) as pilot:
@@ -179,6 +181,13 @@ async def test_start_works_while_the_cursor_is_in_an_input(
         assert field.value == "2", "s was typed into the field"
         (config,) = actions(app).started
         assert config.training.epochs == 2
+        # s at once after a digit, before the form's check is in: it starts once the check is
+        # in, with what the form says then
+        monkeypatch.setattr(launch, "CHECK_DELAY_SECONDS", 0.5)
+        await pilot.press("backspace", "7", "s")
+        assert len(actions(app).started) == 1
+        await settle(pilot)
+        assert [c.training.epochs for c in actions(app).started] == [2, 7]
 
 
 async def test_w_reattaches_to_the_newest_run_going_on_disk_in_a_new_session(
@@ -350,22 +359,3 @@ async def test_the_form_is_checked_in_a_worker_once_per_burst_of_keys(
         check = text_of(screen.query_one("#launch-check"))
         assert "overrides: training.epochs=123" in check
         assert screen.effective is not None and screen.effective.training.epochs == 123
-
-
-async def test_start_pressed_before_the_check_is_in_starts_what_the_form_says(
-    make_app: Callable[..., DdptuiApp], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from ddptui.screens import launch
-
-    monkeypatch.setattr(launch, "CHECK_DELAY_SECONDS", 0.5)
-    app = make_app()
-    actions(app).start_as = None  # the stand-in refuses to start; asking is what counts
-    async with app.run_test(size=SMALL) as pilot:
-        screen = await launch_screen(pilot, app)
-        field = screen.query_one("#epochs", Input)
-        field.focus()
-        await pilot.press("end", "backspace", "7", "s")  # s at once: the check is not in yet
-        assert actions(app).started == []
-        await settle(pilot)
-        (config,) = actions(app).started
-        assert config.training.epochs == 7
