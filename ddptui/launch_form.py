@@ -14,17 +14,19 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.core.config.devices import DevicePlan
 from engine.core.config.schema import ConfigError, RunConfig
 from engine.core.config.toml_io import apply_overrides, parse_setting
 from engine.core.host.gpus import GpuInventory
 from engine.core.plan.preset_check import PresetCheck
-from engine.core.plan.resource_guard import ResourceCheck
 from engine.core.plan.run_plan import RunPlan, plan_run
 
-ResourceChecker = Callable[[RunPlan, GpuInventory | None], ResourceCheck]
+if TYPE_CHECKING:  # the app's first frame needs no resource guard yet
+    from engine.core.plan.resource_guard import ResourceCheck
+
+    ResourceChecker = Callable[[RunPlan, GpuInventory | None], ResourceCheck]
 
 
 @dataclass(frozen=True)

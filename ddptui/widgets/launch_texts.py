@@ -5,7 +5,7 @@ line in the device picker. Pure functions of plain values; no widget is touched 
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
 from rich.text import Text
@@ -15,8 +15,10 @@ from engine.core.common import formatting
 from engine.core.config.schema import RunConfig
 from engine.core.host.gpus import GpuSample
 from engine.core.plan.preset_check import PresetCheck
-from engine.core.plan.resource_guard import ResourceCheck
 from engine.core.plan.run_plan import RunPlan
+
+if TYPE_CHECKING:
+    from engine.core.plan.resource_guard import ResourceCheck
 
 
 def preset_entry(check: PresetCheck, yours: bool) -> Any:

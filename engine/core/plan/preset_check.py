@@ -14,16 +14,19 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.core.config.devices import DevicePlan, resolve_devices
 from engine.core.config.presets import PresetFile, list_presets, load_preset_file
 from engine.core.config.schema import ConfigError, RunConfig
-from engine.core.plan.resource_guard import ResourceCheck
 from engine.core.plan.run_plan import RunPlan, plan_run
 
-# What the caller checks a plan against beyond the plan itself (the resource guard, as a caller
-# binds it to its machine); it raises ConfigError (ResourceError) when the plan does not fit.
-ResourceRule = Callable[[RunPlan], ResourceCheck]
+if TYPE_CHECKING:  # the launch screen, the app's first frame, needs no resource guard yet
+    from engine.core.plan.resource_guard import ResourceCheck
+
+    # What the caller checks a plan against beyond the plan itself (the resource guard, as the
+    # caller binds it to its machine); it raises ConfigError (ResourceError) when it does not fit.
+    ResourceRule = Callable[[RunPlan], ResourceCheck]
 
 
 @dataclass(frozen=True)
