@@ -41,13 +41,9 @@ class ConfirmDialog(Dialog[str | None]):
                     yield Button(f"{label} ({key})", id=f"choice-{value}", compact=True)
                 yield Button("Cancel (esc)", id="choice-", compact=True)
 
-    def choice_keys(self) -> list[tuple[str, str]]:
-        """(key, label) of each answer, for the keys dialog: they are no bindings of the class,
-        since each dialog has its own."""
-        return [(key, label) for key, label, _ in self.choices]
-
     def on_key(self, event: events.Key) -> None:
-        # Here, before the app's bindings see the key: a dialog's `l` is its answer, not Launch.
+        # Each dialog has its own answer keys, so they are handled here rather than bound on the
+        # class (the app's keys do not reach a modal screen: its `l` is an answer, not Launch).
         value = next((value for key, _, value in self.choices if key == event.key), None)
         if value is not None:
             event.stop()

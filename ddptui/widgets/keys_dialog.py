@@ -22,11 +22,8 @@ KeyEntry = tuple[str, str]  # (the keys as the footer writes them, what they do)
 
 def keys_of(screen: Screen[object]) -> list[KeyEntry]:
     """The screen's keys with a description, one entry per action (its keys joined), in the
-    order Textual resolves them; a dialog's answers (``choice_keys``) first."""
-    choices = getattr(screen, "choice_keys", None)
-    keys: dict[tuple[str, str], list[str]] = {
-        (f"choose:{key}", label): [key] for key, label in (choices() if choices else [])
-    }
+    order Textual resolves them."""
+    keys: dict[tuple[str, str], list[str]] = {}
     for active in screen.active_bindings.values():
         binding = active.binding
         if binding.system or not binding.description:
