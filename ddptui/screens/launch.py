@@ -232,6 +232,7 @@ class LaunchScreen(DdptuiScreen):
 
     def _select(self, check: PresetCheck) -> None:
         self.current = check
+        self._start_when_checked = False  # s pressed for the preset shown before: not this one
         self.query_one("#preset-info", Static).update(preset_details(check))
         if check.config is not None:
             offered = self.query_one(GpuPicker).offered
@@ -347,7 +348,7 @@ class LaunchScreen(DdptuiScreen):
         """Check the form as it is now against the current preset, in a thread worker; a newer
         check replaces one still on its way."""
         self._checks_asked += 1
-        self.check_form(
+        self.check_form_soon(
             self._checks_asked,
             self.current,
             self.read_form(),
@@ -356,7 +357,7 @@ class LaunchScreen(DdptuiScreen):
         )
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="check-form")
-    def check_form(
+    def check_form_soon(
         self,
         asked: int,
         check: PresetCheck | None,
