@@ -383,9 +383,9 @@ def _tables_measured(app: Any) -> bool:
 
 
 async def settle(pilot: Any, until: Callable[[], bool] | None = None, timeout: float = 5.0) -> None:
-    """Let workers post and handlers run (until ``until`` holds, when given), and tables measure
-    what they were given."""
-    from textual.worker import WorkerCancelled
+    """Let workers post and handlers run (until ``until`` holds, when given, and no worker a
+    handler started is still going), and tables measure what they were given."""
+    from textual.worker import WorkerCancelled, WorkerState
 
     deadline = time.monotonic() + timeout
     while True:
@@ -397,7 +397,11 @@ async def settle(pilot: Any, until: Callable[[], bool] | None = None, timeout: f
                 return
             continue
         await pilot.pause()
-        done = until is None or until()
+        going = any(
+            w.state in (WorkerState.PENDING, WorkerState.RUNNING) and not w.is_cancelled
+            for w in pilot.app.workers
+        )
+        done = (until is None or until()) and not going
         if (done and _tables_measured(pilot.app)) or time.monotonic() > deadline:
             return
 
