@@ -10,7 +10,6 @@ checks it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +31,9 @@ if TYPE_CHECKING:  # the launch screen, the app's first frame, needs no resource
 @dataclass(frozen=True)
 class PresetCheck:
     """One preset: its config (None when the file cannot be read), its plan here (None when it
-    cannot run here) and the reason it cannot, empty when it can."""
+    cannot run here) and the reason it cannot, empty when it can: ``reason`` the whole sentence,
+    ``short_reason`` its gist for a list that names the preset already (``ConfigError.reason``:
+    "needs 4 GPUs, 2 here", "CIFAR-10 is not on disk")."""
 
     name: str
     path: Path
@@ -40,6 +41,7 @@ class PresetCheck:
     config: RunConfig | None
     plan: RunPlan | None
     reason: str
+    short_reason: str = ""
     resources: ResourceCheck | None = None  # when a resource rule was given and the plan fits
 
     @property
@@ -50,11 +52,6 @@ class PresetCheck:
     def broken(self) -> bool:
         """The preset file itself is bad (not UTF-8, not TOML, a wrong key): no config at all."""
         return self.config is None
-
-    @property
-    def short_reason(self) -> str:
-        """The reason in a few words, for a list that names the preset already."""
-        return short_reason(self.reason)
 
     def devices_asked(self, gpu_count: int) -> DevicePlan | None:
         """The devices the preset asks for on a machine with ``gpu_count`` GPUs, even when
@@ -85,8 +82,8 @@ def check_config(
         plan = plan_run(config, gpu_count)
         fits = resources(plan) if resources is not None else None
     except ConfigError as err:
-        return PresetCheck(name, path, bundled, config, None, str(err))
-    return PresetCheck(name, path, bundled, config, plan, "", fits)
+        return PresetCheck(name, path, bundled, config, None, str(err), err.reason)
+    return PresetCheck(name, path, bundled, config, plan, "", resources=fits)
 
 
 def check_preset(
@@ -96,7 +93,9 @@ def check_preset(
     try:
         config = load_preset_file(preset)
     except ConfigError as err:  # the file itself is bad: the others are still listed
-        return PresetCheck(preset.name, preset.path, preset.bundled, None, None, str(err))
+        return PresetCheck(
+            preset.name, preset.path, preset.bundled, None, None, str(err), err.reason
+        )
     return check_config(
         config, gpu_count, resources, name=preset.name, path=preset.path, bundled=preset.bundled
     )
@@ -113,27 +112,3 @@ def plan_user_script(config: RunConfig, gpu_count: int) -> PresetCheck:
     script = config.script
     where = Path(script.path) if script.path else Path(script.module)
     return check_config(config, gpu_count, name=f"{config.name} (script)", path=where)
-
-
-def short_reason(reason: str) -> str:
-    """A refusal's gist, for a list that already names the preset (the full sentence is shown
-    beside it): ``needs 4 GPUs, 2 here``, ``CIFAR-10 is not on disk``, ``fp16 needs CUDA``.
-
-    It reads the sentences ``ConfigError`` carries today; once ConfigError has structured fields
-    (where, key, short reason), this should read those instead.
-    """
-    first = reason.split(";")[0]
-    # Drop the file path a ConfigError starts with: the list already names the preset.
-    if ": " in first and first.split(": ", 1)[0].endswith(".toml"):
-        first = first.split(": ", 1)[1]
-    if first.startswith("CIFAR-10 is not at"):
-        return "CIFAR-10 is not on disk"
-    wanted = re.search(r"asks for (\d+) GPUs, but this machine has (\d+)", first)
-    if wanted:
-        return f"needs {wanted[1]} GPUs, {wanted[2]} here"
-    if "asks for GPUs, but this machine has none" in first:
-        return "needs a GPU, none here"
-    for needs in ("needs CUDA", "needs CUDA GPUs"):
-        if needs in first:
-            return first.split(" needs", 1)[0] + " " + needs
-    return first
