@@ -155,6 +155,7 @@ class LaunchScreen(DdptuiScreen):
 
     def on_screen_resume(self) -> None:
         self.query_one("#presets", OptionList).focus()
+        self._gpus_changed(self.ddptui.gpu_inventory)  # what was sampled while it was hidden
 
     def action_open_script(self) -> None:
         def chosen(config: RunConfig | None) -> None:
@@ -173,7 +174,9 @@ class LaunchScreen(DdptuiScreen):
     # -- presets ---------------------------------------------------------------------------------
 
     def _gpus_changed(self, inventory: GpuInventory | None) -> None:
-        if inventory is None:
+        # Only while shown (as the other screens): a hidden screen's widgets may be gone, as
+        # at the app's exit, when a late sample still lands; showing it again catches up.
+        if inventory is None or not self.is_current:
             return
         with self.app.batch_update():
             self._show_devices(inventory)

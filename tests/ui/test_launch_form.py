@@ -359,3 +359,32 @@ async def test_the_form_is_checked_in_a_worker_once_per_burst_of_keys(
         check = text_of(screen.query_one("#launch-check"))
         assert "overrides: training.epochs=123" in check
         assert screen.effective is not None and screen.effective.training.epochs == 123
+
+
+async def test_gpus_sampled_while_the_launch_screen_is_hidden_are_shown_on_its_return(
+    make_app: Callable[..., DdptuiApp], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A hidden launch screen leaves its widgets alone (a late sample at the app's exit once
+    found them gone); shown again, it lists the GPUs as last sampled and re-checks the presets."""
+    from engine.core.host.gpus import GpuInventory
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # no CIFAR-10 there
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        screen = await launch_screen(pilot, app)
+        picker = screen.query_one("#gpu-picker", SelectionList)
+        assert picker.option_count == 2  # the stand-in's two GPUs
+        before = next(c for c in screen.checks if c.name == "seed-dataparallel")
+        assert before.short_reason == "needs 4 GPUs, 2 here"
+        await pilot.press("r")
+        await settle(pilot)
+        four = GpuInventory(gpus=tuple(GpuSample(index=i, name="NVIDIA H100") for i in range(4)))
+        app.gpu_inventory = four
+        await settle(pilot)
+        assert picker.option_count == 2, "a hidden screen redrew its picker"
+        await pilot.press("l")
+        await settle(pilot, lambda: app.screen is screen)
+        assert picker.option_count == 4
+        dataparallel = next(c for c in screen.checks if c.name == "seed-dataparallel")
+        # it asks for 4 GPUs: they are here now, and only its data is missing
+        assert dataparallel.short_reason == "CIFAR-10 is not on disk"
