@@ -8,7 +8,7 @@
 A writer process (not measured) appends what 8 real ranks append: a StepProgress event every
 ``training.report_interval`` seconds per rank (0.25 s, the default) and a log line per report,
 with the launcher alive in run.json. With ``--gpus N`` (8 by default) the run is on GPUs 0..N-1 of
-the NVML stand-in the UI tests use (tests/ui/standins.py: eight H100s, some held by foreign,
+the NVML stand-in the UI tests use (tests/fixtures/standin_nvml.py: eight H100s, some held by foreign,
 orphaned and hidden processes), sampled every second as in use, so the run screen draws 8 GPU
 lines. The app runs headless in this process at 80x24 with the run screen (or the GPUs screen, whose
 process scan reads this machine's real processes and their open files every 2 s) open, polling at
@@ -54,7 +54,7 @@ def stand_in_gpus(count: int) -> Iterator[None]:
     if not count:
         yield
         return
-    from tests.ui.standins import EIGHT_GPUS, standin_nvml
+    from tests.fixtures.standin_nvml import EIGHT_GPUS, standin_nvml
 
     with standin_nvml(machine=EIGHT_GPUS[:count]):
         yield

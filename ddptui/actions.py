@@ -32,6 +32,14 @@ if TYPE_CHECKING:
 KILL_GRACE_SECONDS = 5.0
 
 
+def may_stop_other_users() -> bool:
+    """Whether this user may stop other users' processes at all (root), as
+    ``engine.core.procs.stopping`` decides it."""
+    from engine.core.procs.stopping import may_stop_other_users as root_only
+
+    return root_only()
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What a kill or clean did, in words for the user; ``ok`` is False when something is left."""

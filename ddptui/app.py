@@ -12,7 +12,6 @@ run last watched, or re-attaches to the newest run still going on disk.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,8 +25,9 @@ from textual.worker import Worker, WorkerState
 
 from ddptui.gpu_history import GpuHistory
 from ddptui.messages import GpusSampled, LatestRunFound
+from ddptui.runs_location import default_runs_dir
 from engine.core.host.gpus import GpuInventory, sample_gpus
-from engine.core.runs.rundir import DEFAULT_RUNS_DIR, RunDir
+from engine.core.runs.rundir import RunDir
 
 if TYPE_CHECKING:  # imported where first used: the first frame needs none of them
     from textual.screen import Screen
@@ -39,13 +39,8 @@ if TYPE_CHECKING:  # imported where first used: the first frame needs none of th
 
     ResourceChecker = Callable[[RunPlan, GpuInventory | None], ResourceCheck]
 
-RUNS_DIR_ENV = "DDPTUI_RUNS_DIR"
 MAIN_SCREENS = ("launch", "runs", "processes", "gpus", "results")
 REAP_SECONDS = 5.0
-
-
-def default_runs_dir() -> Path:
-    return Path(os.environ.get(RUNS_DIR_ENV) or DEFAULT_RUNS_DIR)
 
 
 def check_plan_resources(plan: RunPlan, inventory: GpuInventory | None) -> ResourceCheck:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from ddptui.run_options import checked_runs_dir
+from ddptui.cli_common import checked_runs_dir
 
 # command name -> (module in ddptui.commands, attribute, one-line help shown by --help)
 COMMANDS: dict[str, tuple[str, str, str]] = {

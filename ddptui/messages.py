@@ -16,8 +16,10 @@ from textual.message import Message
 from engine.core.host.gpus import GpuInventory
 
 if TYPE_CHECKING:  # only annotations: the app starts without ddptui.watch
+    from ddptui.launch_form import FormCheck
     from ddptui.watch import RunListing, RunView
     from engine.core.jobs.gpu_view import GpuView
+    from engine.core.plan.preset_check import PresetCheck
     from engine.core.runs.rundir import RunDir
     from engine.core.stacks.snapshot import StackSnapshot
 
@@ -102,9 +104,18 @@ class GpusScanned(Snapshot):
 class PresetsChecked(Message, bubble=False):
     """Every preset with its config (or why it cannot be read) and plan (or why it cannot run)."""
 
-    def __init__(self, checks: list[Any]) -> None:
+    def __init__(self, checks: list[PresetCheck]) -> None:
         super().__init__()
         self.checks = checks
+
+
+class FormChecked(Message, bubble=False):
+    """The launch form applied to its preset and planned here (``ddptui.launch_form.check_form``)."""
+
+    def __init__(self, checked: FormCheck, asked: int) -> None:
+        super().__init__()
+        self.checked = checked
+        self.asked = asked  # which check of the form this is (the screen counts them)
 
 
 class RunLaunched(Message):

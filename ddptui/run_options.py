@@ -3,14 +3,12 @@ plus shortcuts, turned into one overrides mapping for ``engine.core.config.schem
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from ddptui import exit_codes
+from ddptui.cli_common import runs_dir_option
 from engine.core.config.schema import ConfigError
 from engine.core.config.toml_io import parse_setting
 
@@ -28,33 +26,6 @@ SHORTCUTS = {
     "model": "model.name",
     "seed": "training.seed",
 }
-
-
-def default_runs_dir() -> Path:
-    return Path(os.environ.get("DDPTUI_RUNS_DIR", "runs"))
-
-
-def checked_runs_dir(*, write: bool) -> Callable[[click.Context, click.Parameter, Any], Any]:
-    """A click callback for --runs-dir: a path that cannot be a runs directory (a name too long,
-    inside /proc, not a directory, or, for commands that make runs, not writable) ends the command
-    with one sentence and exit code 2 before anything happens."""
-
-    def check(ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
-        if value is None:
-            return value
-        from engine.core.runs.rundir import (  # here: the UI starts faster
-            RunDirError,
-            check_runs_dir,
-        )
-
-        try:
-            check_runs_dir(Path(value), write=write)
-        except RunDirError as err:
-            click.echo(f"ddptui: {err}", err=True)
-            ctx.exit(exit_codes.BAD_INPUT)
-        return value
-
-    return check
 
 
 def override_options(func: F) -> F:
@@ -90,14 +61,7 @@ def override_options(func: F) -> F:
             help="Model.",
         ),
         click.option("--seed", type=int, help="Training seed."),
-        click.option(
-            "--runs-dir",
-            type=click.Path(path_type=Path),
-            default=default_runs_dir,
-            show_default="runs, or $DDPTUI_RUNS_DIR",
-            help="Where run directories are made.",
-            callback=checked_runs_dir(write=True),
-        ),
+        runs_dir_option(write=True, description="Where run directories are made."),
     ]
     for option in reversed(options):
         func = option(func)

@@ -84,6 +84,28 @@ def test_presets_lists_every_preset_with_its_reason(no_gpu: None) -> None:
     assert "cannot run here: devices.spec 'all' asks for GPUs" in output
 
 
+def test_presets_finds_a_script_beside_its_preset_from_any_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_gpu: None
+) -> None:
+    """A preset whose ``script.path`` is relative names the script beside the preset file: `ddptui
+    presets --json` says it can run, from a directory where no train.py is (as the launch screen
+    and `ddptui run` run it), not "no such file"."""
+    presets = tmp_path / "presets"
+    presets.mkdir()
+    (presets / "train.py").write_text("print('training')\n")
+    (presets / "mine.toml").write_text('[script]\npath = "train.py"\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.setenv("DDPTUI_PRESETS", str(presets))
+    monkeypatch.chdir(elsewhere)
+    code, output = run_cli("presets", "--json")
+    assert code == 0, output
+    (mine,) = [row for row in json.loads(output) if row["name"] == "mine"]
+    assert mine["source"] == "user" and not mine["broken"]
+    assert mine["runnable"], mine["reason"]
+    assert mine["reason"].startswith("runs on cpu:"), mine["reason"]
+
+
 def test_help_teaches_by_example() -> None:
     code, output = run_cli("run", "--help")
     assert code == 0
@@ -197,3 +219,20 @@ def test_a_preset_that_is_not_utf8_is_one_sentence_and_the_others_are_listed(
     result = CliRunner().invoke(main, ["presets", "--json"])
     rows = {r["name"]: r for r in json.loads(result.stdout)}
     assert rows["latin"]["broken"] and not rows["fine"]["broken"]
+
+
+def test_an_empty_runs_dir_variable_means_the_default_in_the_cli_and_the_app(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DDPTUI_RUNS_DIR="" is unset, for every command and for the app alike: ./runs, never the
+    working directory itself (the CLI took "" as ".")."""
+    from ddptui.app import DdptuiApp
+
+    monkeypatch.setenv("DDPTUI_RUNS_DIR", "")
+    monkeypatch.chdir(tmp_path)
+    code, output = run_cli("runs")
+    assert (code, output) == (0, "No runs in runs (it does not exist).\n")
+    assert DdptuiApp().runs_dir == Path("runs")
+    monkeypatch.setenv("DDPTUI_RUNS_DIR", str(tmp_path / "mine"))
+    assert DdptuiApp().runs_dir == tmp_path / "mine"
+    assert run_cli("runs")[1] == f"No runs in {tmp_path / 'mine'} (it does not exist).\n"

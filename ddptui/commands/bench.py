@@ -19,6 +19,7 @@ from typing import Any, TextIO
 import click
 
 from ddptui import exit_codes
+from ddptui.cli_common import fail
 from ddptui.run_options import collect_overrides, override_options
 from ddptui.terminal_progress import ProgressPrinter, follow_with_progress
 from engine.core.bench.bench_runner import BenchState, Follow, run_rows
@@ -64,11 +65,6 @@ def command_line(params: dict[str, Any]) -> str:
     if (params.get("repeat") or 1) > 1:
         parts += ["--repeat", str(params["repeat"])]
     return shlex.join(parts)
-
-
-def _fail(message: str) -> None:
-    click.echo(f"ddptui: {message}", err=True)
-    sys.exit(exit_codes.BAD_INPUT)
 
 
 def _title(suite: Suite) -> str:
@@ -138,18 +134,18 @@ def bench_command(
     bench, 2 for bad input (nothing started).
     """
     if suite and presets:
-        _fail("give either --suite NAME or preset names, not both")
+        fail("give either --suite NAME or preset names, not both")
     if not suite and not presets:
         names = ", ".join(s.name for s in list_suites()) or "none found"
-        _fail(f"give --suite NAME (suites: {names}) or one or more preset names")
+        fail(f"give --suite NAME (suites: {names}) or one or more preset names")
     if out is not None and not out.parent.exists():
-        _fail(f"--out {out}: the directory {out.parent} does not exist")
+        fail(f"--out {out}: the directory {out.parent} does not exist")
     try:
         overrides = collect_overrides(set_values, **shortcuts)
         the_suite = load_suite(suite) if suite else suite_of_presets(list(presets))
         rows = resolve_rows(the_suite, gpus.gpu_count(), overrides)
     except ConfigError as err:
-        _fail(str(err))
+        fail(str(err))
     db_path = db if db is not None else default_db_path()
     history: ResultHistory | None = None
     if not no_record and db_path.exists():
@@ -157,9 +153,9 @@ def bench_command(
         try:
             history = ResultHistory(db_path, create=False)
         except HistoryError as err:
-            _fail(str(err))
+            fail(str(err))
     elif not no_record and not _creatable(db_path):
-        _fail(f"--db {db_path}: cannot create the results database there")
+        fail(f"--db {db_path}: cannot create the results database there")
     command = command_line(ctx.params)
     try:
         # Before the first row, so the torch probe never competes with a timed run.

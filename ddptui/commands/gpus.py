@@ -11,8 +11,8 @@ from pathlib import Path
 
 import click
 
-from ddptui.commands.processes import runs_dir_option
-from ddptui.widgets.figures import bar, short_command
+from ddptui.cli_common import aligned_columns, read_runs_dir_option
+from ddptui.text_figures import bar, short_command
 from engine.core.common.formatting import format_bytes, format_duration, gib
 from engine.core.jobs.gpu_view import GpuProcessRow, GpuScanner, GpuView
 
@@ -87,12 +87,8 @@ def render_gpus(view: GpuView, width: int = 120) -> str:
                     KIND_WORDS.get(str(r.kind), str(r.kind)),
                 )
             )
-        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-        for row, shown in zip(rows, [None, *sorted(view.rows, key=_order)], strict=True):
-            cells = "  ".join(
-                c.rjust(w) if i in (0, 1, 3, 4, 5, 6) else c.ljust(w)
-                for i, (c, w) in enumerate(zip(row, widths, strict=True))
-            )
+        table_lines = aligned_columns(rows, right=(0, 1, 3, 4, 5, 6))
+        for cells, shown in zip(table_lines, [None, *sorted(view.rows, key=_order)], strict=True):
             if shown is None:
                 lines.append(f"{cells}  WHAT / COMMAND")
                 continue
@@ -112,7 +108,7 @@ def _order(row: GpuProcessRow) -> tuple[int, int]:
 
 
 @click.command("gpus")
-@runs_dir_option
+@read_runs_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output for scripts.")
 @click.option("--watch", is_flag=True, help="Redraw every --interval seconds until Ctrl-C.")
 @click.option(

@@ -7,12 +7,24 @@ from typing import Any
 import click
 
 from engine.core.common import strict_json
-from engine.core.config.presets import list_presets
-from engine.core.config.schema import ConfigError
-from engine.core.config.toml_io import load_config
 from engine.core.host import gpus
-from engine.core.plan.resource_guard import check_resources
-from engine.core.plan.run_plan import plan_run
+from engine.core.plan.preset_check import PresetCheck, check_presets
+from engine.core.plan.resource_guard import ResourceCheck, check_resources
+from engine.core.plan.run_plan import RunPlan
+
+
+def preset_row(check: PresetCheck) -> dict[str, Any]:
+    """One preset as ``--json`` lists it."""
+    plan = check.plan
+    return {
+        "name": check.name,
+        "source": "bundled" if check.bundled else "user",
+        "path": str(check.path),
+        "description": check.config.description if check.config is not None else "",
+        "runnable": check.runnable,
+        "broken": check.broken,
+        "reason": f"runs on {plan.devices.describe()}" if plan is not None else check.reason,
+    }
 
 
 @click.command("presets")
@@ -22,34 +34,11 @@ def presets_command(as_json: bool) -> None:
     one-line description and whether it can run here, and why not: `ok`, `no` (cannot run on
     this machine) or `bad` (the file itself is broken: not UTF-8, not TOML, a wrong key)."""
     inventory = gpus.sample_gpus()
-    rows: list[dict[str, Any]] = []
-    for preset in list_presets():
-        description, runnable, broken = "", False, False
-        try:
-            config = load_config(preset.path, name=preset.name)
-        except ConfigError as err:  # the file itself is bad: the others are still listed
-            config, broken, reason = None, True, str(err)
-        try:
-            if config is None:
-                raise ConfigError(reason)
-            description = config.description
-            plan = plan_run(config, inventory.count)
-            check_resources(plan, inventory=inventory)  # cores, memory, GPUs: as `run` checks
-            reason = f"runs on {plan.devices.describe()}"
-            runnable = True
-        except ConfigError as err:
-            reason = str(err)
-        rows.append(
-            {
-                "name": preset.name,
-                "source": "bundled" if preset.bundled else "user",
-                "path": str(preset.path),
-                "description": description,
-                "runnable": runnable,
-                "broken": broken,
-                "reason": reason,
-            }
-        )
+
+    def fits(plan: RunPlan) -> ResourceCheck:  # cores, memory, GPUs: as `run` checks them
+        return check_resources(plan, inventory=inventory)
+
+    rows = [preset_row(check) for check in check_presets(inventory.count, fits)]
     if as_json:
         click.echo(strict_json.dumps(rows, indent=2))
         return

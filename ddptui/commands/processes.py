@@ -13,13 +13,13 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
 from ddptui import exit_codes
-from ddptui.run_options import checked_runs_dir, default_runs_dir
-from ddptui.widgets.figures import short_command
+from ddptui.cli_common import aligned_columns, fail, read_runs_dir_option
+from ddptui.text_figures import short_command
 from engine.core.common import strict_json
 from engine.core.common.formatting import format_bytes, format_duration
 from engine.core.common.statuses import KillOutcome
@@ -40,21 +40,6 @@ from engine.core.procs.leftovers import (
 )
 from engine.core.procs.stopping import KillRefused
 from engine.core.runs.rundir import RunDirError, find_run, run_dir_owner
-
-runs_dir_option = click.option(
-    "--runs-dir",
-    type=click.Path(path_type=Path),
-    default=default_runs_dir,
-    callback=checked_runs_dir(write=False),
-    show_default="runs, or $DDPTUI_RUNS_DIR",
-    help="Where run directories are.",
-)
-
-
-def _fail(message: str, code: int = exit_codes.BAD_INPUT) -> NoReturn:
-    click.echo(f"ddptui: {message}", err=True)
-    sys.exit(code)
-
 
 # ---- formatting ------------------------------------------------------------------------------
 
@@ -100,9 +85,7 @@ def render_table(table: ProcessTable, width: int = 120) -> str:
                     p.state,
                 )
             )
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        for row, shown in zip(rows, [None, *job.processes], strict=True):
-            cells = "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
+        for cells, shown in zip(aligned_columns(rows), [None, *job.processes], strict=True):
             tail = "COMMAND" if shown is None else shown.command
             tail = short_command(tail, max(20, width - len(cells) - 4))
             lines.append(f"  {cells}  {tail}")
@@ -145,7 +128,7 @@ def _hidden_lines(table: ProcessTable, width: int) -> list[str]:
 
 
 @click.command("ps")
-@runs_dir_option
+@read_runs_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output for scripts.")
 def ps_command(runs_dir: Path, as_json: bool) -> None:
     """List the distributed-training processes on this machine, grouped into jobs.
@@ -232,7 +215,7 @@ def _kill_report(result: KillResult, grace: float) -> list[str]:
     "users (asks first when the run directory is another user's).",
 )
 @click.option("--yes", "-y", is_flag=True, help="Do not ask; for scripts.")
-@runs_dir_option
+@read_runs_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable result.")
 def kill_command(
     run_id: str, grace: float, all_users: bool, yes: bool, runs_dir: Path, as_json: bool
@@ -252,7 +235,7 @@ def kill_command(
     nothing was signalled.
     """
     if all_users and os.getuid() != 0:
-        _fail("--all-users needs root: only root may stop other users' processes")
+        fail("--all-users needs root: only root may stop other users' processes")
     try:
         run_dir = find_run(runs_dir, run_id)
         owner = run_dir_owner(run_dir)
@@ -263,7 +246,7 @@ def kill_command(
             )
         result = kill_run(run_dir, grace, allow_other_users=all_users)
     except (RunDirError, KillRefused) as err:
-        _fail(str(err))
+        fail(str(err))
     if as_json:
         click.echo(strict_json.dumps(_kill_json(result), indent=2))
     else:
@@ -331,7 +314,7 @@ def _leftover_lines(plan: LeftoverPlan) -> list[str]:
     show_default=True,
     help="Seconds between SIGTERM and SIGKILL.",
 )
-@runs_dir_option
+@read_runs_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable plan and result.")
 @click.option("--shm-dir", type=click.Path(path_type=Path), default=DEFAULT_SHM_DIR, hidden=True)
 @click.option("--tmp-dir", type=click.Path(path_type=Path), default=None, hidden=True)
@@ -358,7 +341,7 @@ def clean_command(
     Exit codes: 0 done or nothing to do, 1 declined or a process survived, 2 bad input.
     """
     if all_users and os.getuid() != 0:
-        _fail("--all-users needs root: only root may stop other users' processes")
+        fail("--all-users needs root: only root may stop other users' processes")
 
     def say(line: str) -> None:
         if not as_json:
@@ -366,31 +349,18 @@ def clean_command(
 
     started = time.monotonic()
     plan = plan_clean(scan_processes(runs_dir, cpu_interval=0.0), all_users=all_users)
-    cleaned: tuple[CleanedJob, ...] | None = None
-    declined = False
     if not plan.jobs:
         say("No orphaned jobs to stop.")
     for line in _plan_lines(plan):
         say(line)
+    cleaned: tuple[CleanedJob, ...] | None = None
+    declined = False
     if plan.jobs and not dry_run:
-        if yes or click.confirm(
-            f"Stop {plan.process_count} processes of {len(plan.jobs)} orphaned job(s)?",
-            default=False,
-            err=as_json,
-        ):
+        question = f"Stop {plan.process_count} processes of {len(plan.jobs)} orphaned job(s)?"
+        if yes or click.confirm(question, default=False, err=as_json):
             cleaned = clean_orphans(plan, grace, all_users=all_users)
-            for c in cleaned:
-                state = (
-                    "none left"
-                    if c.stop.ok
-                    else f"still alive: {', '.join(map(str, c.stop.survivors))}"
-                )
-                say(
-                    f"{c.job.label}: {len(c.stop.terminated)} ended on SIGTERM, "
-                    f"{len(c.stop.killed)} needed SIGKILL; {state}"
-                )
-                for line in c.skipped:
-                    say(f"  {line}")
+            for line in _cleaned_lines(cleaned):
+                say(line)
         else:
             declined = True
             click.echo("Nothing stopped.", err=as_json)
@@ -400,18 +370,14 @@ def clean_command(
         say(line)
     removal: LeftoverRemoval | None = None
     if leftovers.remove and not dry_run:
-        if yes or click.confirm(
+        question = (
             f"Remove {len(leftovers.remove)} left-over file(s), "
-            f"{format_bytes(leftovers.size_bytes)}?",
-            default=False,
-            err=as_json,
-        ):
+            f"{format_bytes(leftovers.size_bytes)}?"
+        )
+        if yes or click.confirm(question, default=False, err=as_json):
             removal = remove_leftovers(leftovers.remove)
-            say(f"removed {len(removal.removed)}")
-            for item in removal.kept:
-                say(f"  kept {item.path}: in use again")
-            for item, why in removal.failed:
-                say(f"  could not remove {item.path}: {why}")
+            for line in _removal_lines(removal):
+                say(line)
         else:
             declined = True
             click.echo("Nothing removed.", err=as_json)
@@ -421,6 +387,27 @@ def clean_command(
     elif cleaned is not None or removal is not None:
         say(f"done in {time.monotonic() - started:.1f} s")
     sys.exit(exit_codes.OK if ok and not declined else exit_codes.FAILED)
+
+
+def _cleaned_lines(cleaned: tuple[CleanedJob, ...]) -> list[str]:
+    lines = []
+    for c in cleaned:
+        state = (
+            "none left" if c.stop.ok else f"still alive: {', '.join(map(str, c.stop.survivors))}"
+        )
+        lines.append(
+            f"{c.job.label}: {len(c.stop.terminated)} ended on SIGTERM, "
+            f"{len(c.stop.killed)} needed SIGKILL; {state}"
+        )
+        lines.extend(f"  {line}" for line in c.skipped)
+    return lines
+
+
+def _removal_lines(removal: LeftoverRemoval) -> list[str]:
+    lines = [f"removed {len(removal.removed)}"]
+    lines.extend(f"  kept {item.path}: in use again" for item in removal.kept)
+    lines.extend(f"  could not remove {item.path}: {why}" for item, why in removal.failed)
+    return lines
 
 
 def _clean_json(

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import click
 
-from ddptui import exit_codes
+from ddptui.cli_common import fail
 from engine.core.bench.result_history import (
     BenchRecord,
     HistoryError,
@@ -31,16 +30,14 @@ def _open(db: Path | None) -> ResultHistory:
     try:
         return ResultHistory(db if db is not None else default_db_path(), create=False)
     except HistoryError as err:
-        click.echo(f"ddptui: {err}", err=True)
-        sys.exit(exit_codes.BAD_INPUT)
+        fail(str(err))
 
 
 def _get(history: ResultHistory, bench_id: int) -> BenchRecord:
     try:
         return history.get(bench_id)
     except HistoryError as err:
-        click.echo(f"ddptui: {err}", err=True)
-        sys.exit(exit_codes.BAD_INPUT)
+        fail(str(err))
 
 
 def _when(created: float) -> str:

@@ -10,14 +10,16 @@ from typing import Any
 import click
 
 from ddptui import exit_codes
+from ddptui.cli_common import fail
 from ddptui.run_options import collect_overrides, override_options
+from ddptui.script_target import script_config
 from ddptui.terminal_progress import ProgressPrinter, follow_with_progress, result_line
 from engine.core.common import strict_json
 from engine.core.common.statuses import RunStatus
 from engine.core.config.presets import load_preset
-from engine.core.config.schema import ConfigError, RunConfig, ScriptConfig
+from engine.core.config.schema import ConfigError, RunConfig
 from engine.core.config.toml_io import apply_overrides
-from engine.core.ops.run_start import start_run
+from engine.core.ops.run_start import StartedRun, start_run
 from engine.core.runs.rundir import RunDirError
 
 # Shortcuts that set the engine's own workload: a script has its own options, after --.
@@ -26,12 +28,9 @@ ENGINE_ONLY = ("epochs", "max_steps", "batch_size", "precision", "data", "model"
 
 def base_config(target: str | None, module: str | None, script_args: tuple[str, ...]) -> RunConfig:
     """The config a run starts from: a preset, or the user's script or module with its args."""
-    if module is not None:
-        # click hands the first word after -- to TARGET: with -m it is the module's own
-        script_args = (target, *script_args) if target is not None else script_args
-        return RunConfig.for_script(ScriptConfig(module=module, args=script_args))
-    if target is not None and target.endswith(".py"):
-        return RunConfig.for_script(ScriptConfig(path=target, args=script_args))
+    script = script_config(target, script_args, module=module)
+    if script is not None:
+        return script
     if script_args:
         raise ConfigError(
             f"arguments after the preset ({' '.join(script_args)}) are for a script's own "
@@ -40,6 +39,23 @@ def base_config(target: str | None, module: str | None, script_args: tuple[str, 
     if target is None:
         raise ConfigError("give a preset, a script (train.py) or -m package.module")
     return load_preset(target)
+
+
+def run_config(
+    base: RunConfig, set_values: tuple[str, ...], faults: tuple[str, ...], shortcuts: dict[str, Any]
+) -> RunConfig:
+    """``base`` with the command line's overrides; a script refuses the engine's shortcuts."""
+    if base.script.given:
+        given = [f"--{n.replace('_', '-')}" for n in ENGINE_ONLY if shortcuts.get(n) is not None]
+        if given:
+            raise ConfigError(
+                f"{', '.join(given)} set the engine's own workload; your script takes its "
+                "own options after --"
+            )
+    overrides = collect_overrides(set_values, **shortcuts)
+    if faults:
+        overrides["faults"] = list(faults)
+    return apply_overrides(base, overrides)
 
 
 @click.command("run")
@@ -108,29 +124,21 @@ def run_command(
     (nothing started).
     """
     try:
-        base = base_config(target, module, script_args)
-        if base.script.given:
-            given = [
-                f"--{n.replace('_', '-')}" for n in ENGINE_ONLY if shortcuts.get(n) is not None
-            ]
-            if given:
-                raise ConfigError(
-                    f"{', '.join(given)} set the engine's own workload; your script takes its "
-                    "own options after --"
-                )
-        overrides = collect_overrides(set_values, **shortcuts)
-        if faults:
-            overrides["faults"] = list(faults)
-        config = apply_overrides(base, overrides)
+        config = run_config(base_config(target, module, script_args), set_values, faults, shortcuts)
         started = start_run(config, runs_dir)
     except (ConfigError, RunDirError) as err:
-        click.echo(f"ddptui: {err}", err=True)
-        sys.exit(exit_codes.BAD_INPUT)
+        fail(str(err))
     for warning in started.warnings:
         click.echo(f"ddptui: warning: {warning}", err=True)
     if detach:
         click.echo(started.run_id)
         return
+    sys.exit(follow_to_the_end(started, config, as_json))
+
+
+def follow_to_the_end(started: StartedRun, config: RunConfig, as_json: bool) -> int:
+    """Follow the run with its progress (on stderr with ``--json``) to its result line or its
+    summary.json; the exit code it ends with."""
     out = sys.stderr if as_json else sys.stdout
     if not as_json:
         what = (
@@ -156,11 +164,11 @@ def run_command(
             f"`ddptui clean`, and {started.run_dir.launcher_log_path}",
             err=True,
         )
-        sys.exit(exit_codes.FAILED)
+        return exit_codes.FAILED
     if ended.unsaved:  # a lost run's summary that the disk refused: shown, not saved
         click.echo(f"ddptui: {ended.unsaved}", err=True)
     if as_json:
         click.echo(strict_json.dumps(summary.to_json(), indent=2))
     else:
         click.echo(result_line(summary, started.run_dir))
-    sys.exit(exit_codes.OK if summary.status == RunStatus.COMPLETED else exit_codes.FAILED)
+    return exit_codes.OK if summary.status == RunStatus.COMPLETED else exit_codes.FAILED

@@ -6,14 +6,12 @@ while a run goes on, after it ended, and after the UI that started it is gone.
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
 import click
 
-from ddptui import exit_codes
-from ddptui.commands.processes import runs_dir_option
+from ddptui.cli_common import aligned_columns, fail, read_runs_dir_option
 from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
 from engine.core.common import strict_json
 from engine.core.common.formatting import format_duration
@@ -35,7 +33,7 @@ def _stalled_cell(progress: RunState) -> str:
 
 
 @click.command("runs")
-@runs_dir_option
+@read_runs_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable list.")
 def runs_command(runs_dir: Path, as_json: bool) -> None:
     """List the runs in the runs directory, oldest first: id, preset, state, age, devices, ranks,
@@ -68,9 +66,8 @@ def runs_command(runs_dir: Path, as_json: bool) -> None:
                 _stalled_cell(r),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    for line in aligned_columns(rows):
+        click.echo(line.rstrip())
     problems = [r for r in runs if r.problem]
     for r in problems:
         click.echo(f"  {r.run_id}: {r.problem}")
@@ -103,11 +100,7 @@ def _rank_rows(ranks: tuple[RankState, ...], now: float) -> list[str]:
                 r.reason,
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return [
-        "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]
+    return ["  " + line.rstrip() for line in aligned_columns(rows)]
 
 
 def _config_lines(progress: RunState) -> list[str]:
@@ -158,7 +151,7 @@ def _summary_lines(summary: RunSummary) -> list[str]:
 
 @click.command("show")
 @click.argument("run_id")
-@runs_dir_option
+@read_runs_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable state of the run.")
 def show_command(run_id: str, runs_dir: Path, as_json: bool) -> None:
     """Show one run (an id or a unique prefix): its config, each rank's state (running, stalled,
@@ -171,8 +164,7 @@ def show_command(run_id: str, runs_dir: Path, as_json: bool) -> None:
     try:
         run_dir = find_run(runs_dir, run_id)
     except RunDirError as err:
-        click.echo(f"ddptui: {err}", err=True)
-        sys.exit(exit_codes.BAD_INPUT)
+        fail(str(err))
     now = time.time()
     progress = observe_run(run_dir, now)
     if as_json:
@@ -210,5 +202,4 @@ def show_command(run_id: str, runs_dir: Path, as_json: bool) -> None:
     if progress.unsaved:
         click.echo(f"ddptui: note: {progress.unsaved}", err=True)
     if progress.problem:
-        click.echo(f"ddptui: {progress.problem}", err=True)
-        sys.exit(exit_codes.BAD_INPUT)
+        fail(progress.problem)

@@ -4,14 +4,13 @@ for; ``ddptui stacks --pid PID``: the stack of any Python process of yours (py-s
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
 from ddptui import exit_codes
-from ddptui.commands.processes import runs_dir_option
+from ddptui.cli_common import fail, read_runs_dir_option
 from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
 from engine.core.common import strict_json
 from engine.core.ops.run_snapshot import request_flight_recorder_dumps, snapshot_run
@@ -23,24 +22,19 @@ from engine.core.stacks.diagnosis import read_activity
 from engine.core.stacks.snapshot import RankDiagnosis, StackSnapshot
 
 
-def _fail(message: str, code: int = exit_codes.BAD_INPUT) -> NoReturn:
-    click.echo(f"ddptui: {message}", err=True)
-    sys.exit(code)
-
-
 def _process_stack(pid: int) -> StackSnapshot:
     ref = identify(pid)
     if ref is None:
-        _fail(f"--pid {pid}: no such process")
+        fail(f"--pid {pid}: no such process")
     try:
         owner = os.stat(f"/proc/{pid}").st_uid
     except OSError:
         owner = None
     if owner is not None and owner != os.getuid() and os.getuid() != 0:
-        _fail(f"--pid {pid} belongs to another user; ddptui reads only your own processes")
+        fail(f"--pid {pid} belongs to another user; ddptui reads only your own processes")
     stack = capture_stack(ref, None)
     if not stack.method:
-        _fail(f"--pid {pid}: no stack: {stack.problem}", exit_codes.FAILED)
+        fail(f"--pid {pid}: no stack: {stack.problem}", exit_codes.FAILED)
     activity, detail, frame = read_activity(stack, distributed=True)
     rank = RankDiagnosis(
         rank=-1, pid=pid, activity=activity, detail=detail, frame=frame,
@@ -61,7 +55,7 @@ def _as_json(snapshot: StackSnapshot, run_id: str | None) -> dict[str, Any]:
 @click.command("stacks")
 @click.argument("run_id", required=False)
 @click.option("--pid", type=int, help="Any Python process of yours, instead of a run (py-spy).")
-@runs_dir_option
+@read_runs_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable: culprit_rank and ranks.")
 def stacks_command(run_id: str | None, pid: int | None, runs_dir: Path, as_json: bool) -> None:
     """Every rank's stack: a fresh snapshot of a running run (py-spy with native frames where it
@@ -79,7 +73,7 @@ def stacks_command(run_id: str | None, pid: int | None, runs_dir: Path, as_json:
     Exit codes: 0 shown, 1 no stack could be taken, 2 bad input.
     """
     if (run_id is None) == (pid is None):
-        _fail("give a RUN_ID or --pid PID (one of them)")
+        fail("give a RUN_ID or --pid PID (one of them)")
     if pid is not None:
         snapshot = _process_stack(pid)
         if as_json:
@@ -91,7 +85,7 @@ def stacks_command(run_id: str | None, pid: int | None, runs_dir: Path, as_json:
     try:
         run_dir = find_run(runs_dir, run_id)
     except RunDirError as err:
-        _fail(str(err))
+        fail(str(err))
     state = observe_run(run_dir)
     taken = snapshot_run(run_dir, reason="on demand") if not state.final else None
     if taken is not None:
@@ -99,7 +93,7 @@ def stacks_command(run_id: str | None, pid: int | None, runs_dir: Path, as_json:
     stored = taken or state.diagnosis
     if stored is None:
         why = "none of its ranks is alive" if not state.final else f"it ended {state.status}"
-        _fail(f"run {run_dir.run_id}: no stack snapshot was taken and {why}", exit_codes.FAILED)
+        fail(f"run {run_dir.run_id}: no stack snapshot was taken and {why}", exit_codes.FAILED)
     if as_json:
         click.echo(strict_json.dumps(_as_json(stored, run_dir.run_id), indent=2))
         return

@@ -1,1 +1,2 @@
-"""The screens of the ddptui app, one module each: launch, run, runs, processes, results."""
+"""The screens of the ddptui app, one module each (launch, runs, run, stacks, processes, gpus,
+results), over ``base``: what every screen shares (the typed app, how a worker ends, polling)."""

@@ -19,13 +19,12 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.screen import Screen
-from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Footer, Header, Static
 
 from ddptui.actions import KILL_GRACE_SECONDS
-from ddptui.messages import GpusScanned, StopFinished, WorkerProblem
+from ddptui.messages import GpusScanned, StopFinished
+from ddptui.screens.base import PollingScreen
 from ddptui.widgets.confirm import AllUsersToggle, ConfirmDialog
 from ddptui.widgets.gpu_panel import gpu_bar_line
 from ddptui.widgets.gpu_process_list import GpuProcessList
@@ -34,7 +33,7 @@ from engine.core.jobs.gpu_view import GpuProcessRow, GpuView
 from engine.core.procs.process_identity import ProcessRef
 
 if TYPE_CHECKING:
-    from ddptui.app import DdptuiApp
+    from ddptui.gpu_history import GpuHistory
 
 HINT = "↑↓ select · t stop process · T stop its job · , . sort · / reverse"
 
@@ -44,9 +43,9 @@ class GpuBars(Widget):
 
     DEFAULT_CSS = "GpuBars { height: 1; }"
 
-    def __init__(self, app: DdptuiApp, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self._ddptui = app
+    def __init__(self, history: GpuHistory, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.history = history
         self.inventory: GpuInventory | None = None
         self.held: dict[int, int] = {}
 
@@ -71,7 +70,7 @@ class GpuBars(Widget):
             ]
         if not inventory.gpus:
             return [Text("GPUs: NVML lists none on this machine.", style="yellow")]
-        history = self._ddptui.gpu_history
+        history = self.history
         return [
             gpu_bar_line(gpu, history, width, self.held.get(gpu.index, 0)) for gpu in inventory.gpus
         ]
@@ -80,12 +79,13 @@ class GpuBars(Widget):
         return Group(*self._lines(self.size.width or 80))
 
 
-class GpusScreen(AllUsersToggle, Screen[None]):
+class GpusScreen(AllUsersToggle, PollingScreen):
     ALL_USERS_QUESTION = (
         "Stop other users' processes too?",
         "As root, t and T will also stop processes that belong to other users (their training "
         "is lost).",
     )
+    PROBLEM_AT = "#gpus-head"
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("t", "stop(False)", "Stop"),
@@ -102,16 +102,11 @@ class GpusScreen(AllUsersToggle, Screen[None]):
         self.view: GpuView | None = None
         self.stopping = False
         self.report = ""
-        self._timer: Timer | None = None
-
-    @property
-    def ddptui(self) -> DdptuiApp:
-        return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("", id="gpus-head")
-        yield GpuBars(self.ddptui, id="gpu-bars")
+        yield GpuBars(self.ddptui.gpu_history, id="gpu-bars")
         yield Static(HINT, id="gpus-hint")
         yield GpuProcessList(id="gpu-procs")
         yield Static("", id="gpus-detail")
@@ -120,17 +115,9 @@ class GpusScreen(AllUsersToggle, Screen[None]):
     def on_mount(self) -> None:
         self.sub_title = "GPUs"
         self.watch(self.ddptui, "gpu_inventory", self._gpus_changed)
-        self._timer = self.set_interval(self.ddptui.list_poll_seconds, self.scan, pause=True)
 
     def on_screen_resume(self) -> None:
-        self.scan()
-        if self._timer is not None:
-            self._timer.resume()
         self.query_one(GpuProcessList).focus()
-
-    def on_screen_suspend(self) -> None:
-        if self._timer is not None:
-            self._timer.pause()
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -138,7 +125,7 @@ class GpusScreen(AllUsersToggle, Screen[None]):
         if self.is_current:
             self._show_bars()
             if self.view is None or self.view.error != (inventory.error if inventory else None):
-                self.scan()
+                self.poll()
 
     def _show_bars(self) -> None:
         held: dict[int, int] = {}
@@ -147,25 +134,12 @@ class GpusScreen(AllUsersToggle, Screen[None]):
                 held[row.gpu_index] = held.get(row.gpu_index, 0) + 1
         self.query_one(GpuBars).show(self.ddptui.gpu_inventory, held)
 
-    def action_refresh(self) -> None:
-        self.scan()
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="scan-gpus")
-    def scan(self) -> None:
+    def read(self) -> None:
         inventory = self.ddptui.gpu_inventory
         if inventory is None:
             return  # the app's first NVML sample triggers a scan when it lands
-        try:
-            view = self.ddptui.actions.scan_gpus(inventory)
-        except Exception as err:
-            self.post_message(WorkerProblem("GPU process scan", f"{type(err).__name__}: {err}"))
-            return
-        self.post_message(GpusScanned(view))
-
-    def on_worker_problem(self, message: WorkerProblem) -> None:
-        self.query_one("#gpus-head", Static).update(
-            Text(f"{message.source}: {message.error}", style="bold red")
-        )
+        scan = self.ddptui.actions.scan_gpus
+        self.post_read("GPU process scan", lambda: scan(inventory), GpusScanned)
 
     def on_gpus_scanned(self, message: GpusScanned) -> None:
         self.view = message.view
@@ -307,4 +281,4 @@ class GpusScreen(AllUsersToggle, Screen[None]):
         self.report = message.report
         self.notify(message.report, severity="information" if message.ok else "error")
         self._show_detail(self.query_one(GpuProcessList).selected)
-        self.scan()
+        self.poll()

@@ -4,26 +4,24 @@ pick the devices, override epochs / max steps / batch / images / precision / dat
 path (or ``-m module``), to run like torchrun would; a preset that names a script is listed too,
 with its arguments in the form instead of the engine's settings.
 
-Presets that cannot run on this machine stay in the list, marked, with the reason. Starting a run
-goes through ``engine.core.ops.run_start`` in a thread worker: the launcher runs in its own session, never in
-the UI process.
+Presets that cannot run on this machine stay in the list, marked, with the reason
+(``engine.core.plan.preset_check``, as ``ddptui presets`` says it). The form is read into plain
+values on the UI thread and checked (``ddptui.launch_form``: the overrides, the plan, the resource
+guard's reading of /proc and cgroup files) in a thread worker, a burst of keystrokes giving one
+check. Starting a run goes through ``engine.core.ops.run_start`` in a thread worker: the launcher
+runs in its own session, never in the UI process.
 """
 
 from __future__ import annotations
 
-import re
-import shlex
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+import time
+from typing import ClassVar
 
-from rich.console import Group
 from rich.text import Text
-from textual import events, on, work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import (
     Button,
     Footer,
@@ -36,227 +34,68 @@ from textual.widgets import (
     Static,
 )
 from textual.widgets.option_list import Option
-from textual.widgets.selection_list import Selection
+from textual.worker import get_current_worker
 
-from ddptui.messages import PresetsChecked, RunLaunched, WorkerProblem
-from ddptui.widgets.confirm import ConfirmDialog
-from ddptui.widgets.script_prompt import ScriptPrompt
-from engine.core.common import formatting
-from engine.core.config.devices import DevicePlan, resolve_devices
-from engine.core.config.schema import DATASETS, PRECISIONS, ConfigError, RunConfig
-from engine.core.config.toml_io import apply_overrides, parse_setting
-from engine.core.host.gpus import GpuInventory, GpuSample
-from engine.core.plan.run_plan import RunPlan, plan_run
-
-if TYPE_CHECKING:
-    from ddptui.app import DdptuiApp
-    from engine.core.plan.resource_guard import ResourceCheck
-
-
-@dataclass(frozen=True)
-class PresetCheck:
-    """One preset: its config (or why it cannot be read) and its plan here (or why it cannot run)."""
-
-    name: str
-    path: Path
-    bundled: bool
-    config: RunConfig | None
-    plan: RunPlan | None
-    reason: str  # empty when it can run here
-
-    @property
-    def runnable(self) -> bool:
-        return self.plan is not None
-
-
-def check_presets(gpu_count: int) -> list[PresetCheck]:
-    """Every preset with the reason it cannot run on a machine with ``gpu_count`` GPUs, if any."""
-    # Here, not at the top: the launch screen is the first frame, and these are not needed for it.
-    from engine.core.config.presets import list_presets, load_preset_file
-
-    checks = []
-    for preset in list_presets():
-        config: RunConfig | None = None
-        plan: RunPlan | None = None
-        reason = ""
-        try:
-            config = load_preset_file(preset)
-            plan = plan_run(config, gpu_count)
-        except ConfigError as err:
-            reason = str(err)
-        checks.append(PresetCheck(preset.name, preset.path, preset.bundled, config, plan, reason))
-    return checks
-
-
-def check_script(config: RunConfig, gpu_count: int) -> PresetCheck:
-    """The user's script (from ``o``), listed as presets are: planned for this machine."""
-    plan: RunPlan | None = None
-    reason = ""
-    try:
-        plan = plan_run(config, gpu_count)
-    except ConfigError as err:
-        reason = str(err)
-    where = Path(config.script.path) if config.script.path else Path(config.script.module)
-    return PresetCheck(f"{config.name} (script)", where, False, config, plan, reason)
-
-
-def describe_config(config: RunConfig) -> Text:
-    """What the form below does not show: the description, model, pipeline, optimiser, faults."""
-    text = Text()
-    if config.description:
-        text.append(config.description + "\n", style="italic")
-    if config.script.given:
-        text.append(config.script.label, style="bold")
-        if config.script.args:
-            text.append(" " + shlex.join(config.script.args))
-        text.append(
-            "\none process per device, started like torchrun; the script has its own "
-            "epochs, batch and precision (its arguments below)",
-            style="dim",
-        )
-        return text
-    text.append(config.strategy.name, style="bold")
-    text.append(f" · {config.model.name} · {config.data.pipeline} pipeline")
-    text.append(f" · lr {config.optimizer.lr:g}")
-    if config.optimizer.lr_scaling != "none":
-        text.append(f" ({config.optimizer.lr_scaling} scaling)")
-    if config.faults:
-        text.append(f" · faults {', '.join(config.faults)}", style="yellow")
-    return text
-
-
-def describe_plan(plan: RunPlan) -> Text:
-    text = Text("✓ runs here: ", style="green")
-    what = plan.devices.describe()
-    ranks = f"{what}, {plan.world_size} rank{'s' if plan.world_size != 1 else ''}"
-    if plan.config.script.given:  # batch, backend and lr are the script's own
-        text.append(ranks)
-        return text
-    text.append(
-        f"{ranks}, global batch {plan.global_batch}"
-        + (f", {plan.backend}" if plan.backend else "")
-        + f", lr {plan.base_lr:g}"
-    )
-    return text
-
-
-def describe_resources(resources: ResourceCheck) -> Text:
-    """The resource guard's figures for a plan that fits, and its warnings."""
-    estimate = resources.estimate
-    text = Text(
-        f"\n  host memory ~{formatting.gib(estimate.host_bytes)} of "
-        f"{formatting.gib(resources.available_bytes)} GiB available",
-        style="dim",
-    )
-    if resources.device_bytes_per_gpu:
-        text.append(f", ~{formatting.gib(resources.device_bytes_per_gpu)} GiB per GPU", "dim")
-    for warning in resources.warnings:
-        text.append(f"\n  ⚠ {warning}", style="yellow")
-    return text
-
-
-def holders_text(gpu: GpuSample, users: dict[int, str]) -> str:
-    """Who holds a GPU, short enough for an 80-column picker: the process using the most memory
-    by pid and user (just the pid when NVML names a process not visible here), and how many
-    more."""
-    first = max(gpu.processes, key=lambda p: p.used_memory_bytes or 0)
-    text = f"pid {first.pid}" + (f" {users[first.pid]}" if first.pid in users else "")
-    more = len(gpu.processes) - 1
-    return text + (f" +{more}" if more else "")
-
-
-def short_model(name: str) -> str:
-    """``H100 80GB``, ``A100-SXM4``, ``RTX 4090``: nine columns of the model, the brand left out."""
-    for brand in ("NVIDIA ", "GeForce ", "Tesla ", "Quadro "):
-        name = name.removeprefix(brand)
-    return name[:9].rstrip()
-
-
-def gpu_label(gpu: GpuSample, users: dict[int, str]) -> Text:
-    """One picker line, 44 columns with a 4-digit pid: ``GPU2 H100 80GB 70/80G 88% · pid 7200 bo``
-    (or ``· free``); the GPUs screen has the rest."""
-    if gpu.error is not None:
-        return Text(f"GPU{gpu.index} not available: {gpu.error}", style="red")
-    label = Text(f"GPU{gpu.index} {short_model(gpu.name)} ")
-    used, total = gpu.memory_used_bytes, gpu.memory_total_bytes
-    memory = f"{used / 2**30:.0f}/{total / 2**30:.0f}G" if used is not None and total else "?"
-    label.append(f"{memory} {gpu.utilization_percent}%")
-    if gpu.processes:
-        label.append(f" · {holders_text(gpu, users)}", style="yellow")
-    else:
-        label.append(" · free", style="green")
-    return label
-
-
-class NumberInput(Input):
-    """A whole-number field that lets letters through to the screen's keys: ``s`` starts the run
-    while the cursor is in it (it could never type a letter anyway)."""
-
-    def check_consume_key(self, key: str, character: str | None) -> bool:
-        return character is not None and (character.isdigit() or character in "+-")
-
-    async def _on_key(self, event: events.Key) -> None:
-        # Textual calls Input's own handler after this one unless the default is prevented.
-        if event.is_printable and not self.check_consume_key(event.key, event.character):
-            event.prevent_default()  # not a digit: it bubbles up to the screen's bindings
-
-
-def preset_devices(check: PresetCheck, gpu_count: int) -> DevicePlan | None:
-    """The devices a preset asks for on this machine, even when something else (missing data, a
-    precision) stops it from running as it stands; None when its device spec cannot be met."""
-    if check.plan is not None:
-        return check.plan.devices
-    if check.config is None:
-        return None
-    try:
-        return resolve_devices(check.config.devices.spec, check.config.strategy.name, gpu_count)
-    except ConfigError:
-        return None
-
-
-def pick_mark(picked: bool) -> str:
-    """A pick said in text, not only in colour."""
-    return "[x] " if picked else "[ ] "
-
-
-OVERRIDE_FIELDS = (
-    # (input id, dotted key, label)
-    ("epochs", "training.epochs", "epochs"),
-    ("max-steps", "training.max_steps", "max steps"),
-    ("batch", "training.batch_size", "batch/rank"),
-    ("train-size", "data.train_size", "images"),
+from ddptui.launch_form import (
+    ENGINE_FIELDS,
+    NUMBER_FIELDS,
+    FormCheck,
+    LaunchForm,
+    check_form,
+    form_for,
 )
-# The fields that set the engine's own workload: a script run takes its own arguments instead.
-ENGINE_FIELDS = (*(input_id for input_id, _, _ in OVERRIDE_FIELDS), "precision", "dataset")
+from ddptui.messages import FormChecked, PresetsChecked, RunLaunched
+from ddptui.screens.base import DdptuiScreen
+from ddptui.widgets.confirm import ConfirmDialog
+from ddptui.widgets.gpu_picker import GpuPicker
+from ddptui.widgets.launch_texts import describe_form_check, preset_details, preset_entry
+from ddptui.widgets.number_input import NumberInput
+from ddptui.widgets.script_prompt import ScriptPrompt
+from engine.core.config.schema import DATASETS, PRECISIONS, RunConfig
+from engine.core.host.gpus import GpuInventory
+from engine.core.plan import preset_check
+from engine.core.plan.preset_check import PresetCheck
+from engine.core.plan.run_plan import RunPlan
+
+# How long the form is left alone before it is checked: typing a number is one check, not three.
+CHECK_DELAY_SECONDS = 0.15
 
 
-class LaunchScreen(Screen[None]):
+class LaunchScreen(DdptuiScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("s", "start", "Start run"),
         Binding("o", "open_script", "Your script"),
         Binding("escape", "focus_presets", "Presets", show=False),
     ]
+    PROBLEM_AT = "#launch-check"
 
     def __init__(self) -> None:
         super().__init__()
         self.checks: list[PresetCheck] = []
         self.script_checks: list[PresetCheck] = []  # the scripts added with ``o``, newest first
         self.current: PresetCheck | None = None
-        self.effective: RunConfig | None = None
-        self.effective_plan: RunPlan | None = None
-        self.problem = ""
+        self.form_check: FormCheck | None = None  # the latest check of the form as it was then
         self._gpu_count: int | None = None
         self._filling = False
         self._starting = False
-        self._gpu_labels: list[tuple[int, str, bool]] = []
+        self._start_when_checked = False  # s was pressed while the form's check was on its way
+        self._checks_asked = 0  # checks of the form asked for so far; only the latest is shown
         self._users: dict[int, str] = {}  # of the GPU holders listed now, asked once per pid
-        self._label_texts: dict[int, Text] = {}
         self._device_note = ""
-        self._preset_devices: DevicePlan | None = None
 
     @property
-    def ddptui(self) -> DdptuiApp:
-        return self.app  # type: ignore[return-value]
+    def effective(self) -> RunConfig | None:
+        """The config the form makes, when it can run here (as last checked)."""
+        return self.form_check.config if self.form_check is not None else None
+
+    @property
+    def effective_plan(self) -> RunPlan | None:
+        return self.form_check.plan if self.form_check is not None else None
+
+    @property
+    def problem(self) -> str:
+        """Why the form, as last checked, cannot start; empty when it can."""
+        return self.form_check.problem if self.form_check is not None else ""
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -268,19 +107,18 @@ class LaunchScreen(Screen[None]):
             with VerticalScroll(id="launch-form", can_focus=False):
                 yield Static("", id="preset-info")
                 yield Static("Devices sampling NVML…", id="devices-note", classes="section")
-                yield SelectionList[int](id="gpu-picker")
+                yield GpuPicker(id="gpu-picker")
                 with Horizontal(classes="field"):
                     yield Label("CPU ranks", classes="field-label")
                     yield NumberInput(id="cpu-ranks", type="integer", compact=True, classes="num")
                 yield Label("Overrides", classes="section")
-                with Horizontal(classes="field"):
-                    for input_id, _, label in OVERRIDE_FIELDS[:2]:
-                        yield Label(label, classes="field-label")
-                        yield NumberInput(id=input_id, type="integer", compact=True, classes="num")
-                with Horizontal(classes="field"):
-                    for input_id, _, label in OVERRIDE_FIELDS[2:]:
-                        yield Label(label, classes="field-label")
-                        yield NumberInput(id=input_id, type="integer", compact=True, classes="num")
+                for pair in (NUMBER_FIELDS[:2], NUMBER_FIELDS[2:]):
+                    with Horizontal(classes="field"):
+                        for number in pair:
+                            yield Label(number.label, classes="field-label")
+                            yield NumberInput(
+                                id=number.input_id, type="integer", compact=True, classes="num"
+                            )
                 with Horizontal(classes="field"):
                     yield Label("precision", classes="field-label")
                     yield Select(
@@ -317,12 +155,13 @@ class LaunchScreen(Screen[None]):
 
     def on_screen_resume(self) -> None:
         self.query_one("#presets", OptionList).focus()
+        self._gpus_changed(self.ddptui.gpu_inventory)  # what was sampled while it was hidden
 
     def action_open_script(self) -> None:
         def chosen(config: RunConfig | None) -> None:
             if config is None:
                 return
-            check = check_script(config, self._gpu_count or 0)
+            check = preset_check.plan_user_script(config, self._gpu_count or 0)
             # The same script again replaces the one listed: its newer arguments win.
             others = [c for c in self.script_checks if c.name != check.name]
             self.script_checks = [check, *others]
@@ -335,7 +174,9 @@ class LaunchScreen(Screen[None]):
     # -- presets ---------------------------------------------------------------------------------
 
     def _gpus_changed(self, inventory: GpuInventory | None) -> None:
-        if inventory is None:
+        # Only while shown (as the other screens): a hidden screen's widgets may be gone, as
+        # at the app's exit, when a late sample still lands; showing it again catches up.
+        if inventory is None or not self.is_current:
             return
         with self.app.batch_update():
             self._show_devices(inventory)
@@ -345,45 +186,24 @@ class LaunchScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="presets")
     def check_presets(self, gpu_count: int) -> None:
-        try:
-            checks = check_presets(gpu_count)
-        except Exception as err:
-            self.post_message(WorkerProblem("presets", f"{type(err).__name__}: {err}"))
-            return
-        self.post_message(PresetsChecked(checks))
-
-    def on_worker_problem(self, message: WorkerProblem) -> None:
-        self.query_one("#launch-check", Static).update(
-            Text(f"{message.source}: {message.error}", style="bold red")
-        )
+        self.post_read("presets", lambda: preset_check.check_presets(gpu_count), PresetsChecked)
 
     def on_presets_checked(self, message: PresetsChecked) -> None:
         with self.app.batch_update():  # one repaint for the list, the details and the form
             self._show_checks(message.checks)
 
-    def _show_checks(self, checks: list[Any]) -> None:
+    def _show_checks(self, checks: list[PresetCheck]) -> None:
         self.checks = list(checks)
         listed = self.listed
         options = self.query_one("#presets", OptionList)
         highlighted = self.current.name if self.current else None
         options.clear_options()
-        added = []
-        for check in listed:
-            name = Text(no_wrap=True, overflow="ellipsis")
-            name.append(
-                "✓ " if check.runnable else "✗ ", style="green" if check.runnable else "red"
-            )
-            name.append(check.name)
-            if not check.bundled and check not in self.script_checks:
-                name.append(" (yours)", style="cyan")
-            prompt: Any = name
-            if not check.runnable:
-                why = Text(
-                    "  " + _short(check.reason), "dim red", no_wrap=True, overflow="ellipsis"
-                )
-                prompt = Group(name, why)
-            added.append(Option(prompt, id=check.name))
-        options.add_options(added)
+        options.add_options(
+            [
+                Option(preset_entry(c, not c.bundled and c not in self.script_checks), id=c.name)
+                for c in listed
+            ]
+        )
         names = [c.name for c in listed]
         if highlighted not in names:
             highlighted = "cpu-demo" if "cpu-demo" in names else (names[0] if names else None)
@@ -415,58 +235,54 @@ class LaunchScreen(Screen[None]):
 
     def _select(self, check: PresetCheck) -> None:
         self.current = check
-        info = self.query_one("#preset-info", Static)
-        if check.config is None:
-            info.update(Text(f"✗ {check.name} cannot be read: {check.reason}", style="red"))
-        else:
-            text = describe_config(check.config)
-            if check.plan is None:
-                text.append(f"\n✗ as it is, it cannot run here: {check.reason}", style="red")
-            info.update(text)
-        self._fill_form(check)
+        self._start_when_checked = False  # s pressed for the preset shown before: not this one
+        self.query_one("#preset-info", Static).update(preset_details(check))
+        if check.config is not None:
+            offered = self.query_one(GpuPicker).offered
+            devices = check.devices_asked(self._gpu_count or 0)
+            self._fill_form(check.config, form_for(check.config, devices, offered))
         self._evaluate()
 
     # -- the form ----------------------------------------------------------------------------------
 
-    def _fill_form(self, check: PresetCheck) -> None:
-        config = check.config
-        if config is None:
-            return
+    def _fill_form(self, config: RunConfig, form: LaunchForm) -> None:
+        """Show ``form`` in the fields, with the engine's fields or the script's as ``config``
+        has them."""
         self._filling = True
         try:
-            values = {
-                "epochs": config.training.epochs,
-                "max-steps": config.training.max_steps,
-                "batch": config.training.batch_size,
-                "train-size": config.data.train_size,
-            }
-            for input_id, value in values.items():
-                self.query_one(f"#{input_id}", Input).value = str(value)
-            self.query_one("#precision", Select).value = config.precision.mode
-            self.query_one("#dataset", Select).value = config.data.dataset
+            for number in NUMBER_FIELDS:
+                self.query_one(f"#{number.input_id}", Input).value = form.numbers[number.key]
+            self.query_one("#precision", Select).value = form.precision
+            self.query_one("#dataset", Select).value = form.dataset
             script = config.script.given
             for field_id in ENGINE_FIELDS:
                 self.query_one(f"#{field_id}").disabled = script
             self.query_one("#script-args-row").display = script
-            self.query_one("#script-args", Input).value = shlex.join(config.script.args)
-            picker = self.query_one("#gpu-picker", SelectionList)
+            self.query_one("#script-args", Input).value = form.script_args
+            picker = self.query_one(GpuPicker)
             picker.deselect_all()
-            ranks = 2 if config.strategy.name == "ddp" else 1
-            # What the preset asks for, even when it cannot run as it stands (no CIFAR-10 yet):
-            # its GPUs stay picked, so fixing the data never turns it into a CPU run.
-            devices = preset_devices(check, self._gpu_count or 0)
-            self._preset_devices = devices
-            if devices is not None and devices.kind == "cuda":
-                offered = {picker.get_option_at_index(i).value for i in range(picker.option_count)}
-                for index in devices.gpu_indices:
-                    if index in offered:
-                        picker.select(index)
-            elif devices is not None:
-                ranks = devices.cpu_ranks
-            self.query_one("#cpu-ranks", Input).value = str(ranks)
+            for index in form.picked_gpus:
+                picker.select(index)
+            self.query_one("#cpu-ranks", Input).value = form.cpu_ranks
         finally:
             self._filling = False
         self._show_picks()
+
+    def read_form(self) -> LaunchForm:
+        """What the fields say now."""
+        picker = self.query_one(GpuPicker)
+        precision = self.query_one("#precision", Select).value
+        dataset = self.query_one("#dataset", Select).value
+        return LaunchForm(
+            numbers={n.key: self.query_one(f"#{n.input_id}", Input).value for n in NUMBER_FIELDS},
+            precision=precision if isinstance(precision, str) else None,
+            dataset=dataset if isinstance(dataset, str) else None,
+            script_args=self.query_one("#script-args", Input).value,
+            set_values=self.query_one("#set-values", Input).value,
+            gpus_offered=bool(picker.display),
+            picked_gpus=tuple(picker.picked),
+            cpu_ranks=self.query_one("#cpu-ranks", Input).value,
+        )
 
     def _holder_users(self, pids: set[int]) -> dict[int, str]:
         """The users of ``pids``, the probe asked only for pids new to the list: the samples come
@@ -478,7 +294,7 @@ class LaunchScreen(Screen[None]):
 
     def _show_devices(self, inventory: GpuInventory) -> None:
         note = self.query_one("#devices-note", Static)
-        picker = self.query_one("#gpu-picker", SelectionList)
+        picker = self.query_one(GpuPicker)
         if inventory.error is not None or inventory.count == 0:
             why = inventory.error or "NVML lists no GPU"
             self._note(
@@ -488,49 +304,16 @@ class LaunchScreen(Screen[None]):
             return
         picker.display = True
         users = self._holder_users({p.pid for gpu in inventory.gpus for p in gpu.processes})
-        labels = [
-            (gpu.index, gpu_label(gpu, users), gpu.error is not None) for gpu in inventory.gpus
-        ]
-        key = [(index, label.plain, bad) for index, label, bad in labels]
-        if key == self._gpu_labels:
-            self._show_picks()
-            return
-        self._gpu_labels = key
-        self._label_texts = {index: label for index, label, _ in labels}
-        selected = set(picker.selected)
-        highlighted = picker.highlighted
-        self._filling = True
-        try:
-            picker.clear_options()
-            picker.add_options(
-                [
-                    Selection(
-                        Text(pick_mark(index in selected)) + label,
-                        index,
-                        index in selected,
-                        disabled=bad,
-                    )
-                    for index, label, bad in labels
-                ]
-            )
-            if picker.option_count:
-                # A highlighted option from the start, so Space picks without an arrow key first.
-                picker.highlighted = min(highlighted or 0, picker.option_count - 1)
-        finally:
-            self._filling = False
+        picker.show_gpus(inventory, users)
         self._show_picks()
 
     def _show_picks(self) -> None:
         """Say the picked GPUs in words above the list, and mark each pick in its label."""
-        picker = self.query_one("#gpu-picker", SelectionList)
+        picker = self.query_one(GpuPicker)
         if not picker.display:
             return
-        picked = sorted(int(i) for i in picker.selected)
-        for i in range(picker.option_count):
-            index = picker.get_option_at_index(i).value
-            label = self._label_texts.get(index)
-            if label is not None:
-                picker.replace_option_prompt_at_index(i, Text(pick_mark(index in picked)) + label)
+        picker.mark_picks()
+        picked = picker.picked
         if picked:
             said = Text.assemble(
                 ("Devices ", "bold"),
@@ -560,112 +343,59 @@ class LaunchScreen(Screen[None]):
     def _submitted(self) -> None:
         self.query_one("#start", Button).focus()
 
-    def overrides(self) -> dict[str, Any]:
-        """The form's values that differ from the preset, as ``section.key`` overrides."""
-        check = self.current
-        if check is None or check.config is None:
-            return {}
-        config = check.config
-        found: dict[str, Any] = {}
-        for item in shlex.split(self.query_one("#set-values", Input).value):
-            key, value = parse_setting(item)
-            found[key] = value
-        if config.script.given:
-            args = tuple(shlex.split(self.query_one("#script-args", Input).value))
-            if args != config.script.args:
-                found["script.args"] = list(args)
-        else:
-            found.update(self._engine_overrides(config))
-        spec = self._device_spec()
-        preset = self._preset_devices
-        if spec is not None and (preset is None or spec != preset.describe()):
-            found["devices.spec"] = spec
-        return found
-
-    def _engine_overrides(self, config: RunConfig) -> dict[str, Any]:
-        """The form's engine fields that differ from the preset."""
-        found: dict[str, Any] = {}
-        preset_values = {
-            "training.epochs": config.training.epochs,
-            "training.max_steps": config.training.max_steps,
-            "training.batch_size": config.training.batch_size,
-            "data.train_size": config.data.train_size,
-        }
-        for input_id, key, label in OVERRIDE_FIELDS:
-            raw = self.query_one(f"#{input_id}", Input).value.strip()
-            if not raw:
-                raise ConfigError(f"{label} is empty; give a number")
-            value = int(raw)
-            if value != preset_values[key]:
-                found[key] = value
-        precision = self.query_one("#precision", Select).value
-        if isinstance(precision, str) and precision != config.precision.mode:
-            found["precision.mode"] = precision
-        dataset = self.query_one("#dataset", Select).value
-        if isinstance(dataset, str) and dataset != config.data.dataset:
-            found["data.dataset"] = dataset
-        return found
-
     def gpu_preset_on_cpu(self) -> bool:
         """The preset asks for GPUs, and the form (no GPU picked) would run it on the CPU."""
-        preset, plan = self._preset_devices, self.effective_plan
-        return (
-            preset is not None
-            and preset.kind == "cuda"
-            and plan is not None
-            and plan.devices.kind == "cpu"
-        )
-
-    def _device_spec(self) -> str | None:
-        picker = self.query_one("#gpu-picker", SelectionList)
-        picked = sorted(int(i) for i in picker.selected) if picker.display else []
-        if picked:
-            return "gpu:" + ",".join(str(i) for i in picked)
-        raw = self.query_one("#cpu-ranks", Input).value.strip()
-        if not raw:
-            raise ConfigError("CPU ranks is empty; give a number")
-        ranks = int(raw)
-        if ranks < 1:
-            raise ConfigError("CPU ranks must be at least 1")
-        return f"cpu:{ranks}"
+        return self.form_check is not None and self.form_check.gpu_preset_on_cpu
 
     def _evaluate(self) -> None:
-        """Apply the form to the preset and plan it for this machine; show the result."""
-        check = self.current
-        out = self.query_one("#launch-check", Static)
-        start = self.query_one("#start", Button)
-        self.effective, self.effective_plan = None, None
-        if check is None or check.config is None:
-            out.update(Text("✗ pick a preset that can be read", style="red"))
-            start.disabled = True
-            return
+        """Check the form as it is now against the current preset, in a thread worker; a newer
+        check replaces one still on its way."""
+        self._checks_asked += 1
+        self.check_form_soon(
+            self._checks_asked,
+            self.current,
+            self.read_form(),
+            self._gpu_count or 0,
+            self.ddptui.gpu_inventory,
+        )
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="check-form")
+    def check_form_soon(
+        self,
+        asked: int,
+        check: PresetCheck | None,
+        form: LaunchForm,
+        gpu_count: int,
+        inventory: GpuInventory | None,
+    ) -> None:
+        time.sleep(CHECK_DELAY_SECONDS)
+        if get_current_worker().is_cancelled:
+            return  # the form changed again: the newer check is the one that counts
         try:
-            overrides = self.overrides()
-            config = apply_overrides(check.config, overrides) if overrides else check.config
-            plan = plan_run(config, self._gpu_count or 0)
-            # The guard start_run applies too (ResourceError is a ConfigError): shown here first.
-            resources = self.ddptui.resource_checker(plan, self.ddptui.gpu_inventory)
-        except (ConfigError, ValueError) as err:  # ValueError: a quote left open, a non-number
-            self.problem = str(err)
-            out.update(Text(f"✗ {err}", style="bold red"))
-            start.disabled = True
-            return
-        self.problem = ""
-        self.effective, self.effective_plan = config, plan
-        text = describe_plan(plan)
-        text.append_text(describe_resources(resources))
-        if overrides:
-            text.append(
-                "\n  overrides: " + ", ".join(f"{k}={v}" for k, v in overrides.items()), "cyan"
-            )
-        if self.gpu_preset_on_cpu():
-            text.append(
-                f"\n  ⚠ on the CPU ({plan.devices.describe()}), not on GPUs as the preset says: "
-                "pick GPUs with space, or start and confirm",
-                style="bold yellow",
-            )
-        out.update(text)
-        start.disabled = self._starting
+            checked = check_form(check, form, gpu_count, inventory, self.ddptui.resource_checker)
+        except Exception as err:  # an unreadable /proc or cgroup file: said, not a crash
+            checked = FormCheck(check, form, problem=f"{type(err).__name__}: {err}")
+        if not get_current_worker().is_cancelled:
+            self.post_message(FormChecked(checked, asked))
+
+    def _is_checked(self) -> bool:
+        """The latest check is of the form as it is now, for the preset shown now."""
+        checked = self.form_check
+        return (
+            checked is not None
+            and checked.check is self.current
+            and checked.form == self.read_form()
+        )
+
+    def on_form_checked(self, message: FormChecked) -> None:
+        if message.asked != self._checks_asked:
+            return  # an older form's check that ended late: a newer one is on its way
+        checked = message.checked
+        self.form_check = checked
+        self.query_one("#launch-check", Static).update(describe_form_check(checked))
+        self.query_one("#start", Button).disabled = self._starting or not checked.ok
+        if self._start_when_checked and self._is_checked():
+            self._start_checked()
 
     # -- starting ----------------------------------------------------------------------------------
 
@@ -680,16 +410,26 @@ class LaunchScreen(Screen[None]):
     def action_start(self) -> None:
         if self._starting:
             return
-        self._evaluate()
-        if self.effective is None:
+        if not self._is_checked():  # typed a moment ago: start once the check is in
+            self._start_when_checked = True
+            self._evaluate()
+            return
+        self._start_checked()
+
+    def _start_checked(self) -> None:
+        """Start what the form, as checked, makes: after a question when a GPU preset would run
+        on the CPU; never when it cannot run."""
+        self._start_when_checked = False
+        config = self.effective
+        if config is None:
             self.notify(
                 self.problem or "Pick a preset first.", title="Cannot start", severity="error"
             )
             return
         if self.gpu_preset_on_cpu():
-            self._confirm_cpu(self.effective)
+            self._confirm_cpu(config)
             return
-        self._begin(self.effective)
+        self._begin(config)
 
     def _confirm_cpu(self, config: RunConfig) -> None:
         plan = self.effective_plan
@@ -724,30 +464,14 @@ class LaunchScreen(Screen[None]):
 
     def on_run_launched(self, message: RunLaunched) -> None:
         self._starting = False
-        self._evaluate()
+        checked = self.form_check
+        self.query_one("#start", Button).disabled = checked is None or not checked.ok
         if message.error:
             self.query_one("#launch-check", Static).update(
                 Text(f"✗ not started: {message.error}", style="bold red")
             )
             self.notify(message.error, title="Not started", severity="error")
             return
+        if checked is not None:
+            self.query_one("#launch-check", Static).update(describe_form_check(checked))
         self.ddptui.run_launched(message.started.run_dir, message.started)
-
-
-def _short(reason: str) -> str:
-    """The reason's gist for the list (the details pane shows all of it)."""
-    first = reason.split(";")[0]
-    # Drop the file path a ConfigError starts with: the list already names the preset.
-    if ": " in first and first.split(": ", 1)[0].endswith(".toml"):
-        first = first.split(": ", 1)[1]
-    if first.startswith("CIFAR-10 is not at"):
-        return "CIFAR-10 is not on disk"
-    wanted = re.search(r"asks for (\d+) GPUs, but this machine has (\d+)", first)
-    if wanted:
-        return f"needs {wanted[1]} GPUs, {wanted[2]} here"
-    if "asks for GPUs, but this machine has none" in first:
-        return "needs a GPU, none here"
-    for needs in ("needs CUDA", "needs CUDA GPUs"):
-        if needs in first:
-            return first.split(" needs", 1)[0] + " " + needs
-    return first

@@ -14,19 +14,18 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.screen import Screen
-from textual.timer import Timer
 from textual.widgets import Footer, Header, Static
 
+from ddptui import text_figures
 from ddptui.actions import KILL_GRACE_SECONDS
-from ddptui.messages import CleanFinished, ProcessesListed, WorkerProblem
-from ddptui.widgets import figures
+from ddptui.messages import CleanFinished, ProcessesListed
+from ddptui.screens.base import PollingScreen
 from ddptui.widgets.confirm import AllUsersToggle, ConfirmDialog
 from engine.core.common import formatting
 from engine.core.common.statuses import JobState
 
 if TYPE_CHECKING:
-    from ddptui.app import DdptuiApp
+    from engine.core.jobs.process_table import ProcessTable
 
 JOB_STYLES = {
     JobState.RUNNING: "green",
@@ -92,7 +91,7 @@ def jobs_renderable(jobs: list[Any], width: int, hidden: tuple[Any, ...] = ()) -
                 cells[2],
                 Text(cells[3], style=JOB_STYLES.get(p.state, "")),
                 *cells[4:],
-                Text(figures.short_command(p.command, room), style="dim"),
+                Text(text_figures.short_command(p.command, room), style="dim"),
             )
         parts.append(table)
         parts.append(Text(""))
@@ -108,11 +107,12 @@ def jobs_renderable(jobs: list[Any], width: int, hidden: tuple[Any, ...] = ()) -
     return Group(*parts)
 
 
-class ProcessesScreen(AllUsersToggle, Screen[None]):
+class ProcessesScreen(AllUsersToggle, PollingScreen):
     ALL_USERS_QUESTION = (
         "Clean other users' orphaned jobs too?",
         "As root, x will also stop orphaned jobs that belong to other users.",
     )
+    PROBLEM_AT = "#ps-head"
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("x", "clean", "Clean orphans"),
@@ -128,11 +128,6 @@ class ProcessesScreen(AllUsersToggle, Screen[None]):
         self.report = ""
         self.cleaning = False
         self.hidden: tuple[Any, ...] = ()
-        self._timer: Timer | None = None
-
-    @property
-    def ddptui(self) -> DdptuiApp:
-        return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -144,38 +139,16 @@ class ProcessesScreen(AllUsersToggle, Screen[None]):
 
     def on_mount(self) -> None:
         self.sub_title = "Processes"
-        self._timer = self.set_interval(self.ddptui.list_poll_seconds, self.scan, pause=True)
 
     def on_screen_resume(self) -> None:
-        self.scan()
-        if self._timer is not None:
-            self._timer.resume()
         self.query_one("#ps-body").focus()
 
-    def on_screen_suspend(self) -> None:
-        if self._timer is not None:
-            self._timer.pause()
+    def read(self) -> None:
+        def listed(table: ProcessTable) -> ProcessesListed:
+            jobs, notes = list(table.jobs), tuple(table.notes)
+            return ProcessesListed(jobs, notes, table.gpu_error or "", table.hidden_holders)
 
-    def action_refresh(self) -> None:
-        self.scan()
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="scan")
-    def scan(self) -> None:
-        try:
-            table = self.ddptui.actions.scan_processes()
-        except Exception as err:
-            self.post_message(WorkerProblem("process scan", f"{type(err).__name__}: {err}"))
-            return
-        self.post_message(
-            ProcessesListed(
-                list(table.jobs), tuple(table.notes), table.gpu_error or "", table.hidden_holders
-            )
-        )
-
-    def on_worker_problem(self, message: WorkerProblem) -> None:
-        self.query_one("#ps-head", Static).update(
-            Text(f"{message.source}: {message.error}", style="bold red")
-        )
+        self.post_read("process scan", self.ddptui.actions.scan_processes, listed)
 
     def on_processes_listed(self, message: ProcessesListed) -> None:
         self.jobs = message.jobs
@@ -280,4 +253,4 @@ class ProcessesScreen(AllUsersToggle, Screen[None]):
         self.report = message.report
         self.notify(message.report, severity="information" if message.ok else "error")
         self._show_foot()
-        self.scan()
+        self.poll()

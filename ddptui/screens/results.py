@@ -19,16 +19,17 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
-from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Header, OptionList, Static
 from textual.widgets.option_list import Option
 
+from ddptui import text_figures
 from ddptui.messages import ResultsBuilt
-from ddptui.widgets import figures
+from ddptui.screens.base import DdptuiScreen
+from ddptui.widgets.dialog import Dialog
 from ddptui.widgets.fitted_table import FittedTable
 
 if TYPE_CHECKING:
-    from ddptui.app import DdptuiApp
+    pass
 
 SESSION = "session"
 # The columns that fit 80 columns first; every other column of the table follows.
@@ -72,24 +73,21 @@ def speedup_bars(table: Any, width: int) -> Text:
         text.append(f"\n{precision}", style="bold cyan")
         for r in group:
             text.append(f"\n  {(r.devices or '-'):<{label_width}}")
-            text.append(figures.bar(int(r.speedup * 1000), int(top * 1000), bar_width), "green")
+            text.append(
+                text_figures.bar(int(r.speedup * 1000), int(top * 1000), bar_width), "green"
+            )
             text.append(f" {r.speedup:.2f}x", style="bold" if r.baseline else "")
             text.append(f"  {r.label}", style="dim")
     return text
 
 
-class ChoiceDialog(ModalScreen[str | None]):
+class ChoiceDialog(Dialog[str | None]):
     """Pick one of ``choices`` (id, label); Escape cancels."""
 
     DEFAULT_CSS = """
-    ChoiceDialog { align: center middle; }
-    ChoiceDialog > Vertical {
-        width: 72; max-width: 95%; height: auto; max-height: 80%;
-        border: thick $accent; background: $surface; padding: 0 1;
-    }
+    ChoiceDialog > Vertical { max-height: 80%; }
     ChoiceDialog OptionList { height: auto; max-height: 16; }
     """
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
     def __init__(self, title: str, choices: list[tuple[str, str]], current: str | None) -> None:
         super().__init__()
@@ -112,11 +110,8 @@ class ChoiceDialog(ModalScreen[str | None]):
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         self.dismiss(event.option.id)
 
-    def action_cancel(self) -> None:
-        self.dismiss(None)
 
-
-class ResultsScreen(Screen[None]):
+class ResultsScreen(DdptuiScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("o", "choose_source", "Source"),
         Binding("b", "choose_baseline", "Baseline"),
@@ -130,10 +125,6 @@ class ResultsScreen(Screen[None]):
         self.baseline: str | None = None
         self.table: Any = None
         self.export_dir: Path = Path.cwd()
-
-    @property
-    def ddptui(self) -> DdptuiApp:
-        return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
         yield Header()

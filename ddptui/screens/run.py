@@ -10,20 +10,19 @@ run observer), which posts ``RunProgressed``; the widgets change only in its han
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
-from textual.screen import Screen
-from textual.timer import Timer
 from textual.widgets import Button, Footer, Header, Static
 from textual.worker import Worker, WorkerState
 
 from ddptui.actions import KILL_GRACE_SECONDS
 from ddptui.messages import KillFinished, RunProgressed, WorkerProblem
+from ddptui.screens.base import PollingScreen
 from ddptui.watch import RunReader, RunView
 from ddptui.widgets.confirm import confirm_kill
 from ddptui.widgets.gpu_panel import GpuPanel
@@ -34,9 +33,6 @@ from engine.core.common import formatting
 from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.host.gpus import GpuInventory
 from engine.core.runs.rundir import RunDir
-
-if TYPE_CHECKING:
-    from ddptui.app import DdptuiApp
 
 STATUS_STYLES = {
     RunStatus.RUNNING: "bold green",
@@ -58,7 +54,7 @@ def stoppable(status: RunStatus) -> bool:
     return status.active or status == RunStatus.ORPHANED
 
 
-class RunScreen(Screen[None]):
+class RunScreen(PollingScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("k", "kill", "Kill"),
         Binding("escape", "back", "Back"),
@@ -84,11 +80,7 @@ class RunScreen(Screen[None]):
         self.fold_choice: bool | None = None  # None: fold when the terminal is too short
         self._busy_polls = 0
         self._reader: RunReader | None = None
-        self._timer: Timer | None = None
-
-    @property
-    def ddptui(self) -> DdptuiApp:
-        return self.app  # type: ignore[return-value]
+        self._polling_slowly = False  # the run has ended: one slow read keeps the log honest
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -120,17 +112,11 @@ class RunScreen(Screen[None]):
         self.query_one(GpuPanel).inventory = app.gpu_inventory
         self.query_one(RunSummaryPanel).display = False
         self.query_one("#run-details").display = False
-        # The first read comes from on_screen_resume, which follows as the screen is shown.
-        self._timer = self.set_interval(app.run_poll_seconds, self.poll_run)
 
-    def on_screen_suspend(self) -> None:
-        if self._timer is not None:
-            self._timer.pause()
+    def poll_seconds(self) -> float:
+        return self.ddptui.run_poll_seconds
 
     def on_screen_resume(self) -> None:
-        if self._timer is not None:
-            self._timer.resume()
-            self.poll_run()
         self.query_one(RankTable).focus()
 
     def _gpus_changed(self, inventory: GpuInventory | None) -> None:
@@ -184,8 +170,7 @@ class RunScreen(Screen[None]):
 
     # -- reading -------------------------------------------------------------------------------
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="poll-run")
-    def poll_run(self) -> None:
+    def read(self) -> None:
         assert self._reader is not None
         try:
             view = self._reader.poll(self.log_rank)
@@ -232,10 +217,10 @@ class RunScreen(Screen[None]):
         self._busy_polls = message.busy_polls
         self._show_foot(message.busy_polls)
         self._show_details()
-        if run.final and self._timer is not None:
+        if run.final and not self._polling_slowly:
             # Nothing more will be written; one slow poll keeps the log tail honest.
-            self._timer.stop()
-            self._timer = self.set_interval(5.0, self.poll_run)
+            self._polling_slowly = True
+            self.poll_every(5.0)
 
     def on_worker_problem(self, message: WorkerProblem) -> None:
         self.problem = f"{message.source}: {message.error}"
@@ -337,7 +322,7 @@ class RunScreen(Screen[None]):
 
     def on_rank_table_rank_selected(self, message: RankTable.RankSelected) -> None:
         self.log_rank = message.rank
-        self.poll_run()
+        self.poll()
 
     def action_log_rank(self, step: int) -> None:
         self.query_one(RankTable).action_move(step)
@@ -389,4 +374,4 @@ class RunScreen(Screen[None]):
             severity="information" if message.ok else "error",
         )
         self._show_foot(0)
-        self.poll_run()
+        self.poll()

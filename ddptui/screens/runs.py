@@ -4,25 +4,20 @@ run that is still going)."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.screen import Screen
-from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Header, Static
 
-from ddptui.messages import RunsListed, WorkerProblem
+from ddptui.messages import RunsListed
+from ddptui.screens.base import PollingScreen
 from ddptui.screens.run import STATUS_STYLES
 from ddptui.watch import RunLister, RunListing
 from ddptui.widgets.fitted_table import FittedTable
 from engine.core.common import formatting
 from engine.core.runs.rundir import RunDir
-
-if TYPE_CHECKING:
-    from ddptui.app import DdptuiApp
 
 
 class RunsTable(FittedTable):
@@ -31,7 +26,8 @@ class RunsTable(FittedTable):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "select_cursor", "Open")]
 
 
-class RunsScreen(Screen[None]):
+class RunsScreen(PollingScreen):
+    PROBLEM_AT = "#runs-head"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f5", "refresh", "Refresh", show=False),
     ]
@@ -39,12 +35,7 @@ class RunsScreen(Screen[None]):
     def __init__(self) -> None:
         super().__init__()
         self.runs: list[RunListing] = []
-        self._timer: Timer | None = None
         self._lister: RunLister | None = None
-
-    @property
-    def ddptui(self) -> DdptuiApp:
-        return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -61,37 +52,15 @@ class RunsScreen(Screen[None]):
         table.add_column("started", key="started")
         table.add_column("time", key="time")
         table.add_column("acc", key="acc")
-        self._timer = self.set_interval(self.ddptui.list_poll_seconds, self.list_runs, pause=True)
 
     def on_screen_resume(self) -> None:
-        self.list_runs()
-        if self._timer is not None:
-            self._timer.resume()
         self.query_one(DataTable).focus()
 
-    def on_screen_suspend(self) -> None:
-        if self._timer is not None:
-            self._timer.pause()
-
-    def action_refresh(self) -> None:
-        self.list_runs()
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="list-runs")
-    def list_runs(self) -> None:
+    def read(self) -> None:
         app = self.ddptui
         if self._lister is None:
             self._lister = RunLister(app.runs_dir, clock=app.clock, probe=app.probe)
-        try:
-            runs = self._lister.list()
-        except Exception as err:
-            self.post_message(WorkerProblem("runs directory", f"{type(err).__name__}: {err}"))
-            return
-        self.post_message(RunsListed(runs))
-
-    def on_worker_problem(self, message: WorkerProblem) -> None:
-        self.query_one("#runs-head", Static).update(
-            Text(f"{message.source}: {message.error}", style="bold red")
-        )
+        self.post_read("runs directory", self._lister.list, RunsListed)
 
     def on_runs_listed(self, message: RunsListed) -> None:
         app = self.ddptui

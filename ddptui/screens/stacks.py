@@ -11,19 +11,19 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
 from ddptui.messages import StacksTaken
+from ddptui.screens.base import DdptuiScreen
 from ddptui.stack_report import diagnosis_lines
 from engine.core.runs.rundir import RunDir
 from engine.core.stacks.snapshot import StackSnapshot
 
 if TYPE_CHECKING:
-    from ddptui.app import DdptuiApp
+    pass
 
 
-class StacksScreen(Screen[None]):
+class StacksScreen(DdptuiScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("t", "take", "Take now"),
         Binding("escape", "back", "Back"),
@@ -34,10 +34,6 @@ class StacksScreen(Screen[None]):
         self.run_dir = run_dir
         self.snapshot = snapshot
         self.taking = False
-
-    @property
-    def ddptui(self) -> DdptuiApp:
-        return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
         yield Header()

@@ -5,43 +5,32 @@ from __future__ import annotations
 
 from typing import Any
 
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+from ddptui.actions import may_stop_other_users
+from ddptui.widgets.dialog import Dialog
 
-def may_stop_other_users() -> bool:
-    """Root only (``engine.core.procs.stopping``, imported when first asked: the launch screen,
-    the first frame, uses this module too)."""
-    from engine.core.procs.stopping import may_stop_other_users as root_only
-
-    return root_only()
+Choice = tuple[str, str, str]  # (key, label, value)
 
 
-class ConfirmDialog(ModalScreen[str | None]):
+class ConfirmDialog(Dialog[str | None]):
     """``choices`` are (key, label, value); the dialog returns the value chosen, or None."""
 
     DEFAULT_CSS = """
-    ConfirmDialog { align: center middle; }
-    ConfirmDialog > Vertical {
-        width: 70; max-width: 95%; height: auto; max-height: 90%;
-        border: thick $warning; background: $surface; padding: 0 1;
-    }
-    ConfirmDialog .title { text-style: bold; }
+    ConfirmDialog > Vertical { width: 70; border: thick $warning; }
     ConfirmDialog .body { margin: 1 0; }
     ConfirmDialog Horizontal { height: auto; align-horizontal: right; }
     ConfirmDialog Button { margin-left: 1; }
     """
 
-    def __init__(self, title: str, body: str, choices: list[tuple[str, str, str]]) -> None:
+    def __init__(self, title: str, body: str, choices: list[Choice]) -> None:
         super().__init__()
         self.title_text = title
         self.body_text = body
         self.choices = choices
-        for key, label, value in choices:
-            self._bindings.bind(key, f"choose('{value}')", label)
-        self._bindings.bind("escape", "choose('')", "Cancel")
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -51,6 +40,14 @@ class ConfirmDialog(ModalScreen[str | None]):
                 for key, label, value in self.choices:
                     yield Button(f"{label} ({key})", id=f"choice-{value}", compact=True)
                 yield Button("Cancel (esc)", id="choice-", compact=True)
+
+    def on_key(self, event: events.Key) -> None:
+        # Each dialog has its own answer keys, so they are handled here rather than bound on the
+        # class (the app's keys do not reach a modal screen: its `l` is an answer, not Launch).
+        value = next((value for key, _, value in self.choices if key == event.key), None)
+        if value is not None:
+            event.stop()
+            self.action_choose(value)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()

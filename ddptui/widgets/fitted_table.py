@@ -5,6 +5,10 @@ Textual's DataTable measures new rows when it is next idle. When the screen pain
 are drawn at the headers' widths, and we have seen them stay so (the Runs screen's snapshot caught
 it about one time in eight) until something else repaints the table. Dropping the table's render
 caches and repainting once its columns are re-measured shows them at their measured widths.
+
+No public hook runs after the measuring, so this one leans on DataTable's private ``_on_idle``,
+``_require_update_dimensions`` and ``_updated_cells``: pyproject.toml pins textual below 9 for it,
+and tests/ui/test_textual_internals.py fails when any of them is gone.
 """
 
 from __future__ import annotations

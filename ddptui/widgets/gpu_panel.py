@@ -11,8 +11,8 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from ddptui import text_figures
 from ddptui.gpu_history import GpuHistory
-from ddptui.widgets import figures
 from engine.core.common import formatting
 from engine.core.host.gpus import GpuInventory, GpuSample
 from engine.core.runs.rank_states import RankState
@@ -43,11 +43,12 @@ def gpu_line(gpu: GpuSample, history: GpuHistory, width: int) -> Text:
     line.append(f"{name[:name_width]:<{name_width}} ")
     util = gpu.utilization_percent
     line.append("util ")
-    line.append(figures.sparkline(history.utilization.get(gpu.index, []), spark), style="cyan")
+    line.append(text_figures.sparkline(history.utilization.get(gpu.index, []), spark), style="cyan")
     line.append(f" {util:>3}%" if util is not None else "   ?%", style=_percent_style(util))
     line.append("  mem ")
     line.append(
-        figures.sparkline(history.memory.get(gpu.index, []), spark, maximum=1.0), style="magenta"
+        text_figures.sparkline(history.memory.get(gpu.index, []), spark, maximum=1.0),
+        style="magenta",
     )
     line.append(
         f" {formatting.gib(gpu.memory_used_bytes)}/{formatting.gib(gpu.memory_total_bytes)}G"
@@ -68,7 +69,7 @@ def gpu_cell(gpu: GpuSample, history: GpuHistory, width: int) -> Text:
         return cell
     util = gpu.utilization_percent
     spark = max(3, min(12, width - 30))
-    cell.append(figures.sparkline(history.utilization.get(gpu.index, []), spark), style="cyan")
+    cell.append(text_figures.sparkline(history.utilization.get(gpu.index, []), spark), style="cyan")
     cell.append(f" {util:>3}%" if util is not None else "   ?%", style=_percent_style(util))
     cell.append(
         f" {formatting.gib(gpu.memory_used_bytes)}/{formatting.gib(gpu.memory_total_bytes)}G"
@@ -98,19 +99,19 @@ def gpu_bar_line(gpu: GpuSample, history: GpuHistory, width: int, held: int | No
     line.append(f"{name[:name_width]:<{name_width}} ", style="dim")
     util = gpu.utilization_percent
     line.append("util ")
-    line.append(figures.bar(util or 0, 100, bar_width), style=_percent_style(util))
+    line.append(text_figures.bar(util or 0, 100, bar_width), style=_percent_style(util))
     line.append(f"{util:>4}%" if util is not None else "   ?%", style=_percent_style(util))
     if spark:
         line.append(" ")
-        line.append(figures.sparkline(history.utilization.get(gpu.index, []), spark), "cyan")
+        line.append(text_figures.sparkline(history.utilization.get(gpu.index, []), spark), "cyan")
     used, total = gpu.memory_used_bytes, gpu.memory_total_bytes
     line.append("  mem ")
-    line.append(figures.bar(used or 0, total or 0, bar_width), style="magenta")
+    line.append(text_figures.bar(used or 0, total or 0, bar_width), style="magenta")
     line.append(f" {formatting.gib(used)}/{formatting.gib(total)}G")
     if spark:
         line.append(" ")
         memory = history.memory.get(gpu.index, [])
-        line.append(figures.sparkline(memory, spark, maximum=1.0), style="magenta")
+        line.append(text_figures.sparkline(memory, spark, maximum=1.0), style="magenta")
     if gpu.temperature_c is not None:
         line.append(f" {gpu.temperature_c}°C")
     if gpu.power_watts is not None:
@@ -212,7 +213,7 @@ class GpuPanel(Widget):
                     line.append("  ")
                 line.append(f"rank {r.rank} ", style="bold")
                 cpu = r.usage.cpu_percent
-                line.append(figures.sparkline(self._cpu.get(r.pid, []), spark), style="cyan")
+                line.append(text_figures.sparkline(self._cpu.get(r.pid, []), spark), style="cyan")
                 line.append(f" {cpu:>3.0f}%" if cpu is not None else "   -%", _percent_style(cpu))
                 line.append(f" {formatting.mib(r.usage.rss_bytes):>5}")
             lines.append(line)

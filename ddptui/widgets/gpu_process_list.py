@@ -17,7 +17,7 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from ddptui.widgets import figures
+from ddptui import text_figures
 from engine.core.common import formatting
 from engine.core.common.statuses import HolderKind
 from engine.core.jobs.gpu_view import GpuProcessRow
@@ -202,7 +202,7 @@ class GpuProcessList(Widget, can_focus=True):
                     style = "dim"
                 line.append(text.rjust(w) if right else text.ljust(w), style=style)
                 line.append(" ")
-            line.append(figures.short_command(row.command or "?", command_width), style="dim")
+            line.append(text_figures.short_command(row.command or "?", command_width), style="dim")
             if index == self.cursor:
                 line.stylize("reverse" if self.has_focus else "underline")
             lines.append(line)

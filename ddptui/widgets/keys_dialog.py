@@ -12,8 +12,10 @@ from typing import ClassVar
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
-from textual.screen import ModalScreen, Screen
+from textual.screen import Screen
 from textual.widgets import Static
+
+from ddptui.widgets.dialog import Dialog
 
 KeyEntry = tuple[str, str]  # (the keys as the footer writes them, what they do)
 
@@ -47,14 +49,9 @@ def columns(entries: list[KeyEntry], width: int) -> str:
     return "\n".join(lines)
 
 
-class KeysDialog(ModalScreen[None]):
+class KeysDialog(Dialog[None]):
     DEFAULT_CSS = """
-    KeysDialog { align: center middle; }
-    KeysDialog > Vertical {
-        width: auto; max-width: 95%; height: auto; max-height: 95%;
-        border: thick $accent; background: $surface; padding: 0 1;
-    }
-    KeysDialog .title { text-style: bold; }
+    KeysDialog > Vertical { width: auto; max-height: 95%; }
     KeysDialog .hint { color: $text-muted; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [

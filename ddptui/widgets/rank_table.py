@@ -14,7 +14,7 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from ddptui.widgets import figures
+from ddptui import text_figures
 from engine.core.common import formatting
 from engine.core.common.statuses import RankStatus
 from engine.core.runs.rank_states import RankState
@@ -129,8 +129,8 @@ class RankTable(Widget, can_focus=True):
                 str(r.pid) if r.pid else "-",
                 epoch,
                 _steps_cell(r),
-                figures.loss(r.loss),
-                _steps_per_s(r) if self.steps_only else figures.rate(r.images_per_s),
+                text_figures.loss(r.loss),
+                _steps_per_s(r) if self.steps_only else text_figures.rate(r.images_per_s),
                 last,
                 str(r.state),
             ]
@@ -154,7 +154,7 @@ class RankTable(Widget, can_focus=True):
             for i, cell in enumerate(cells):
                 if i == STEPS:
                     line.append(
-                        figures.bar(r.step or 0, r.steps or 0, bar_width) + " ", style="cyan"
+                        text_figures.bar(r.step or 0, r.steps or 0, bar_width) + " ", style="cyan"
                     )
                 style = STATE_STYLES.get(r.state, "") if i == len(cells) - 1 else ""
                 line.append(_cell(cell, widths[i], RIGHT[i]), style=style)

@@ -18,7 +18,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
-from ddptui.widgets import figures
+from ddptui import text_figures
 from ddptui.widgets.log_tail import failure_message
 from engine.core.common import formatting
 from engine.core.common.statuses import RunStatus
@@ -46,7 +46,7 @@ def summary_lines(run: RunState) -> list[Text]:
         if last.test_accuracy is not None:
             head.append(f" · acc {last.test_accuracy:.1%}")
         head.append(f" · epoch {formatting.format_duration(last.seconds)}")
-        head.append(f" · {figures.rate(last.steady_images_per_s)} img/s")
+        head.append(f" · {text_figures.rate(last.steady_images_per_s)} img/s")
         if last.seconds:
             head.append(f" · data wait {last.data_wait_seconds / last.seconds:.0%}")
         head.append(f" · {epochs} epoch{'s' if epochs != 1 else ''}", style="dim")
@@ -93,7 +93,9 @@ def sparkline_line(run: RunState, width: int) -> Text:
             line.append("  ")
         line.append(f"{name} ", style="bold")
         top = max(values) or 1.0
-        line.append(figures.sparkline(values, min(room, max(2, len(values))), top), style="cyan")
+        line.append(
+            text_figures.sparkline(values, min(room, max(2, len(values))), top), style="cyan"
+        )
         line.append(f" {_short(values[0])}→{_short(values[-1])}", style="dim")
     return line
 

@@ -9,53 +9,41 @@ Nothing is imported: finding the file or the module is all the check does (``eng
 from __future__ import annotations
 
 import shlex
-from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
 from textual.containers import Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
-from engine.core.config.schema import ConfigError, RunConfig, ScriptConfig
+from ddptui.script_target import script_config
+from ddptui.widgets.dialog import Dialog
+from engine.core.config.schema import ConfigError, RunConfig
 
 
 def script_from_fields(target: str, arguments: str) -> RunConfig:
     """The run config for what the two fields say; ConfigError names what is wrong."""
-    target = target.strip()
-    if not target:
+    if not target.strip():
         raise ConfigError("give a script: path/to/train.py or -m package.module")
     try:
         args = tuple(shlex.split(arguments))
     except ValueError as err:  # an unclosed quote
         raise ConfigError(f"the arguments cannot be split as a shell would: {err}") from None
-    if target.startswith("-m ") or target.startswith("-m\t"):
-        script = ScriptConfig(module=target[2:].strip(), args=args)
-    elif target.endswith(".py"):
-        script = ScriptConfig(path=target, args=args)
-    else:
-        raise ConfigError(f"{target!r} is neither a .py file nor -m package.module")
+    config = script_config(target, args)
+    if config is None:
+        raise ConfigError(f"{target.strip()!r} is neither a .py file nor -m package.module")
     from engine.core.config.user_code import check_script_exists
 
-    config = RunConfig.for_script(script)
     check_script_exists(config)
     return config
 
 
-class ScriptPrompt(ModalScreen[RunConfig | None]):
+class ScriptPrompt(Dialog[RunConfig | None]):
     DEFAULT_CSS = """
-    ScriptPrompt { align: center middle; }
-    ScriptPrompt > Vertical {
-        width: 76; max-width: 95%; height: auto; max-height: 90%;
-        border: thick $accent; background: $surface; padding: 0 1;
-    }
-    ScriptPrompt .title { text-style: bold; margin-bottom: 1; }
+    ScriptPrompt > Vertical { width: 76; }
+    ScriptPrompt .title { margin-bottom: 1; }
     ScriptPrompt Input { margin-bottom: 1; }
     ScriptPrompt #script-problem { height: auto; }
     """
-
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -87,6 +75,3 @@ class ScriptPrompt(ModalScreen[RunConfig | None]):
             self.query_one("#script-target", Input).focus()
             return
         self.dismiss(config)
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)

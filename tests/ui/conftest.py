@@ -17,13 +17,13 @@ from engine.core.plan.resource_guard import ResourceCheck, check_resources
 from engine.core.plan.run_plan import RunPlan
 from tests.fixtures import make_recorded_run as recorded
 from tests.fixtures.repo import REPO_ROOT
+from tests.fixtures.standin_nvml import standin_nvml
 from tests.ui.standins import (
     NOW,
     RECORDED,
     StandInActions,
     StandInProbe,
     seed_gpu_history,
-    standin_nvml,
 )
 
 USER_PRESETS = REPO_ROOT / "tests" / "fixtures" / "user-presets"

@@ -1,15 +1,13 @@
-"""Stand-ins at the machine boundaries the UI reads: pynvml (two GPUs, the second failing), the
-process probe (psutil) and the clock, so snapshots show the same figures on every machine."""
+"""Stand-ins at the machine boundaries the UI reads: the process probe (psutil), the engine
+actions, the process scans and the clock, so snapshots show the same figures on every machine. The
+pynvml stand-in is tests.fixtures.standin_nvml's."""
 
 from __future__ import annotations
 
 import math
-import sys
 import time
-import types
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,6 @@ from ddptui.actions import EngineActions, Outcome
 from ddptui.app import DdptuiApp
 from engine.core.common.statuses import JobKind, JobState, ProcessRole
 from engine.core.config.schema import RunConfig
-from engine.core.host import gpus
 from engine.core.host.gpus import GpuInventory
 from engine.core.jobs.gpu_join import join_gpus
 from engine.core.jobs.gpu_view import GpuView, build_gpu_view
@@ -30,6 +27,7 @@ from engine.core.procs.device_holders import DeviceHolder, HolderScan
 from engine.core.procs.process_identity import ProcessProbe, ProcessRef, ProcessUsage
 from engine.core.runs.rundir import RunDir
 from tests.fixtures import make_recorded_run as recorded
+from tests.fixtures.standin_nvml import EIGHT_GPUS
 
 RECORDED = Path("tests/fixtures/recorded-run")  # relative: snapshots show it as is
 LIVE_RUN = recorded.LIVE_RUN
@@ -38,144 +36,6 @@ LIVE_PIDS = [424242, 424250, 424251, 424252, 424253]
 GPU_RUN = recorded.GPU_RUN
 FAILED_RUN = recorded.FAILED_RUN
 NOW = recorded.NOW
-
-
-class NVMLError(Exception):
-    """Shaped like pynvml.NVMLError: str() is NVML's message."""
-
-
-@dataclass
-class _Memory:
-    used: int
-    total: int
-    free: int = 0
-
-
-@dataclass
-class _Util:
-    gpu: int
-    memory: int = 0
-
-
-@dataclass
-class _Proc:
-    pid: int
-    usedGpuMemory: int  # pynvml's name
-
-
-@dataclass(frozen=True)
-class StandInGpu:
-    """One card of the eight-GPU machine: its figures and the processes NVML lists on it."""
-
-    used_gib: float
-    util: int
-    temperature: int
-    power_w: int
-    processes: tuple[tuple[int, float], ...] = ()  # (pid, GiB)
-
-
-# The eight-GPU machine of the GPUs screen's snapshots (see eight_gpu_table): a ddptui run on
-# GPUs 0-1, a foreign torchrun job of user bo on 2-4, an orphaned job of ana on 5 (its DataLoader
-# worker holds the device too, unlisted), GPU 6 held only by a process NVML does not list, 7 free.
-EIGHT_GPUS = (
-    StandInGpu(31.5, 97, 74, 298, ((6100, 30.2),)),
-    StandInGpu(31.2, 95, 72, 291, ((6101, 30.0),)),
-    StandInGpu(70.1, 88, 80, 402, ((7200, 69.8),)),
-    StandInGpu(70.3, 91, 81, 410, ((7201, 69.8),)),
-    StandInGpu(70.0, 86, 79, 395, ((7202, 69.8),)),
-    StandInGpu(22.4, 0, 41, 88, ((5100, 22.1),)),
-    StandInGpu(9.0, 0, 38, 71),
-    StandInGpu(0.5, 0, 33, 62),
-)
-
-
-def fake_pynvml(
-    *, gpu_count: int = 2, fail_init: str | None = None, machine: tuple[StandInGpu, ...] = ()
-) -> types.ModuleType:
-    """GPU 0 answers every query; GPU 1 names itself, then its memory query raises (a lost GPU).
-    With ``machine``, one healthy H100 per entry instead."""
-    if machine:
-        return _machine_pynvml(machine, fail_init)
-    nvml = types.ModuleType("pynvml")
-    nvml.NVMLError = NVMLError  # type: ignore[attr-defined]
-    nvml.NVML_TEMPERATURE_GPU = 0  # type: ignore[attr-defined]
-
-    def init() -> None:
-        if fail_init:
-            raise NVMLError(fail_init)
-
-    def handle(index: int) -> int:
-        if index >= gpu_count:
-            raise NVMLError("Invalid Argument")
-        return index
-
-    def memory(h: int) -> _Memory:
-        if h == 1:
-            raise NVMLError("GPU is lost")
-        return _Memory(used=13 * 2**30, total=40 * 2**30)
-
-    def processes(h: int) -> list[_Proc]:
-        return [_Proc(pid=31010, usedGpuMemory=12 * 2**30)] if h == 0 else []
-
-    functions: dict[str, Any] = {
-        "nvmlInit": init,
-        "nvmlShutdown": lambda: None,
-        "nvmlDeviceGetCount": lambda: gpu_count,
-        "nvmlSystemGetDriverVersion": lambda: "550.54.15",
-        "nvmlDeviceGetHandleByIndex": handle,
-        "nvmlDeviceGetName": lambda h: "NVIDIA A100-SXM4-40GB",
-        "nvmlDeviceGetUUID": lambda h: f"GPU-0000000{h}",
-        "nvmlDeviceGetMemoryInfo": memory,
-        "nvmlDeviceGetUtilizationRates": lambda h: _Util(gpu=87),
-        "nvmlDeviceGetTemperature": lambda h, kind: 71,
-        "nvmlDeviceGetPowerUsage": lambda h: 251_000,
-        "nvmlDeviceGetComputeRunningProcesses": processes,
-        "nvmlDeviceGetGraphicsRunningProcesses": lambda h: [],
-    }
-    for name, fn in functions.items():
-        setattr(nvml, name, fn)
-    return nvml
-
-
-def _machine_pynvml(machine: tuple[StandInGpu, ...], fail_init: str | None) -> types.ModuleType:
-    base = fake_pynvml(gpu_count=len(machine), fail_init=fail_init)
-    total = 80 * 2**30
-
-    def memory(h: int) -> _Memory:
-        return _Memory(used=int(machine[h].used_gib * 2**30), total=total)
-
-    def processes(h: int) -> list[_Proc]:
-        return [_Proc(pid, int(gib * 2**30)) for pid, gib in machine[h].processes]
-
-    functions: dict[str, Any] = {
-        "nvmlDeviceGetName": lambda h: "NVIDIA H100 80GB HBM3",
-        "nvmlDeviceGetMemoryInfo": memory,
-        "nvmlDeviceGetUtilizationRates": lambda h: _Util(gpu=machine[h].util),
-        "nvmlDeviceGetTemperature": lambda h, kind: machine[h].temperature,
-        "nvmlDeviceGetPowerUsage": lambda h: machine[h].power_w * 1000,
-        "nvmlDeviceGetComputeRunningProcesses": processes,
-        "nvmlDeviceGetMinorNumber": lambda h: h,
-    }
-    for name, fn in functions.items():
-        setattr(base, name, fn)
-    return base
-
-
-@contextmanager
-def standin_nvml(**kwargs: Any) -> Iterator[types.ModuleType]:
-    """Install the fake pynvml in sys.modules for the duration (engine.core.host.gpus imports it lazily)."""
-    saved = sys.modules.get("pynvml")
-    module = fake_pynvml(**kwargs)
-    sys.modules["pynvml"] = module
-    gpus.reset_for_tests()
-    try:
-        yield module
-    finally:
-        if saved is None:
-            sys.modules.pop("pynvml", None)
-        else:
-            sys.modules["pynvml"] = saved
-        gpus.reset_for_tests()
 
 
 class StandInProbe(ProcessProbe):
@@ -523,14 +383,25 @@ def _tables_measured(app: Any) -> bool:
 
 
 async def settle(pilot: Any, until: Callable[[], bool] | None = None, timeout: float = 5.0) -> None:
-    """Let workers post and handlers run (until ``until`` holds, when given), and tables measure
-    what they were given."""
+    """Let workers post and handlers run (until ``until`` holds, when given, and no worker a
+    handler started is still going), and tables measure what they were given."""
+    from textual.worker import WorkerCancelled, WorkerState
+
     deadline = time.monotonic() + timeout
     while True:
         await pilot.pause(0.05)
-        await pilot.app.workers.wait_for_complete()
+        try:
+            await pilot.app.workers.wait_for_complete()
+        except WorkerCancelled:  # replaced by a newer one (exclusive workers): wait for that
+            if time.monotonic() > deadline:
+                return
+            continue
         await pilot.pause()
-        done = until is None or until()
+        going = any(
+            w.state in (WorkerState.PENDING, WorkerState.RUNNING) and not w.is_cancelled
+            for w in pilot.app.workers
+        )
+        done = (until is None or until()) and not going
         if (done and _tables_measured(pilot.app)) or time.monotonic() > deadline:
             return
 

@@ -25,13 +25,11 @@ from ddptui.widgets.gpu_process_list import GpuProcessList
 from engine.core.common.statuses import HolderKind
 from engine.core.procs.process_identity import ProcessRef, find_process
 from tests.fixtures.made_runs import ProcessPen
+from tests.fixtures.standin_nvml import EIGHT_GPUS, StandInGpu, standin_nvml
 from tests.ui.standins import (
-    EIGHT_GPUS,
     NOW,
     StandInActions,
-    StandInGpu,
     settle,
-    standin_nvml,
     text_of,
 )
 

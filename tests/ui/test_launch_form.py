@@ -12,19 +12,19 @@ import pytest
 from textual.widgets import Input, Select, SelectionList
 
 from ddptui.app import DdptuiApp
-from ddptui.screens.launch import LaunchScreen, holders_text, short_model
+from ddptui.screens.launch import LaunchScreen
 from ddptui.screens.run import RunScreen
 from ddptui.widgets.confirm import ConfirmDialog
+from ddptui.widgets.launch_texts import holders_text, short_model
 from engine.core.host.gpus import GpuProcess, GpuSample
+from tests.fixtures.standin_nvml import EIGHT_GPUS, standin_nvml
 from tests.ui.standins import (
-    EIGHT_GPUS,
     LIVE_RUN,
     RECORDED,
     StandInActions,
     StandInProbe,
     screen_text,
     settle,
-    standin_nvml,
     text_of,
 )
 
@@ -163,8 +163,10 @@ async def test_tab_after_the_preset_list_lands_on_something_visible(
 
 
 async def test_start_works_while_the_cursor_is_in_an_input(
-    make_app: Callable[..., DdptuiApp],
+    make_app: Callable[..., DdptuiApp], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from ddptui.screens import launch
+
     app = make_app()
     actions(app).start_as = None  # the stand-in refuses to start; asking is what counts
     async with app.run_test(size=SMALL) as pilot:
@@ -179,6 +181,13 @@ async def test_start_works_while_the_cursor_is_in_an_input(
         assert field.value == "2", "s was typed into the field"
         (config,) = actions(app).started
         assert config.training.epochs == 2
+        # s at once after a digit, before the form's check is in: it starts once the check is
+        # in, with what the form says then
+        monkeypatch.setattr(launch, "CHECK_DELAY_SECONDS", 0.5)
+        await pilot.press("backspace", "7", "s")
+        assert len(actions(app).started) == 1
+        await settle(pilot)
+        assert [c.training.epochs for c in actions(app).started] == [2, 7]
 
 
 async def test_w_reattaches_to_the_newest_run_going_on_disk_in_a_new_session(
@@ -318,3 +327,64 @@ async def test_the_set_field_overrides_any_key_and_a_missing_factory_is_refused(
         assert "✗ 'optimizer.lr' is not SECTION.KEY=VALUE" in text_of(
             screen.query_one("#launch-check")
         )
+
+
+async def test_the_form_is_checked_in_a_worker_once_per_burst_of_keys(
+    make_app: Callable[..., DdptuiApp], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Planning reads /proc and cgroup files: it runs off the UI thread, and a burst of keys is
+    one check (the delay is long here so the burst surely falls inside it)."""
+    import threading
+
+    from ddptui.screens import launch
+    from tests.ui.conftest import pinned_resources
+
+    threads: list[threading.Thread] = []
+
+    def checker(plan: object, inventory: object) -> object:
+        threads.append(threading.current_thread())
+        return pinned_resources(plan, inventory)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(launch, "CHECK_DELAY_SECONDS", 1.0)
+    app = make_app(resource_checker=checker)
+    async with app.run_test(size=SMALL) as pilot:
+        screen = await launch_screen(pilot, app)
+        threads.clear()
+        field = screen.query_one("#epochs", Input)
+        field.focus()
+        await pilot.press("end", "backspace", "1", "2", "3")
+        await settle(pilot)
+        assert field.value == "123"
+        assert len(threads) == 1 and threads[0] is not threading.main_thread()
+        check = text_of(screen.query_one("#launch-check"))
+        assert "overrides: training.epochs=123" in check
+        assert screen.effective is not None and screen.effective.training.epochs == 123
+
+
+async def test_gpus_sampled_while_the_launch_screen_is_hidden_are_shown_on_its_return(
+    make_app: Callable[..., DdptuiApp], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A hidden launch screen leaves its widgets alone (a late sample at the app's exit once
+    found them gone); shown again, it lists the GPUs as last sampled and re-checks the presets."""
+    from engine.core.host.gpus import GpuInventory
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # no CIFAR-10 there
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        screen = await launch_screen(pilot, app)
+        picker = screen.query_one("#gpu-picker", SelectionList)
+        assert picker.option_count == 2  # the stand-in's two GPUs
+        before = next(c for c in screen.checks if c.name == "seed-dataparallel")
+        assert before.short_reason == "needs 4 GPUs, 2 here"
+        await pilot.press("r")
+        await settle(pilot)
+        four = GpuInventory(gpus=tuple(GpuSample(index=i, name="NVIDIA H100") for i in range(4)))
+        app.gpu_inventory = four
+        await settle(pilot)
+        assert picker.option_count == 2, "a hidden screen redrew its picker"
+        await pilot.press("l")
+        await settle(pilot, lambda: app.screen is screen)
+        assert picker.option_count == 4
+        dataparallel = next(c for c in screen.checks if c.name == "seed-dataparallel")
+        # it asks for 4 GPUs: they are here now, and only its data is missing
+        assert dataparallel.short_reason == "CIFAR-10 is not on disk"

@@ -128,12 +128,17 @@ async def test_a_config_that_cannot_run_starts_nothing(make_app: Callable[..., D
         await settle(pilot)
         assert actions(app).started == []
         assert isinstance(app.screen, LaunchScreen)
-        # a preset that cannot run here is listed with its reason, not hidden
+        # a preset that cannot run here is listed with its reason, not hidden (the stand-in
+        # NVML lists two GPUs)
         screen.select_preset("seed-dataparallel")
         await settle(pilot)
-        assert "needs CUDA GPUs" in text_of(screen.query_one("#preset-info", Static)) or (
-            "asks for 4 GPUs" in text_of(screen.query_one("#preset-info", Static))
+        info = text_of(screen.query_one("#preset-info", Static)).splitlines()
+        assert info[-1] == (
+            "✗ as it is, it cannot run here: devices.spec '4' asks for 4 GPUs, but this machine "
+            "has 2"
         )
+        listed = next(c for c in screen.listed if c.name == "seed-dataparallel")
+        assert not listed.runnable and listed.short_reason == "needs 4 GPUs, 2 here"
 
 
 async def test_ranks_that_do_not_fit_show_the_guards_sentence_and_start_nothing(
@@ -272,7 +277,7 @@ async def test_a_failing_read_is_shown_and_the_next_one_retried(
         assert isinstance(screen, RunScreen)
         assert "ZeroDivisionError" in text_of(screen.query_one("#run-foot", Static))
         monkeypatch.setattr(watch.RunReader, "poll", original)
-        screen.poll_run()
+        screen.poll()
         await settle(pilot, lambda: screen.view is not None)
         assert screen.problem == ""
 

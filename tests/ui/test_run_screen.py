@@ -16,8 +16,8 @@ from ddptui.widgets.log_tail import TailLines
 from ddptui.widgets.rank_table import RankTable
 from ddptui.widgets.run_summary import RunSummaryPanel
 from engine.core.runs.rundir import RunDir
+from tests.fixtures.standin_nvml import EIGHT_GPUS, standin_nvml
 from tests.ui.standins import (
-    EIGHT_GPUS,
     EIGHT_RANK_LAUNCHER,
     EIGHT_RANK_PIDS,
     FAILED_RUN,
@@ -28,7 +28,6 @@ from tests.ui.standins import (
     make_eight_rank_run,
     screen_text,
     settle,
-    standin_nvml,
     text_of,
 )
 

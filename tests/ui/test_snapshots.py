@@ -18,9 +18,9 @@ from textual.pilot import Pilot
 from ddptui.app import DdptuiApp
 from ddptui.widgets import confirm
 from engine.core.runs.rundir import RunDir
+from tests.fixtures.standin_nvml import EIGHT_GPUS, standin_nvml
 from tests.ui.conftest import SIZES
 from tests.ui.standins import (
-    EIGHT_GPUS,
     EIGHT_RANK_LAUNCHER,
     EIGHT_RANK_PIDS,
     FAILED_RUN,
@@ -30,7 +30,6 @@ from tests.ui.standins import (
     StandInProbe,
     make_eight_rank_run,
     settle,
-    standin_nvml,
 )
 
 

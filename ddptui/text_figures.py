@@ -1,5 +1,6 @@
-"""How figures are drawn in the UI: rates, losses, text sparklines, bars and command lines cut to a
-width. Pure functions. Sizes and durations are ``engine.core.common.formatting``'s."""
+"""How figures are drawn as text, in the CLI and in the UI: rates, losses, sparklines, bars and
+command lines cut to a width. Pure functions (no textual). Sizes and durations are
+``engine.core.common.formatting``'s."""
 
 from __future__ import annotations
 

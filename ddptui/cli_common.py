@@ -1,0 +1,77 @@
+"""What the ``ddptui`` commands share, so that no command imports another: the ``--runs-dir``
+option and its check, the one way a command refuses (``fail``: one sentence on stderr and an exit
+code), and aligned text columns. Plain click; no textual."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from ddptui import exit_codes
+from ddptui.runs_location import default_runs_dir
+
+
+def fail(message: str, code: int = exit_codes.BAD_INPUT) -> NoReturn:
+    """End the command: ``ddptui: <message>`` on stderr, exit ``code`` (bad input by default)."""
+    click.echo(f"ddptui: {message}", err=True)
+    sys.exit(code)
+
+
+def checked_runs_dir(*, write: bool) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A click callback for --runs-dir: a path that cannot be a runs directory (a name too long,
+    inside /proc, not a directory, or, for commands that make runs, not writable) ends the command
+    with one sentence and exit code 2 before anything happens."""
+
+    def check(ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+        if value is None:
+            return value
+        from engine.core.runs.rundir import (  # here: the UI starts faster
+            RunDirError,
+            check_runs_dir,
+        )
+
+        try:
+            check_runs_dir(Path(value), write=write)
+        except RunDirError as err:
+            click.echo(f"ddptui: {err}", err=True)
+            ctx.exit(exit_codes.BAD_INPUT)
+        return value
+
+    return check
+
+
+def runs_dir_option(*, write: bool, description: str) -> Callable[[Any], Any]:
+    """``--runs-dir`` (default ``default_runs_dir()``), checked before the command runs; ``write``
+    for the commands that make runs."""
+    return click.option(
+        "--runs-dir",
+        type=click.Path(path_type=Path),
+        default=default_runs_dir,
+        callback=checked_runs_dir(write=write),
+        show_default="runs, or $DDPTUI_RUNS_DIR",
+        help=description,
+    )
+
+
+# For the commands that read runs (runs, show, ps, kill, clean, gpus, stacks).
+read_runs_dir_option = runs_dir_option(write=False, description="Where run directories are.")
+
+
+def aligned_columns(rows: Sequence[Sequence[str]], right: Collection[int] = ()) -> list[str]:
+    """``rows`` (the header first) as lines of columns two spaces apart, each column as wide as
+    its widest cell; the columns numbered in ``right`` are right-aligned. Lines keep their
+    trailing spaces, so a caller may write more after them at the same column."""
+    if not rows:
+        return []
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(
+            cell.rjust(width) if i in right else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    ]
