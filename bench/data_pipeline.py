@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import statistics
 import sys
 import time
@@ -32,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+
+from engine.core.host.capacity import usable_cores
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -104,12 +105,6 @@ def measure(pipeline: str, args: argparse.Namespace) -> dict[str, float]:
     }
 
 
-def cores() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 def compare(args: argparse.Namespace, threads: int, workers: int) -> dict[str, Any]:
     """Alternate the two pipelines ``args.rounds`` times; medians and ratios."""
     import torch
@@ -170,7 +165,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
 
-    n = cores()
+    n = usable_cores()
     if args.threads or args.workers:
         setups = [("as asked", args.threads or n, args.workers or n)]
     else:

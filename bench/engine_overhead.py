@@ -45,6 +45,7 @@ sys.path.insert(0, str(REPO))
 from engine.core.config.presets import load_preset  # noqa: E402
 from engine.core.config.schema import RunConfig  # noqa: E402
 from engine.core.config.toml_io import apply_overrides, to_toml  # noqa: E402
+from engine.core.host.capacity import usable_cores  # noqa: E402
 from engine.core.ops.run_start import start_run  # noqa: E402
 
 PLAIN_SCRIPT = REPO / "bench" / "plain_ddp.py"
@@ -52,15 +53,9 @@ sys.path.insert(0, str(PLAIN_SCRIPT.parent))
 LR = 0.05
 
 
-def cores() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 def threads_for(ranks: int) -> int:
     """The launcher's split: cores / ranks, at least one."""
-    return max(1, cores() // ranks)
+    return max(1, usable_cores() // ranks)
 
 
 def engine_config(args: argparse.Namespace, ranks: int) -> RunConfig:
@@ -289,7 +284,7 @@ def main() -> None:
 
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
     if not args.json:
-        print(f"{cores()} cores, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}\n")
+        print(f"{usable_cores()} cores, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}\n")
     started = time.monotonic()
     results = []
     if args.only in (None, "loop"):
@@ -299,7 +294,11 @@ def main() -> None:
     if args.only in (None, "ddp"):
         results.append(compare(args, 2))
     if args.json:
-        print(json.dumps({"cores": cores(), "load_average": load, "results": results}, indent=2))
+        print(
+            json.dumps(
+                {"cores": usable_cores(), "load_average": load, "results": results}, indent=2
+            )
+        )
     else:
         print(f"took {time.monotonic() - started:.0f} s")
 

@@ -26,6 +26,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from engine.core.common.run_environment import STACK_DUMP_SIGNAL  # noqa: E402
+from engine.core.host.capacity import usable_cores  # noqa: E402
 from engine.train import rank_bootstrap  # noqa: E402
 
 
@@ -53,7 +54,7 @@ def main() -> int:
     args = parser.parse_args()
     import torch
 
-    torch.set_num_threads(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+    torch.set_num_threads(usable_cores())
     print(f"load average at the start: {os.getloadavg()[0]:.2f}", flush=True)
     images_per_s(args)  # the first use of a model in a process is slow: untimed
     with tempfile.TemporaryDirectory(prefix="ddptui-bench-") as run_dir:
