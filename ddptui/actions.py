@@ -55,24 +55,31 @@ class EngineActions:
         self._scanner: Any = None
         self._gpu_scanner: Any = None
 
-    def start_run(self, config: RunConfig, gpu_count: int) -> StartedRun:
-        """Start the launcher in its own session; raises ConfigError with the reason."""
+    def start_run(self, config: RunConfig, gpu_count: int, *, slurm: bool = False) -> StartedRun:
+        """Start the launcher in its own session (``slurm``: submit the run to Slurm); raises
+        ConfigError with the reason."""
+        if slurm:
+            from engine.core.ops.backends import SLURM
+
+            return SLURM.start(config, self.runs_dir)
         from engine.core.ops.run_start import start_run
 
         return start_run(config, self.runs_dir, gpu_count=gpu_count)
 
     def kill_run(self, run_dir: RunDir, grace: float = KILL_GRACE_SECONDS) -> Outcome:
-        """The job-scoped kill (``engine.core.procs.stopping``): every process of this run, nothing else."""
-        from engine.core.ops.kill import kill_run
+        """The job-scoped kill (``engine.core.procs.stopping``, or Slurm's scancel with every
+        node's proof): every process of this run, nothing else."""
+        from engine.core.ops.backends import backend_of
 
-        result = kill_run(run_dir, grace, reason="stopped from the ddptui app")
+        backend = backend_of(run_dir)
+        result = backend.stop(run_dir, grace, reason="stopped from the ddptui app")
         return Outcome(ok=result.ok, report=describe_kill(result))
 
     def take_stacks(self, run_dir: RunDir) -> StackSnapshot | None:
         """Every rank's stack now (stored in the run directory); None when no rank is alive."""
-        from engine.core.ops.run_snapshot import snapshot_run
+        from engine.core.ops.backends import backend_of
 
-        return snapshot_run(run_dir, reason="on demand")
+        return backend_of(run_dir).snapshot(run_dir, reason="on demand")
 
     def scan_processes(self) -> ProcessTable:
         from engine.core.jobs.process_table import ProcessScanner
@@ -167,6 +174,8 @@ def describe_kill(result: Any) -> str:
             text += f"; STILL RUNNING: pids {', '.join(map(str, stop.survivors))}"
         else:
             text += "; none left"
+    if result.verification:
+        text += f"; {result.verification}"
     if result.gpu_check:
         text += f"; {result.gpu_check}"
     return text

@@ -61,6 +61,7 @@ from engine.core.procs.process_identity import marked_processes, ref_of
 from engine.core.procs.stopping import protected_pids, stop_processes
 from engine.core.runs.events import NodeFinished, RunStarted, StopSignalled, read_events
 from engine.core.runs.placement import (
+    NODE_STOP_GRACE_SECONDS,
     NodeProof,
     NodeRecord,
     check_node_name,
@@ -93,9 +94,6 @@ from engine.train.supervisor import supervise
 
 RENDEZVOUS_WAIT_SECONDS = 120.0  # for node 0 to publish where its rank 0 serves the store
 GPU_SAMPLE_SECONDS = 2.0
-# Slurm sends SIGKILL KillWait seconds (30 by default) after its SIGTERM: the ranks get less, so
-# the proof is written before it.
-SIGNAL_STOP_GRACE_SECONDS = 2.0
 PROOF_GRACE_SECONDS = 1.0
 
 
@@ -358,7 +356,7 @@ def launch_node(run_dir: RunDir, node: SlurmNode) -> RunStatus:
                 dict(zip(ranks, error_files, strict=False)).get(rank)
             ),
             take_stacks=_stacks_of_the_run(run_dir),
-            signal_stop_grace=SIGNAL_STOP_GRACE_SECONDS,
+            signal_stop_grace=NODE_STOP_GRACE_SECONDS,
         )
     except BaseException as err:  # the record is written whatever happened
         reason = f"the node launcher failed: {type(err).__name__}: {err}"

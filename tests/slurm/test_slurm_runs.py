@@ -5,15 +5,17 @@ the node launchers' records."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
-from engine.core.runs.events import StepProgress, read_events
+from engine.core.runs.events import RankStalled, StepProgress, read_events
 from engine.core.runs.placement import read_node_records
 from engine.core.runs.rundir import RunDir, list_runs
 from tests.fixtures.live_runs import ddptui, marked
 from tests.fixtures.repo import REPO_ROOT
+from tests.fixtures.waiting import wait_for
 from tests.slurm.cluster import SlurmTestCluster
 
 pytestmark = pytest.mark.slow
@@ -88,3 +90,59 @@ def test_a_plain_ddp_script_across_two_nodes_reports_every_ranks_progress(
         "n1": "completed",
         "n2": "completed",
     }
+
+
+def test_a_hang_on_the_second_node_is_flagged_named_and_killed_with_every_node_verified(
+    slurm: SlurmTestCluster, runs_dir: Path
+) -> None:
+    started = ddptui(
+        "run", "cpu-demo", "--slurm", "--nodes", "2", "--devices", "cpu:1", "--epochs", "1",
+        "--max-steps", "60", "--fault", "hang:1:4", "--runs-dir", str(runs_dir), "--detach",
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    run_dir = RunDir(runs_dir / started.stdout.strip())
+
+    def state() -> dict[str, object]:
+        shown = ddptui("show", run_dir.run_id, "--runs-dir", str(runs_dir), "--json")
+        return json.loads(shown.stdout)  # type: ignore[no-any-return]
+
+    # flagged within 30 s of the rank's last progress, by the node launcher of its node
+    seen: list[dict[str, object]] = []
+
+    def stalled() -> bool:
+        seen.append(state())
+        return 1 in seen[-1]["stalled_ranks"]  # type: ignore[operator]
+
+    assert wait_for(stalled, timeout=150, interval=1.0), seen[-1:]
+    flagged = seen[-1]
+    rank1 = next(r for r in flagged["ranks"] if r["rank"] == 1)  # type: ignore[attr-defined]
+    assert rank1["node"] == "n2"
+    stalls = [
+        e
+        for path in run_dir.launcher_event_paths()
+        for e in read_events(path)
+        if isinstance(e, RankStalled) and e.rank == 1
+    ]
+    assert stalls and stalls[0].time - rank1["last_event_time"] <= 30.0
+
+    stacks = ddptui("stacks", run_dir.run_id, "--runs-dir", str(runs_dir), "--json")
+    assert stacks.returncode == 0, stacks.stderr
+    snapshot = json.loads(stacks.stdout)
+    assert snapshot["culprit_rank"] == 1
+    culprit = next(r for r in snapshot["ranks"] if r["rank"] == 1)
+    assert culprit["node"] == "n2" and "hang" in culprit["describe"]
+    assert culprit["describe"].startswith("rank 1 on n2 stuck")
+    assert next(r for r in snapshot["ranks"] if r["rank"] == 0)["node"] == "n1"
+
+    began = time.monotonic()
+    killed = ddptui("kill", run_dir.run_id, "--runs-dir", str(runs_dir), "--json", timeout=60)
+    took = time.monotonic() - began
+    assert killed.returncode == 0, killed.stdout + killed.stderr
+    result = json.loads(killed.stdout)
+    assert result["verified_nodes"] == ["n1", "n2"] and result["unverified_nodes"] == []
+    assert not marked(run_dir.run_id), "a process of the run is left on the machine"
+    assert took <= 15.0, f"kill took {took:.1f} s"
+    summary = run_dir.read_summary()
+    assert summary is not None and summary.status == "killed"
+    assert "every node verified (n1, n2)" in summary.reason
+    assert not slurm.active_jobs()

@@ -23,6 +23,7 @@ from engine.core.ops.slurm_stacks import snapshot_slurm_run, step_of
 from engine.core.procs.stopping import StopResult
 from engine.core.runs.observer import RunObserver, RunState
 from engine.core.runs.placement import (
+    NODE_STOP_GRACE_SECONDS,
     KillRequest,
     kill_request_path,
     read_node_records,
@@ -164,6 +165,7 @@ def kill_slurm_run(
         stacks=stacks,
         summary_written=settled.summary is not None and settled.status == RunStatus.KILLED,
         by_launcher=True,
+        grace_seconds=NODE_STOP_GRACE_SECONDS,
         job_id=info.slurm.job_id,
         verified_nodes=tuple(n for n in sorted(view.nodes) if n not in unverified),
         unverified_nodes=unverified,

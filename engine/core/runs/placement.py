@@ -28,6 +28,9 @@ from engine.core.procs.process_identity import ProcessRef
 SLURM_DIR = "slurm"
 NODES_DIR = "nodes"
 GPUS_DIR = "gpus"
+# Slurm sends SIGKILL KillWait seconds (30 by default) after its SIGTERM: a node launcher gives
+# its ranks less than that, so its proof is written before it.
+NODE_STOP_GRACE_SECONDS = 2.0
 RECORD_LIMIT = 1024 * 1024  # a node record is a few KiB; more is not one
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
