@@ -110,14 +110,7 @@ def slurm_options(func: F) -> F:
                 values[key] = given
         sbatch = kwargs.pop("sbatch_options")
         if sbatch:
-            pairs = {}
-            for item in sbatch:
-                try:
-                    option, value = parse_sbatch_option(item)
-                except ConfigError as err:
-                    raise click.UsageError(str(err)) from None
-                pairs[option] = value
-            values["slurm.sbatch"] = pairs
+            values["slurm.sbatch"] = tuple(sbatch)  # checked by slurm_overrides
         return func(*args, slurm_values=values, **kwargs)
 
     options = [
@@ -154,3 +147,12 @@ def slurm_option_names(values: dict[str, Any]) -> str:
     if "slurm.sbatch" in values:
         names.append("--sbatch")
     return ", ".join(names)
+
+
+def slurm_overrides(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` as ``apply_overrides`` takes them: --sbatch KEY=VALUE items as one table;
+    ConfigError (one sentence) for an item that is no sbatch option."""
+    items = values.get("slurm.sbatch")
+    if not items:
+        return values
+    return {**values, "slurm.sbatch": dict(parse_sbatch_option(i) for i in items)}

@@ -157,8 +157,7 @@ def result_line(summary: RunSummary, run_dir: RunDir) -> str:
     figures.append(f"elapsed {summary.elapsed_seconds:.1f} s")
     text = f"{head}: " + ", ".join(figures)
     if summary.failure is not None:
-        where = f"rank {summary.failure.rank}" if summary.failure.rank is not None else "launcher"
-        text += f"\n  root cause ({where}): {summary.failure.error}"
+        text += f"\n  root cause ({summary.failure.who}): {summary.failure.error}"
         if summary.ranks:
             text += "\n  " + ", ".join(r.describe() for r in summary.ranks)
     elif summary.reason:

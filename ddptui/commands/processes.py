@@ -167,6 +167,11 @@ def _kill_report(result: KillResult, grace: float) -> list[str]:
             f"run {result.run_id}: no process of it is left (state was {result.status_before}); "
             "recorded it as killed."
         )
+    elif result.job_id and not result.targets:
+        lines.append(
+            f"run {result.run_id}: Slurm job {result.job_id} cancelled while it was "
+            f"{result.status_before}, before any node launcher had started"
+        )
     else:
         roles = ", ".join(f"{t.role} (pid {t.pid})" for t in result.targets)
         job = f" (Slurm job {result.job_id}, cancelled)" if result.job_id else ""

@@ -16,6 +16,7 @@ from ddptui.run_options import (
     override_options,
     slurm_option_names,
     slurm_options,
+    slurm_overrides,
 )
 from ddptui.script_target import script_config
 from ddptui.terminal_progress import ProgressPrinter, follow_with_progress, result_line
@@ -143,7 +144,7 @@ def run_command(
     try:
         config = run_config(base_config(target, module, script_args), set_values, faults, shortcuts)
         if slurm_values:
-            config = apply_overrides(config, slurm_values)
+            config = apply_overrides(config, slurm_overrides(slurm_values))
         if slurm_values and not slurm:
             raise ConfigError(f"{slurm_option_names(slurm_values)} need --slurm")
         started = backend_named(slurm).start(config, runs_dir)

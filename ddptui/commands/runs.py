@@ -140,7 +140,7 @@ def _summary_lines(summary: RunSummary) -> list[str]:
             how.append(f"exit code {failure.exitcode}")
         if failure.signal:
             how.append(failure.signal)
-        who = f"rank {failure.rank}" if failure.rank is not None else "the launcher"
+        who = failure.who
         lines.append(
             f"failure    {who}" + (f" ({', '.join(how)})" if how else "") + f": {failure.error}"
         )

@@ -126,6 +126,9 @@ class SlurmTestCluster:
     ports: dict[str, int] = field(default_factory=dict)
     first_job_id: int = field(default_factory=lambda: random.randrange(10_000, 60_000_000))
     namespace: str = ""  # the mount namespace of the daemons, as /proc/PID/ns/mnt reads it
+    # Jobs a test module keeps running across its tests (one that must outlast a time limit):
+    # ``cancel_all(keep=...)`` between tests leaves them.
+    kept_jobs: set[str] = field(default_factory=set)
 
     # -- paths ---------------------------------------------------------------------------------
     @property
@@ -333,13 +336,14 @@ class SlurmTestCluster:
         live = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED")
         return [str(j.get("job_id")) for j in self.jobs() if j.get("job_state") in live]
 
-    def cancel_all(self, timeout: float = 30.0) -> None:
-        """scancel every job of this cluster and wait until none is active."""
-        jobs = self.active_jobs()
+    def cancel_all(self, timeout: float = 30.0, keep: set[str] | None = None) -> None:
+        """scancel every job of this cluster (but ``keep``) and wait until none is active."""
+        keep = keep or set()
+        jobs = [j for j in self.active_jobs() if j not in keep]
         if jobs:
             self.run("scancel", *jobs, check=False)
         deadline = time.monotonic() + timeout
-        while self.active_jobs() and time.monotonic() < deadline:
+        while time.monotonic() < deadline and set(self.active_jobs()) - keep:
             time.sleep(0.2)
 
     # -- stopping -------------------------------------------------------------------------------

@@ -28,8 +28,9 @@ def slurm_cluster() -> Iterator[SlurmTestCluster]:
 @pytest.fixture
 def slurm(slurm_cluster: SlurmTestCluster, monkeypatch: pytest.MonkeyPatch) -> SlurmTestCluster:
     """The cluster, with SLURM_CONF in this test's environment (what sbatch and ddptui read), and
-    no job of an earlier test left in its queue."""
+    no job of an earlier test left in its queue (but the ones a module keeps running across its
+    tests, ``kept_jobs``)."""
     for name, value in slurm_cluster.env().items():
         monkeypatch.setenv(name, value)
-    slurm_cluster.cancel_all()
+    slurm_cluster.cancel_all(keep=slurm_cluster.kept_jobs)
     return slurm_cluster

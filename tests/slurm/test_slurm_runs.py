@@ -5,7 +5,12 @@ the node launchers' records."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,6 +26,53 @@ from tests.slurm.cluster import SlurmTestCluster
 pytestmark = pytest.mark.slow
 
 SHORT = ["--epochs", "1", "--max-steps", "10"]
+SCRIPT = str(REPO_ROOT / "tests" / "fixtures" / "tutorial_ddp.py")
+# A script that steps for as long as it is let: 5 steps a second, little CPU.
+ENDLESS = ["--", "--epochs", "1000", "--steps", "20", "--step-seconds", "0.2"]
+
+
+@dataclass
+class KeptRun:
+    runs_dir: Path
+    run_id: str
+    job_id: str
+    submitted: float
+
+
+@pytest.fixture(scope="module", autouse=True)
+def timeout_run(
+    slurm_cluster: SlurmTestCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KeptRun]:
+    """A run on one node with a time limit of 1 minute (Slurm's least), submitted before this
+    module's other tests so that its limit runs out while they run; the last test checks its end.
+    Its processes carry a marker of their own, not a test's: no test's reaper ends them."""
+    runs = tmp_path_factory.mktemp("timeout-runs")
+    env = {
+        **os.environ,
+        **slurm_cluster.env(),
+        "DDPTUI_TEST_ID": f"{os.getpid()}-slurm-timeout-run",
+        "PYTHONUNBUFFERED": "1",
+    }
+    started = subprocess.run(
+        [
+            sys.executable, "-m", "ddptui", "run", SCRIPT, "--slurm", "--nodes", "1",
+            "--devices", "cpu:1", "--time", "1", "--sbatch", "nodelist=n1",
+            "--runs-dir", str(runs), "--detach", *ENDLESS,
+        ],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    run_dir = RunDir(runs / started.stdout.strip())
+    info = run_dir.read_run_info()
+    assert info.slurm is not None
+    kept = KeptRun(runs, run_dir.run_id, info.slurm.job_id, time.monotonic())
+    slurm_cluster.kept_jobs.add(kept.job_id)
+    try:
+        yield kept
+    finally:
+        slurm_cluster.kept_jobs.discard(kept.job_id)
+        slurm_cluster.run("scancel", kept.job_id, check=False)
+        wait_for(lambda: kept.job_id not in slurm_cluster.active_jobs(), timeout=30)
+        wait_for(lambda: not marked(kept.run_id), timeout=15)
 
 
 def only_run(runs_dir: Path) -> RunDir:
@@ -69,9 +121,8 @@ def test_a_preset_across_two_nodes_reaches_the_accuracy_of_one_machine(
 def test_a_plain_ddp_script_across_two_nodes_reports_every_ranks_progress(
     slurm: SlurmTestCluster, runs_dir: Path
 ) -> None:
-    script = str(REPO_ROOT / "tests" / "fixtures" / "tutorial_ddp.py")
     done = ddptui(
-        "run", script, "--slurm", "--nodes", "2", "--devices", "cpu:1",
+        "run", SCRIPT, "--slurm", "--nodes", "2", "--devices", "cpu:1",
         "--runs-dir", str(runs_dir), "--", "--epochs", "1", "--steps", "12", timeout=180,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr + done.stdout
@@ -145,4 +196,83 @@ def test_a_hang_on_the_second_node_is_flagged_named_and_killed_with_every_node_v
     summary = run_dir.read_summary()
     assert summary is not None and summary.status == "killed"
     assert "every node verified (n1, n2)" in summary.reason
-    assert not slurm.active_jobs()
+    assert set(slurm.active_jobs()) <= slurm.kept_jobs
+
+
+def test_a_job_that_cannot_start_yet_is_pending_with_slurms_reason(
+    slurm: SlurmTestCluster, runs_dir: Path
+) -> None:
+    started = ddptui(
+        "run", "cpu-demo", "--slurm", "--nodes", "2", "--devices", "cpu:1",
+        "--sbatch", "begin=now+3600", "--runs-dir", str(runs_dir), "--detach",
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    shown = json.loads(ddptui("show", run_id, "--runs-dir", str(runs_dir), "--json").stdout)
+    assert shown["state"] == "pending"
+    assert shown["reason"].startswith("waiting for Slurm: BeginTime, expected to start ")
+    assert shown["slurm"]["job"]["state"] == "PENDING"
+    listed = ddptui("runs", "--runs-dir", str(runs_dir)).stdout
+    assert f"{run_id}  cpu-demo  pending" in listed
+    killed = ddptui("kill", run_id, "--runs-dir", str(runs_dir))
+    assert killed.returncode == 0, killed.stdout + killed.stderr
+    assert "cancelled while it was pending" in killed.stdout
+    summary = RunDir(runs_dir / run_id).read_summary()
+    assert summary is not None and summary.status == "killed"
+    assert set(slurm.active_jobs()) <= slurm.kept_jobs
+
+
+def test_a_node_whose_slurmd_dies_ends_the_run_as_a_node_failure_naming_it(
+    slurm: SlurmTestCluster, runs_dir: Path
+) -> None:
+    started = ddptui(
+        "run", SCRIPT, "--slurm", "--nodes", "2", "--devices", "cpu:1",
+        "--runs-dir", str(runs_dir), "--detach", *ENDLESS,
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    run_dir = RunDir(runs_dir / started.stdout.strip())
+    stepping = wait_for(
+        lambda: all(
+            any(isinstance(e, StepProgress) for e in read_events(run_dir.rank_events_path(r)))
+            for r in (0, 1)
+        ),
+        timeout=90,
+    )
+    assert stepping, "the ranks never stepped"
+    slurm.kill_slurmd("n2")
+    states: list[dict[str, object]] = []
+    try:
+
+        def over() -> bool:
+            shown = ddptui("show", run_dir.run_id, "--runs-dir", str(runs_dir), "--json")
+            states.append(json.loads(shown.stdout))
+            return states[-1]["state"] not in ("running", "starting")
+
+        assert wait_for(over, timeout=120, interval=2.0), states[-1:]
+    finally:
+        slurm.start_slurmd("n2")
+    assert states[-1]["state"] == "node-failure", states[-1]
+    assert str(states[-1]["reason"]).startswith("node n2 (down"), states[-1]["reason"]
+    summary = run_dir.read_summary()
+    assert summary is not None and summary.status == "node-failure"
+    # the rank the dead slurmd left behind ends once its peer is gone; nothing is left
+    assert wait_for(lambda: not marked(run_dir.run_id), timeout=30)
+
+
+def test_a_time_limit_shorter_than_the_run_ends_it_as_timeout(
+    slurm: SlurmTestCluster, timeout_run: KeptRun
+) -> None:
+    run_dir = RunDir(timeout_run.runs_dir / timeout_run.run_id)
+    left = 180 - (time.monotonic() - timeout_run.submitted)
+
+    def ended() -> bool:
+        shown = ddptui("show", run_dir.run_id, "--runs-dir", str(timeout_run.runs_dir), "--json")
+        return json.loads(shown.stdout)["state"] not in ("pending", "starting", "running")
+
+    assert wait_for(ended, timeout=max(left, 5), interval=2.0)
+    summary = run_dir.read_summary()
+    assert summary is not None and summary.status == "timeout", summary
+    assert summary.reason == f"job {timeout_run.job_id} reached its time limit of 1 min"
+    steps = [e for e in read_events(run_dir.rank_events_path(0)) if isinstance(e, StepProgress)]
+    assert steps, "it ran before its limit"
+    assert wait_for(lambda: not marked(run_dir.run_id), timeout=15)

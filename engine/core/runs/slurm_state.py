@@ -273,7 +273,9 @@ def slurm_summary(run_dir: RunDir, verdict: SlurmVerdict, view: SlurmView) -> Ru
     """The summary of a Slurm run that ended as ``verdict`` says: the engine's figures from rank
     0's events, the root cause (its rank and node) of a failure."""
     try:
-        failure = root_failure_of(run_dir, verdict.status)
+        # a failure's root cause is a rank's; the other ends are Slurm's (its reason says which)
+        failed = verdict.status == RunStatus.FAILED
+        failure = root_failure_of(run_dir, verdict.status) if failed else None
         if failure is not None and failure.rank is not None:
             failure = replace(failure, node=rank_nodes(view.nodes).get(failure.rank, ""))
         summary = build_summary(run_dir, verdict.status, failure, verdict.reason)
