@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from engine.core.jobs.gpu_view import GpuView
     from engine.core.jobs.process_table import ProcessTable
     from engine.core.ops.run_start import StartedRun
+    from engine.core.plan.run_plan import RunPlan
     from engine.core.procs.process_identity import ProcessProbe, ProcessRef
     from engine.core.stacks.snapshot import StackSnapshot
 
@@ -65,6 +66,21 @@ class EngineActions:
         from engine.core.ops.run_start import start_run
 
         return start_run(config, self.runs_dir, gpu_count=gpu_count)
+
+    def slurm_partitions(self) -> list[tuple[str, bool, int, str]]:
+        """Slurm's partitions (``sinfo``): (name, default, nodes, max time) each; SlurmUnavailable
+        (one sentence) when Slurm cannot be asked from here."""
+        from engine.core.host.slurm_cluster import read_cluster
+
+        cluster = read_cluster()
+        return [(p.name, p.default, len(p.nodes), p.max_time) for p in cluster.partitions]
+
+    def check_slurm(self, config: RunConfig) -> RunPlan:
+        """``config`` checked as ``ddptui run --slurm`` checks it (nothing submitted): each node's
+        plan; ConfigError with the reason."""
+        from engine.core.ops.slurm_submit import check_request
+
+        return check_request(config, self.runs_dir).plan
 
     def kill_run(self, run_dir: RunDir, grace: float = KILL_GRACE_SECONDS) -> Outcome:
         """The job-scoped kill (``engine.core.procs.stopping``, or Slurm's scancel with every

@@ -13,25 +13,16 @@ import pytest
 
 from engine.core.common.run_files import write_atomic
 from engine.core.common.statuses import RunStatus
-from engine.core.config.presets import load_preset
-from engine.core.config.toml_io import to_toml
 from engine.core.host.slurm_cluster import SlurmUnavailable, expand_hostlist
 from engine.core.host.slurm_jobs import JobLookup, JobState, SlurmJob, _from_sacct, _from_squeue
-from engine.core.procs.process_identity import ProcessRef
 from engine.core.runs import slurm_state
 from engine.core.runs.events import EventWriter, RankFailed, RankStarted
 from engine.core.runs.observer import RunObserver
-from engine.core.runs.placement import (
-    KillRequest,
-    NodeProof,
-    NodeRecord,
-    kill_request_path,
-    write_node_record,
-)
-from engine.core.runs.rundir import RunDir, RunInfo
+from engine.core.runs.placement import KillRequest, kill_request_path, write_node_record
+from engine.core.runs.rundir import RunDir
 from engine.core.runs.slurm_state import settle_from_nodes
-
-JOB = "4242"
+from tests.fixtures.slurm_runs import JOB, node_record
+from tests.fixtures.slurm_runs import slurm_run as make_slurm_run
 
 
 @pytest.fixture(autouse=True)
@@ -45,44 +36,7 @@ def no_sinfo(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def slurm_run(tmp_path: Path, *, created: float | None = None) -> RunDir:
-    run_dir = RunDir(tmp_path / "runs" / "20261205-120000-cpu-demo-abcd")
-    run_dir.create()
-    write_atomic(run_dir.config_path, to_toml(load_preset("cpu-demo")))
-    from engine.core.runs.placement import SlurmPlacement
-
-    run_dir.write_run_info(
-        RunInfo(
-            run_id=run_dir.run_id,
-            preset="cpu-demo",
-            host="login",
-            created=time.time() if created is None else created,
-            state=RunStatus.STARTING,
-            world_size=2,
-            devices="cpu:1 on 2 nodes",
-            nnodes=2,
-            slurm=SlurmPlacement(job_id=JOB, nodes=2, submitted=created or time.time()),
-        )
-    )
-    return run_dir
-
-
-def record(node: str, index: int, state: RunStatus, *, clean: bool | None = True) -> NodeRecord:
-    proof = (
-        None if clean is None else NodeProof(terminated=(100 + index,), left=() if clean else (7,))
-    )
-    return NodeRecord(
-        node=node,
-        node_rank=index,
-        host="vm",
-        job_id=JOB,
-        step_id="0",
-        launcher=ProcessRef(200 + index, 1.0),
-        ranks=(ProcessRef(100 + index, 2.0),),
-        global_ranks=(index,),
-        state=state,
-        finished=None if not state.final else time.time(),
-        proof=proof if state.final else None,
-    )
+    return make_slurm_run(tmp_path / "runs", created=created)
 
 
 def job(state: JobState, **fields: object) -> SlurmJob:
@@ -109,8 +63,8 @@ def test_a_running_job_is_starting_until_its_node_launchers_record_themselves(
     run_dir = slurm_run(tmp_path, created=time.time() - 3600)  # long past any grace
     running = JobLookup(job(JobState.RUNNING))
     assert observe(run_dir, running).status == RunStatus.STARTING  # never lost while it runs
-    write_node_record(run_dir.path, record("n1", 0, RunStatus.RUNNING))
-    write_node_record(run_dir.path, record("n2", 1, RunStatus.RUNNING))
+    write_node_record(run_dir.path, node_record("n1", 0, RunStatus.RUNNING))
+    write_node_record(run_dir.path, node_record("n2", 1, RunStatus.RUNNING))
     state = observe(run_dir, running)
     assert state.status == RunStatus.RUNNING and state.reason == f"job {JOB} on n1, n2"
     assert state.launcher_alive is True  # the node launchers judge silence, as a launcher does
@@ -121,8 +75,8 @@ def test_a_running_job_is_starting_until_its_node_launchers_record_themselves(
 
 def test_completed_everywhere_is_completed_and_settled_once(tmp_path: Path) -> None:
     run_dir = slurm_run(tmp_path)
-    write_node_record(run_dir.path, record("n1", 0, RunStatus.COMPLETED))
-    write_node_record(run_dir.path, record("n2", 1, RunStatus.COMPLETED))
+    write_node_record(run_dir.path, node_record("n1", 0, RunStatus.COMPLETED))
+    write_node_record(run_dir.path, node_record("n2", 1, RunStatus.COMPLETED))
     assert settle_from_nodes(run_dir) == ""  # the batch script's last step
     summary = run_dir.read_summary()
     assert summary is not None and summary.status == RunStatus.COMPLETED
@@ -139,8 +93,8 @@ def test_a_failure_names_the_rank_its_node_and_its_traceback(tmp_path: Path) -> 
             w.write(RankStarted(rank=rank, world_size=2, pid=100 + rank, host="vm", device="cpu"))
     with EventWriter(run_dir.rank_events_path(1)) as w:
         w.write(RankFailed(rank=1, error="ValueError: bad batch", traceback="Traceback: here"))
-    write_node_record(run_dir.path, record("n1", 0, RunStatus.KILLED))
-    write_node_record(run_dir.path, record("n2", 1, RunStatus.FAILED))
+    write_node_record(run_dir.path, node_record("n1", 0, RunStatus.KILLED))
+    write_node_record(run_dir.path, node_record("n2", 1, RunStatus.FAILED))
     state = observe(run_dir, JobLookup(job(JobState.FAILED)), settle=True)
     assert state.status == RunStatus.FAILED
     summary = run_dir.read_summary()
@@ -163,9 +117,9 @@ def test_the_ends_only_slurm_can_tell(
     tmp_path: Path, slurm_end: JobState, status: RunStatus, reason: str
 ) -> None:
     run_dir = slurm_run(tmp_path)
-    write_node_record(run_dir.path, record("n1", 0, RunStatus.KILLED))
+    write_node_record(run_dir.path, node_record("n1", 0, RunStatus.KILLED))
     if slurm_end != JobState.NODE_FAIL:  # a failed node's launcher never reports
-        write_node_record(run_dir.path, record("n2", 1, RunStatus.KILLED))
+        write_node_record(run_dir.path, node_record("n2", 1, RunStatus.KILLED))
     state = observe(run_dir, JobLookup(job(slurm_end, time_limit_minutes=1)), settle=True)
     assert (state.status, state.reason) == (status, reason)
     summary = run_dir.read_summary()
@@ -181,14 +135,14 @@ def test_a_kill_request_makes_the_end_killed_with_each_node_verified_or_named(
         kill_request_path(run_dir.path),
         '{"time": 1.0, "user": "root", "reason": "stopped by ddptui kill"}',
     )
-    write_node_record(run_dir.path, record("n1", 0, RunStatus.KILLED))
+    write_node_record(run_dir.path, node_record("n1", 0, RunStatus.KILLED))
     state = observe(run_dir, JobLookup(job(JobState.CANCELLED)))
     assert state.status == RunStatus.KILLED
     assert state.reason == (
         f"stopped by ddptui kill (job {JOB} cancelled); verified: n1; "
         "unverified: n2 (its node launcher did not report)"
     )
-    write_node_record(run_dir.path, record("n2", 1, RunStatus.KILLED))
+    write_node_record(run_dir.path, node_record("n2", 1, RunStatus.KILLED))
     state = observe(run_dir, JobLookup(job(JobState.CANCELLED)))
     assert state.reason.endswith("every node verified (n1, n2)")
     assert KillRequest(time=1.0, user="root").to_json()["user"] == "root"
@@ -203,8 +157,8 @@ def test_lost_only_when_slurm_has_no_record_and_no_node_said_how_it_ended(
     state = observe(old, JobLookup(None))
     assert state.status == RunStatus.LOST and f"no record of job {JOB}" in state.reason
     ended = slurm_run(tmp_path / "c", created=time.time() - 3600)
-    write_node_record(ended.path, record("n1", 0, RunStatus.COMPLETED))
-    write_node_record(ended.path, record("n2", 1, RunStatus.COMPLETED))
+    write_node_record(ended.path, node_record("n1", 0, RunStatus.COMPLETED))
+    write_node_record(ended.path, node_record("n2", 1, RunStatus.COMPLETED))
     assert observe(ended, JobLookup(None)).status == RunStatus.COMPLETED
 
 

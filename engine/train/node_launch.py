@@ -62,14 +62,15 @@ from engine.core.procs.stopping import protected_pids, stop_processes
 from engine.core.runs.events import NodeFinished, RunStarted, StopSignalled, read_events
 from engine.core.runs.placement import (
     NODE_STOP_GRACE_SECONDS,
+    NodeGpus,
     NodeProof,
     NodeRecord,
     check_node_name,
     node_events_path,
-    node_gpus_path,
     node_log_path,
     read_json_file,
     rendezvous_path,
+    write_node_gpus,
     write_node_record,
 )
 from engine.core.runs.rundir import RunDir, RunDirError, this_host
@@ -181,37 +182,15 @@ class GpuSampler(threading.Thread):
 
     def __init__(self, run_dir: RunDir, node: str) -> None:
         super().__init__(name="gpu-sampler", daemon=True)
-        self.path = node_gpus_path(run_dir.path, node)
+        self.run_dir = run_dir
         self.node = node
         self.done = threading.Event()
 
     def run(self) -> None:
-        with contextlib.suppress(OSError):
-            self.path.parent.mkdir(mode=0o755, exist_ok=True)
         while not self.done.is_set():
-            inventory = sample_gpus()
-            data = {
-                "node": self.node,
-                "time": time.time(),
-                "error": inventory.error,
-                "driver_version": inventory.driver_version,
-                "gpus": [
-                    {
-                        "index": g.index,
-                        "name": g.name,
-                        "uuid": g.uuid,
-                        "memory_used_bytes": g.memory_used_bytes,
-                        "memory_total_bytes": g.memory_total_bytes,
-                        "utilization_percent": g.utilization_percent,
-                        "temperature_c": g.temperature_c,
-                        "power_watts": g.power_watts,
-                        "error": g.error,
-                    }
-                    for g in inventory.gpus
-                ],
-            }
+            sample = NodeGpus(node=self.node, time=time.time(), inventory=sample_gpus())
             with contextlib.suppress(OSError):
-                write_json_atomic(self.path, data)
+                write_node_gpus(self.run_dir.path, sample)
             self.done.wait(GPU_SAMPLE_SECONDS)
 
 

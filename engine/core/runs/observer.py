@@ -155,10 +155,10 @@ class RunObserver:
         launcher_poll: Callable[[], int | None] | None = None,
         settle: bool = True,
         measure_usage: bool = False,
-        slurm_jobs: JobReader = read_job,
+        slurm_jobs: JobReader | None = None,
     ) -> None:
         self.run_dir = run_dir
-        self.slurm_jobs = slurm_jobs  # Slurm's word on a job (a stand-in in tests)
+        self.slurm_jobs = slurm_jobs or read_job  # Slurm's word on a job (a stand-in in tests)
         self._slurm: SlurmView | None = None
         self._slurm_end: tuple[SlurmVerdict, SlurmView] | None = None  # once the job is over
         self.clock = clock

@@ -23,6 +23,7 @@ from typing import Any
 
 from engine.core.common.run_files import UnsafeRunFile, make_dirs, open_in_run, write_json_atomic
 from engine.core.common.statuses import RunStatus
+from engine.core.host.gpus import GpuInventory, GpuSample
 from engine.core.procs.process_identity import ProcessRef
 
 SLURM_DIR = "slurm"
@@ -301,3 +302,89 @@ def read_kill_request(run_path: Path) -> KillRequest | None:
         user=str(data.get("user", "")),
         reason=str(data.get("reason", "")),
     )
+
+
+# ---- each node's GPUs ----------------------------------------------------------------------------
+
+_SAMPLE_FIELDS = (
+    "index", "name", "uuid", "memory_used_bytes", "memory_total_bytes", "utilization_percent",
+    "temperature_c", "power_watts", "error",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class NodeGpus:
+    """One node's GPUs as its launcher last sampled them (NVML there), and when."""
+
+    node: str
+    time: float
+    inventory: GpuInventory
+
+    def to_json(self) -> dict[str, Any]:
+        inv = self.inventory
+        return {
+            "node": self.node,
+            "time": self.time,
+            "error": inv.error,
+            "driver_version": inv.driver_version,
+            "gpus": [{k: getattr(g, k) for k in _SAMPLE_FIELDS} for g in inv.gpus],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> NodeGpus:
+        gpus = tuple(
+            _sample(g)
+            for g in data.get("gpus") or []
+            if isinstance(g, dict) and isinstance(g.get("index"), int)
+        )
+        return cls(
+            node=check_node_name(str(data["node"])),
+            time=float(data.get("time") or 0.0),
+            inventory=GpuInventory(
+                gpus=gpus,
+                driver_version=str(data.get("driver_version") or ""),
+                error=str(data["error"]) if data.get("error") else None,
+            ),
+        )
+
+
+def _sample(data: dict[str, Any]) -> GpuSample:
+    def number(key: str) -> Any:
+        value = data.get(key)
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    return GpuSample(
+        index=int(data["index"]),
+        name=str(data.get("name") or ""),
+        uuid=str(data.get("uuid") or ""),
+        memory_used_bytes=number("memory_used_bytes"),
+        memory_total_bytes=number("memory_total_bytes"),
+        utilization_percent=number("utilization_percent"),
+        temperature_c=number("temperature_c"),
+        power_watts=number("power_watts"),
+        error=str(data["error"]) if data.get("error") else None,
+    )
+
+
+def write_node_gpus(run_path: Path, sample: NodeGpus) -> None:
+    path = node_gpus_path(run_path, sample.node)
+    make_dirs(path.parent)
+    write_json_atomic(path, sample.to_json())
+
+
+def read_node_gpus(run_path: Path) -> dict[str, NodeGpus]:
+    """Every node's last GPU sample by node; a sample that cannot be read is left out."""
+    found = {}
+    try:
+        paths = sorted((Path(run_path) / GPUS_DIR).glob("*.json"))
+    except OSError:
+        return {}
+    for path in paths:
+        try:
+            data = read_json_file(run_path, path)
+            if data is not None:
+                sample = NodeGpus.from_json(data)
+                found[sample.node] = sample
+        except (ValueError, KeyError, TypeError):
+            continue
+    return found

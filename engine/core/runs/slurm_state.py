@@ -255,7 +255,7 @@ def decide(info: RunInfo, view: SlurmView, now: float) -> SlurmVerdict:
         if job.start_time:
             expect = f", expected to start {time.strftime('%H:%M', time.localtime(job.start_time))}"
         return SlurmVerdict(
-            RunStatus.PENDING, f"waiting for Slurm: {job.reason or 'pending'}{expect}"
+            RunStatus.PENDING, f"waiting for Slurm: {job.reason or 'not scheduled yet'}{expect}"
         )
     if not job.state.ended:
         if not view.nodes:
