@@ -270,23 +270,10 @@ def _stacks_of_the_run(run_dir: RunDir) -> Callable[[str], StackSnapshot | None]
     return lambda reason: snapshot_slurm_run(run_dir, reason=reason, wait_for_other=0.0)
 
 
-def launch_node(run_dir: RunDir, node: SlurmNode) -> RunStatus:
-    """Run this node's share of the run to its end and record it; returns how its share ended."""
-    config, plan = plan_this_node(run_dir)
-    nproc = plan.world_size
-    world_size = nproc * node.count
-    if node.count > 1 and config.strategy.name != "ddp":
-        raise LaunchError(
-            f"strategy {config.strategy.name} runs on one machine; use ddp across nodes"
-        )
-    if node.count > 1:
-        address, port = meet(run_dir, node)
-    else:  # one node: its ranks meet at a file store in the run directory, as on one machine
-        address, port = "127.0.0.1", find_free_port()
-        prepare_rendezvous_file(run_dir)
-    os.environ.update(rank_environment(run_dir, plan, address, port, nproc, slurm_cores()))
-    os.environ.update(rendezvous_environment(run_dir, node.count, address, port))
-    os.environ[NODE_ENV] = node.name
+def record_node_start(
+    run_dir: RunDir, node: SlurmNode, devices: str, world_size: int
+) -> tuple[NodeRecord, LauncherEvents]:
+    """This node launcher's record (no ranks yet) and its RunStarted event, in its own events."""
     me = psutil.Process()
     record = NodeRecord(
         node=node.name,
@@ -305,10 +292,31 @@ def launch_node(run_dir: RunDir, node: SlurmNode) -> RunStatus:
             run_id=run_dir.run_id,
             world_size=world_size,
             launcher_pid=me.pid,
-            devices=plan.devices.describe(),
+            devices=devices,
             stops_recorded=True,
         )
     )
+    return record, events
+
+
+def launch_node(run_dir: RunDir, node: SlurmNode) -> RunStatus:
+    """Run this node's share of the run to its end and record it; returns how its share ended."""
+    config, plan = plan_this_node(run_dir)
+    nproc = plan.world_size
+    world_size = nproc * node.count
+    if node.count > 1 and config.strategy.name != "ddp":
+        raise LaunchError(
+            f"strategy {config.strategy.name} runs on one machine; use ddp across nodes"
+        )
+    if node.count > 1:
+        address, port = meet(run_dir, node)
+    else:  # one node: its ranks meet at a file store in the run directory, as on one machine
+        address, port = "127.0.0.1", find_free_port()
+        prepare_rendezvous_file(run_dir)
+    os.environ.update(rank_environment(run_dir, plan, address, port, nproc, slurm_cores()))
+    os.environ.update(rendezvous_environment(run_dir, node.count, address, port))
+    os.environ[NODE_ENV] = node.name
+    record, events = record_node_start(run_dir, node, plan.devices.describe(), world_size)
     processes: dict[int, psutil.Process] = {}
     pass_stack_signal_to(processes)
     sampler = GpuSampler(run_dir, node.name)

@@ -276,3 +276,42 @@ def test_a_time_limit_shorter_than_the_run_ends_it_as_timeout(
     steps = [e for e in read_events(run_dir.rank_events_path(0)) if isinstance(e, StepProgress)]
     assert steps, "it ran before its limit"
     assert wait_for(lambda: not marked(run_dir.run_id), timeout=15)
+
+
+def test_inside_an_allocation_the_run_is_a_step_and_a_ranks_daemon_is_found_and_stopped(
+    slurm: SlurmTestCluster, runs_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    granted = subprocess.run(
+        ["salloc", "--no-shell", "-N2"], capture_output=True, text=True, timeout=60, check=True
+    )
+    allocation = granted.stderr.split("Granted job allocation")[1].split()[0]
+    try:
+        for name, value in {
+            "SLURM_JOB_ID": allocation,
+            "SLURM_JOB_NUM_NODES": "2",
+            "SLURM_JOB_NODELIST": "n[1-2]",
+        }.items():
+            monkeypatch.setenv(name, value)  # as salloc's shell has them
+        script = str(REPO_ROOT / "tests" / "fixtures" / "daemonizing_script.py")
+        started = ddptui(
+            "run", script, "--slurm", "--nodes", "2", "--devices", "cpu:1",
+            "--runs-dir", str(runs_dir), "--detach",
+        )  # fmt: skip
+        assert started.returncode == 0, started.stderr
+        run_dir = RunDir(runs_dir / started.stdout.strip())
+        info = run_dir.read_run_info()
+        assert info.slurm is not None and info.slurm.in_allocation
+        assert info.slurm.job_id == allocation
+        # two ranks, and each one's daemon, which no rank is the parent of
+        assert wait_for(lambda: len(marked(run_dir.run_id)) >= 6, timeout=60)
+        killed = ddptui("kill", run_dir.run_id, "--runs-dir", str(runs_dir), "--json", timeout=60)
+        assert killed.returncode == 0, killed.stdout + killed.stderr
+        result = json.loads(killed.stdout)
+        assert result["verified_nodes"] == ["n1", "n2"]
+        assert len(result["daemons"]) == 2 and all(
+            "outlived its rank" in d for d in result["daemons"]
+        )
+        assert not marked(run_dir.run_id)
+        assert allocation in slurm.active_jobs()  # the step ended, never the allocation
+    finally:
+        slurm.run("scancel", allocation, check=False)

@@ -11,6 +11,7 @@ Plain Python.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
@@ -46,20 +47,36 @@ def request_stop(run_dir: RunDir, *, reason: str) -> str:
         kill_request_path(run_dir.path),
         KillRequest(time=time.time(), user=user_name(os.getuid()), reason=reason).to_json(),
     )
-    target = info.slurm.job_id
+    command = [info.slurm.job_id]  # the job: SIGTERM to its tasks, SIGKILL after KillWait
     if info.slurm.in_allocation:
         records, _ = read_node_records(run_dir.path)
-        target = step_of(info, records)
-        if not target:
+        step = step_of(info, records)
+        if not step:
             return f"the step of job {info.slurm.job_id} is not recorded yet; nothing cancelled"
-    if not target:
+        # A step of the user's allocation: scancel of a step is SIGKILL at once, which leaves
+        # no node launcher the time to stop its ranks and prove its node; SIGTERM to its tasks
+        # first (``finish_step`` kills what is left).
+        command = ["--signal=TERM", step]
+    if not command[-1]:
         return "no Slurm job is recorded for it yet; nothing cancelled"
     try:
-        run_slurm("scancel", target)
+        run_slurm("scancel", *command)
     except SlurmUnavailable as err:
         return str(err)
     QUEUE.forget()
     return ""
+
+
+def finish_step(run_dir: RunDir) -> None:
+    """Inside an allocation: ``scancel`` the run's step (SIGKILL to whatever of it is left once
+    its node launchers had their chance), never the allocation itself."""
+    info = run_dir.read_run_info()
+    assert info.slurm is not None
+    records, _ = read_node_records(run_dir.path)
+    step = step_of(info, records)
+    if step:
+        with contextlib.suppress(SlurmUnavailable):
+            run_slurm("scancel", step)
 
 
 def _targets(view: SlurmView) -> tuple[Target, ...]:
@@ -148,6 +165,8 @@ def kill_slurm_run(
     expected = view.job.nodes if view.job and before.status != RunStatus.PENDING else ()
     if before.status != RunStatus.PENDING:
         _wait_for_proofs(run_dir, expected, proof_wait)
+    if info.slurm.in_allocation:
+        finish_step(run_dir)
     ended = _wait_until_over(run_dir, proof_wait)
     view = ended.slurm or view
     settled = RunObserver(run_dir, settle=True).observe()  # writes the summary: killed

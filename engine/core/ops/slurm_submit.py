@@ -34,6 +34,7 @@ from engine.core.config.toml_io import to_toml
 from engine.core.host.slurm_cluster import (
     SlurmCluster,
     SlurmUnavailable,
+    expand_hostlist,
     read_cluster,
     run_slurm,
     slurm_command,
@@ -58,6 +59,7 @@ from engine.core.runs.rundir import (
     new_run_id,
     this_host,
 )
+from engine.core.runs.slurm_state import LISTING_GRACE_SECONDS
 
 # File systems that live in one machine's memory: other nodes never see them.
 LOCAL_ONLY_FILESYSTEMS = frozenset({"tmpfs", "ramfs", "devtmpfs"})
@@ -150,7 +152,7 @@ def check_request(config: RunConfig, runs_dir: Path) -> SlurmRequest:
                 key="slurm.nodes",
                 reason="more nodes than the allocation",
             )
-        members = tuple(os.environ.get("SLURM_JOB_NODELIST", "").split(","))
+        members = expand_hostlist(os.environ.get("SLURM_JOB_NODELIST", ""))
     else:
         partition = cluster.partition(slurm.partition)
         if partition is None:
@@ -260,11 +262,13 @@ class SlurmJobHandle:
         self.run_dir = run_dir
         self.job_id = job_id
         self.pid = 0  # no process of this machine
+        self.submitted = time.monotonic()
 
     def poll(self) -> int | None:
         found = read_job(self.job_id)
-        if found.job is None:
-            return None if found.problem else 1
+        if found.job is None:  # not listed yet, or Slurm cannot be asked now: not over
+            listed_by_now = time.monotonic() - self.submitted > LISTING_GRACE_SECONDS
+            return 1 if listed_by_now and not found.problem else None
         if not found.job.state.ended:
             return None
         return 0 if found.job.state.value == "COMPLETED" else 1
