@@ -15,6 +15,7 @@ from engine.core.common.run_files import write_atomic
 from engine.core.common.statuses import RunStatus
 from engine.core.host.slurm_cluster import SlurmUnavailable, expand_hostlist
 from engine.core.host.slurm_jobs import JobLookup, JobState, SlurmJob, _from_sacct, _from_squeue
+from engine.core.procs.process_identity import ProcessRef
 from engine.core.runs import slurm_state
 from engine.core.runs.events import EventWriter, RankFailed, RankStarted
 from engine.core.runs.observer import RunObserver
@@ -178,3 +179,31 @@ def test_slurms_own_words_are_read_defensively() -> None:
     assert final is not None and final.state == JobState.CANCELLED and final.nodes == ("n1", "n2")
     assert _from_sacct("7.batch|COMPLETED|n1|0:0|x|y|z", "sacct") is None  # a step, not the job
     assert JobState.of("SOMETHING_NEW") == JobState.UNKNOWN and not JobState.UNKNOWN.alive
+
+
+def test_a_step_of_an_allocation_ends_with_its_nodes_not_with_the_allocation(
+    tmp_path: Path,
+) -> None:
+    from dataclasses import replace
+
+    from engine.core.runs.placement import SlurmPlacement
+
+    run_dir = slurm_run(tmp_path)
+    info = run_dir.read_run_info()
+    step = replace(info, slurm=SlurmPlacement(job_id=JOB, nodes=2, in_allocation=True))
+    run_dir.write_run_info(step)
+    allocation = JobLookup(job(JobState.RUNNING))  # the user's allocation goes on
+    write_node_record(run_dir.path, node_record("n1", 0, RunStatus.COMPLETED))
+    write_node_record(run_dir.path, node_record("n2", 1, RunStatus.RUNNING))
+    assert observe(run_dir, allocation).status == RunStatus.RUNNING
+    # the srun that started the step is gone, and n2 never said how its share ended
+    run_dir.write_run_info(replace(step, launcher=ProcessRef(2**22 + 7, 1.0)))
+    state = observe(run_dir, allocation)
+    assert state.status == RunStatus.FAILED
+    assert state.reason.startswith(f"its step of job {JOB} ended before n2 said how its share")
+    # every node said it: completed, whatever the allocation does
+    other = slurm_run(tmp_path / "other")
+    other.write_run_info(replace(other.read_run_info(), slurm=step.slurm))
+    write_node_record(other.path, node_record("n1", 0, RunStatus.COMPLETED))
+    write_node_record(other.path, node_record("n2", 1, RunStatus.COMPLETED))
+    assert observe(other, allocation).status == RunStatus.COMPLETED

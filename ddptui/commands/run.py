@@ -146,7 +146,8 @@ def run_command(
         if slurm_values:
             config = apply_overrides(config, slurm_overrides(slurm_values))
         if slurm_values and not slurm:
-            raise ConfigError(f"{slurm_option_names(slurm_values)} need --slurm")
+            names = slurm_option_names(slurm_values)
+            raise ConfigError(f"{names} {'need' if ',' in names else 'needs'} --slurm")
         started = backend_named(slurm).start(config, runs_dir)
     except (ConfigError, RunDirError) as err:
         fail(str(err))

@@ -38,13 +38,14 @@ def test_without_slurms_commands_on_path(tmp_path: Path) -> None:
     runs.mkdir()
     bare = {**os.environ, "PATH": "/nonexistent"}
     said = refused(runs, "--slurm", "--nodes", "2", "--devices", "cpu:1", env=bare)
-    assert said.startswith("--slurm: Slurm's srun is not on PATH")
+    assert said.startswith("--slurm: Slurm's sbatch is not on PATH")
 
 
 def test_what_the_command_line_alone_refuses(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     runs.mkdir()
-    assert refused(runs, "--nodes", "2") == "--nodes need --slurm"
+    assert refused(runs, "--nodes", "2") == "--nodes needs --slurm"
+    assert refused(runs, "--nodes", "2", "--time", "5") == "--nodes, --time need --slurm"
     assert "slurm.time is 'soon'" in refused(runs, "--slurm", "--time", "soon")
     assert "--sbatch nodes is set by ddptui itself" in refused(
         runs, "--slurm", "--sbatch", "nodes=3"

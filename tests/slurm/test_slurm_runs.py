@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from engine.core.runs.events import RankStalled, StepProgress, read_events
-from engine.core.runs.placement import read_node_records
+from engine.core.runs.placement import read_node_gpus, read_node_records
 from engine.core.runs.rundir import RunDir, list_runs
 from tests.fixtures.live_runs import ddptui, marked
 from tests.fixtures.repo import REPO_ROOT
@@ -105,6 +105,10 @@ def test_a_preset_across_two_nodes_reaches_the_accuracy_of_one_machine(
     assert all(n["verified"] for n in shown["slurm"]["nodes"].values())
     records, _ = read_node_records(run_dir.path)
     assert {n: r.proof.clean for n, r in records.items() if r.proof} == {"n1": True, "n2": True}
+    # each node launcher sampled its node's GPUs there (none on this machine: NVML says why)
+    samples = read_node_gpus(run_dir.path)
+    assert sorted(samples) == ["n1", "n2"]
+    assert all(s.inventory.error or s.inventory.gpus for s in samples.values())
 
     # the same run on one machine: two CPU ranks, the same global batch and seed
     local_runs = tmp_path / "local"

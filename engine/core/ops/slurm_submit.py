@@ -136,10 +136,9 @@ def check_request(config: RunConfig, runs_dir: Path) -> SlurmRequest:
     slurm = config.slurm
     plan, known = node_plan(config)
     try:
-        slurm_command("srun")
         allocation = _allocation()
-        if not allocation:
-            slurm_command("sbatch")
+        slurm_command("srun" if allocation else "sbatch")
+        slurm_command("srun")
         cluster = read_cluster()
     except SlurmUnavailable as err:
         raise ConfigError(f"--slurm: {err}", key="slurm", reason="Slurm is not reachable") from None

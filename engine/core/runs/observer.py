@@ -161,6 +161,7 @@ class RunObserver:
         self.slurm_jobs = slurm_jobs or read_job  # Slurm's word on a job (a stand-in in tests)
         self._slurm: SlurmView | None = None
         self._slurm_end: tuple[SlurmVerdict, SlurmView] | None = None  # once the job is over
+        self._slurm_read = False  # the node records of an ended Slurm run were read
         self.clock = clock
         self.probe = probe or ProcessProbe()
         self.launcher_poll = launcher_poll
@@ -255,7 +256,9 @@ class RunObserver:
         a live launcher does; once it is over, its summary is built (and settled) once."""
         if self._slurm_end is None:
             view = read_view(self.run_dir, info, self.slurm_jobs)
-            verdict = decide(info, view, now)
+            # inside an allocation, the srun that started the step is its launcher here
+            step_alive = self.probe.alive(info.launcher) if info.launcher else None
+            verdict = decide(info, view, now, step_alive)
             self._slurm = view
             if not verdict.ended:
                 return verdict.status, verdict.reason, verdict.status == RunStatus.RUNNING
@@ -361,8 +364,9 @@ class RunObserver:
         now = self.clock()
         info, info_problem, summary_problem, problems = self._read_files()
         status, reason, launcher_alive = self._decide(info, info_problem, summary_problem, now)
-        if info is not None and info.slurm is not None and self._slurm is None:
-            self._slurm = ended_view(self.run_dir, info)  # its nodes, without asking Slurm
+        if info is not None and info.slurm is not None and status.final and not self._slurm_read:
+            self._slurm_read = True  # its nodes' last word, read once, without asking Slurm
+            self._slurm = ended_view(self.run_dir, info)
         ranks = self._rank_states(info, status, launcher_alive, now)
         summary = self._summary or (self._lost if status.final else None)
         started = self.tracker.run_started or (info.created if info else None)

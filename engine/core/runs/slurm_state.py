@@ -223,8 +223,11 @@ def _ended(view: SlurmView, job: SlurmJob, nodes_expected: int) -> SlurmVerdict:
     return SlurmVerdict(status, f"job {job.job_id} ended {state}{said}", ended=True)
 
 
-def decide(info: RunInfo, view: SlurmView, now: float) -> SlurmVerdict:
-    """The one decision of a Slurm run's status while it has no summary."""
+def decide(
+    info: RunInfo, view: SlurmView, now: float, step_alive: bool | None = None
+) -> SlurmVerdict:
+    """The one decision of a Slurm run's status while it has no summary. ``step_alive``: inside
+    an allocation, whether the srun that started the step is alive (None: not known here)."""
     assert info.slurm is not None
     placement = info.slurm
     expected = placement.nodes
@@ -250,6 +253,14 @@ def decide(info: RunInfo, view: SlurmView, now: float) -> SlurmVerdict:
         )
     if view.in_allocation and by_nodes is not None:
         return by_nodes
+    if view.in_allocation and step_alive is False:  # the allocation lives on; the step did not
+        silent = [n for n, r in sorted(view.nodes.items()) if not r.final] or ["every node"]
+        return SlurmVerdict(
+            RunStatus.FAILED,
+            f"its step of job {view.job_id} ended before {', '.join(silent)} said how its "
+            "share ended; slurm/job.out in its run directory says why",
+            ended=True,
+        )
     if job.state == JobState.PENDING:
         expect = ""
         if job.start_time:
