@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from engine.core.jobs.gpu_view import GpuView
     from engine.core.jobs.process_table import ProcessTable
     from engine.core.ops.run_start import StartedRun
+    from engine.core.plan.run_plan import RunPlan
     from engine.core.procs.process_identity import ProcessProbe, ProcessRef
     from engine.core.stacks.snapshot import StackSnapshot
 
@@ -55,24 +56,46 @@ class EngineActions:
         self._scanner: Any = None
         self._gpu_scanner: Any = None
 
-    def start_run(self, config: RunConfig, gpu_count: int) -> StartedRun:
-        """Start the launcher in its own session; raises ConfigError with the reason."""
+    def start_run(self, config: RunConfig, gpu_count: int, *, slurm: bool = False) -> StartedRun:
+        """Start the launcher in its own session (``slurm``: submit the run to Slurm); raises
+        ConfigError with the reason."""
+        if slurm:
+            from engine.core.ops.backends import SLURM
+
+            return SLURM.start(config, self.runs_dir)
         from engine.core.ops.run_start import start_run
 
         return start_run(config, self.runs_dir, gpu_count=gpu_count)
 
-    def kill_run(self, run_dir: RunDir, grace: float = KILL_GRACE_SECONDS) -> Outcome:
-        """The job-scoped kill (``engine.core.procs.stopping``): every process of this run, nothing else."""
-        from engine.core.ops.kill import kill_run
+    def slurm_partitions(self) -> list[tuple[str, bool, int, str]]:
+        """Slurm's partitions (``sinfo``): (name, default, nodes, max time) each; SlurmUnavailable
+        (one sentence) when Slurm cannot be asked from here."""
+        from engine.core.host.slurm_cluster import read_cluster
 
-        result = kill_run(run_dir, grace, reason="stopped from the ddptui app")
+        cluster = read_cluster()
+        return [(p.name, p.default, len(p.nodes), p.max_time) for p in cluster.partitions]
+
+    def check_slurm(self, config: RunConfig) -> RunPlan:
+        """``config`` checked as ``ddptui run --slurm`` checks it (nothing submitted): each node's
+        plan; ConfigError with the reason."""
+        from engine.core.ops.slurm_submit import check_request
+
+        return check_request(config, self.runs_dir).plan
+
+    def kill_run(self, run_dir: RunDir, grace: float = KILL_GRACE_SECONDS) -> Outcome:
+        """The job-scoped kill (``engine.core.procs.stopping``, or Slurm's scancel with every
+        node's proof): every process of this run, nothing else."""
+        from engine.core.ops.backends import backend_of
+
+        backend = backend_of(run_dir)
+        result = backend.stop(run_dir, grace, reason="stopped from the ddptui app")
         return Outcome(ok=result.ok, report=describe_kill(result))
 
     def take_stacks(self, run_dir: RunDir) -> StackSnapshot | None:
         """Every rank's stack now (stored in the run directory); None when no rank is alive."""
-        from engine.core.ops.run_snapshot import snapshot_run
+        from engine.core.ops.backends import backend_of
 
-        return snapshot_run(run_dir, reason="on demand")
+        return backend_of(run_dir).snapshot(run_dir, reason="on demand")
 
     def scan_processes(self) -> ProcessTable:
         from engine.core.jobs.process_table import ProcessScanner
@@ -167,6 +190,8 @@ def describe_kill(result: Any) -> str:
             text += f"; STILL RUNNING: pids {', '.join(map(str, stop.survivors))}"
         else:
             text += "; none left"
+    if result.verification:
+        text += f"; {result.verification}"
     if result.gpu_check:
         text += f"; {result.gpu_check}"
     return text

@@ -27,6 +27,8 @@ if TYPE_CHECKING:  # the app's first frame needs no resource guard yet
     from engine.core.plan.resource_guard import ResourceCheck
 
     ResourceChecker = Callable[[RunPlan, GpuInventory | None], ResourceCheck]
+    # A config to run on Slurm, checked as ``ddptui run --slurm`` checks it: each node's plan.
+    SlurmChecker = Callable[[RunConfig], RunPlan]
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,16 @@ class LaunchForm:
     gpus_offered: bool = False  # NVML lists GPUs, so the picker is shown
     picked_gpus: tuple[int, ...] = ()
     cpu_ranks: str = ""
+    # Where to run: "here" (this machine) or "slurm", with Slurm's partition ("" its default),
+    # nodes and time limit ("" the partition's); the devices are then each node's.
+    where: str = "here"
+    partition: str = ""
+    nodes: str = "1"
+    time_limit: str = ""
+
+    @property
+    def on_slurm(self) -> bool:
+        return self.where == "slurm"
 
 
 def preset_numbers(config: RunConfig) -> dict[str, int]:
@@ -90,14 +102,18 @@ def form_for(config: RunConfig, devices: DevicePlan | None, offered: set[int]) -
         gpus_offered=bool(offered),
         picked_gpus=picked,
         cpu_ranks=str(ranks),
+        partition=config.slurm.partition,
+        nodes=str(config.slurm.nodes),
+        time_limit=config.slurm.time,
     )
 
 
 def device_spec(form: LaunchForm) -> str:
-    """``gpu:0,2`` for the picked GPUs, else ``cpu:N`` from the CPU ranks field."""
+    """``gpu:0,2`` for the picked GPUs, else ``cpu:N`` from the CPU ranks field. On Slurm the
+    devices are each node's, and Slurm picks a node's GPUs: as many as are picked here."""
     picked = sorted(form.picked_gpus) if form.gpus_offered else []
     if picked:
-        return "gpu:" + ",".join(str(i) for i in picked)
+        return str(len(picked)) if form.on_slurm else "gpu:" + ",".join(str(i) for i in picked)
     raw = form.cpu_ranks.strip()
     if not raw:
         raise ConfigError("CPU ranks is empty; give a number")
@@ -144,6 +160,23 @@ def form_overrides(
     spec = device_spec(form)
     if preset_devices is None or spec != preset_devices.describe():
         found["devices.spec"] = spec
+    if form.on_slurm:
+        found.update(slurm_overrides(config, form))
+    return found
+
+
+def slurm_overrides(config: RunConfig, form: LaunchForm) -> dict[str, Any]:
+    """The where-to-run fields that differ from the preset's [slurm] section."""
+    found: dict[str, Any] = {}
+    raw = form.nodes.strip()
+    if not raw:
+        raise ConfigError("nodes is empty; give a number")
+    if int(raw) != config.slurm.nodes:
+        found["slurm.nodes"] = int(raw)
+    if form.partition != config.slurm.partition:
+        found["slurm.partition"] = form.partition
+    if form.time_limit.strip() != config.slurm.time:
+        found["slurm.time"] = form.time_limit.strip()
     return found
 
 
@@ -160,6 +193,7 @@ class FormCheck:
     overrides: Mapping[str, Any] = field(default_factory=dict)
     problem: str = ""
     gpu_preset_on_cpu: bool = False  # the preset asks for GPUs, and this would run on the CPU
+    on_slurm: bool = False  # checked for Slurm: ``plan`` is each node's, no guard here
 
     @property
     def ok(self) -> bool:
@@ -172,16 +206,23 @@ def check_form(
     gpu_count: int,
     inventory: GpuInventory | None,
     resources: ResourceChecker,
+    slurm: SlurmChecker | None = None,
 ) -> FormCheck:
     """Apply ``form`` to the preset of ``check`` and plan it for a machine with ``gpu_count`` GPUs
-    (``inventory`` as last sampled), with the guard ``start_run`` applies too; never raises for
-    what the user typed."""
+    (``inventory`` as last sampled), with the guard ``start_run`` applies too; or, to run on
+    Slurm, check it as ``ddptui run --slurm`` does (``slurm``: its partition and nodes asked of
+    Slurm). Never raises for what the user typed."""
     if check is None or check.config is None:
         return FormCheck(check, form, problem="pick a preset that can be read")
     preset_devices = check.devices_asked(gpu_count)
     try:
         overrides = form_overrides(check.config, form, preset_devices)
         config = apply_overrides(check.config, overrides) if overrides else check.config
+        if form.on_slurm:
+            if slurm is None:
+                raise ConfigError("Slurm cannot be asked from here")
+            plan = slurm(config)
+            return FormCheck(check, form, config, plan, None, overrides, on_slurm=True)
         plan = plan_run(config, gpu_count)
         fits = resources(plan, inventory)  # ResourceError is a ConfigError
     except (ConfigError, ValueError) as err:  # ValueError: a quote left open, a non-number

@@ -118,6 +118,16 @@ class FormChecked(Message, bubble=False):
         self.asked = asked  # which check of the form this is (the screen counts them)
 
 
+class SlurmPartitionsRead(Message, bubble=False):
+    """The partitions Slurm offers (``sinfo``), for the launch form's where-to-run, or why
+    Slurm cannot be asked."""
+
+    def __init__(self, partitions: list[tuple[str, bool, int, str]], problem: str = "") -> None:
+        super().__init__()
+        self.partitions = partitions  # (name, default, nodes, max time) each
+        self.problem = problem
+
+
 class RunLaunched(Message):
     """The launcher of a run started (``engine.core.ops.run_start.start_run``), or why it did not."""
 

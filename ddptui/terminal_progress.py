@@ -37,11 +37,13 @@ class ProgressPrinter:
         self.stalled_said: set[int] = set()
         self.stacks_said = ""  # the path of the last stack snapshot printed
         self.started = time.time()
+        self.waiting_said = ""  # a run on Slurm: the last pending / starting line printed
 
     def show(self, state: RunState | None = None) -> None:
         """Print what is new: epoch lines from rank 0's events, then the status line."""
         if state is not None:
             self.state = state
+            self._waiting(state)
         for rank, path in self.run_dir.rank_event_paths().items():
             tail = self.tails.setdefault(rank, EventTail(path, self.run_dir.path))
             for event in tail.read_new():
@@ -71,6 +73,15 @@ class ProgressPrinter:
                 self._print_line(self.epoch_lines.pop(epoch))
         self._status(reports)
 
+    def _waiting(self, state: RunState) -> None:
+        """A run on Slurm: a line whenever it waits for Slurm for another reason, or starts."""
+        if state.slurm is None or state.status not in (RunStatus.PENDING, RunStatus.STARTING):
+            return
+        line = f"{state.status}: {state.reason}" if state.reason else str(state.status)
+        if line != self.waiting_said:
+            self.waiting_said = line
+            self._print_line(line)
+
     def _stalls(self) -> None:
         """A line when a rank is flagged stalled, and the diagnosis once its stacks are taken."""
         state = self.state
@@ -78,14 +89,15 @@ class ProgressPrinter:
             return
         stalled = {r.rank: r for r in state.ranks if r.state == RankStatus.STALLED}
         for rank in sorted(set(stalled) - self.stalled_said):
-            self._print_line(f"rank {rank} stalled: {stalled[rank].reason}")
+            on = f" on {stalled[rank].node}" if stalled[rank].node else ""
+            self._print_line(f"rank {rank}{on} stalled: {stalled[rank].reason}")
         self.stalled_said = set(stalled)
         stacks = state.diagnosis
         if stacks is not None and stacks.time >= self.started and stacks.path != self.stacks_said:
             self.stacks_said = stacks.path
             self._print_line(f"stacks ({stacks.reason}): {stacks.summary_line()}")
             if stacks.culprit is not None:
-                self._print_line(f"  culprit: rank {stacks.culprit_rank} ({stacks.culprit_reason})")
+                self._print_line(f"  culprit: {stacks.culprit.who} ({stacks.culprit_reason})")
 
     def _reports(self) -> dict[int, StepReport]:
         """Each rank's latest step report with figures (an epoch start has none yet)."""
@@ -97,10 +109,15 @@ class ProgressPrinter:
             if r.report is not None and r.report.step_seconds is not None
         }
 
+    def _label(self, rank: int) -> str:
+        """ "r1", or "r1@n2" in a run across nodes."""
+        node = next((r.node for r in self.state.ranks if r.rank == rank), "") if self.state else ""
+        return f"r{rank}@{node}" if node else f"r{rank}"
+
     def _status(self, reports: dict[int, StepReport]) -> None:
         if not reports:
             return
-        parts = [f"r{r} {_figures(p)}" for r, p in sorted(reports.items())]
+        parts = [f"{self._label(r)} {_figures(p)}" for r, p in sorted(reports.items())]
         epoch = max(p.epoch for p in reports.values()) + 1
         of = f"/{self.epochs}" if self.epochs else ""
         line = f"epoch {epoch}{of}  " + " | ".join(parts)
@@ -157,8 +174,7 @@ def result_line(summary: RunSummary, run_dir: RunDir) -> str:
     figures.append(f"elapsed {summary.elapsed_seconds:.1f} s")
     text = f"{head}: " + ", ".join(figures)
     if summary.failure is not None:
-        where = f"rank {summary.failure.rank}" if summary.failure.rank is not None else "launcher"
-        text += f"\n  root cause ({where}): {summary.failure.error}"
+        text += f"\n  root cause ({summary.failure.who}): {summary.failure.error}"
         if summary.ranks:
             text += "\n  " + ", ".join(r.describe() for r in summary.ranks)
     elif summary.reason:

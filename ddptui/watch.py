@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 # Kept here for its importers; it lives apart so the app can start without this module.
@@ -20,6 +20,7 @@ from engine.core.common.run_files import tail_lines
 from engine.core.common.statuses import RunStatus
 from engine.core.procs.process_identity import ProcessProbe
 from engine.core.runs.observer import RunObserver, RunState
+from engine.core.runs.placement import NodeGpus, read_node_gpus
 from engine.core.runs.rundir import RunDir, list_runs
 
 Clock = Callable[[], float]
@@ -36,6 +37,8 @@ class RunView:
     log_rank: int | None = None
     log_path: Path | None = None
     log_lines: tuple[str, ...] = ()
+    # A run across nodes: each node's GPUs, as its node launcher sampled them there.
+    node_gpus: dict[str, NodeGpus] = field(default_factory=dict)
 
 
 class RunReader:
@@ -87,6 +90,7 @@ class RunReader:
             log_rank=log_rank,
             log_path=log_path,
             log_lines=tail_lines(log_path, self.log_line_count, run_path=self.run_dir.path),
+            node_gpus=read_node_gpus(self.run_dir.path) if run.slurm is not None else {},
         )
 
 
@@ -107,9 +111,12 @@ class RunListing:
     elapsed: float | None
     accuracy: float | None = None
     detail: str = ""
+    job_id: str = ""  # a run on Slurm: its job
+    waiting_for: str = ""  # a pending run on Slurm: Slurm's reason (Priority, Resources ...)
 
     @classmethod
     def of(cls, run: RunState) -> RunListing:
+        job = run.slurm.job if run.slurm else None
         return cls(
             run_id=run.run_id,
             path=run.path,
@@ -120,6 +127,8 @@ class RunListing:
             elapsed=run.elapsed if run.final else None,
             accuracy=run.accuracy,
             detail=run.reason or run.problem,
+            job_id=run.slurm.job_id if run.slurm else "",
+            waiting_for=job.reason if job and run.status == RunStatus.PENDING else "",
         )
 
 

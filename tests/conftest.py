@@ -85,7 +85,10 @@ def false_stalls(runs: Path) -> list[str]:
         if "--hang-rank" in config.script.args:  # tests/fixtures/tutorial_ddp.py told to hang
             continue
         stalls = [
-            e for e in read_events(run_dir.launcher_events_path) if isinstance(e, RankStalled)
+            e
+            for path in run_dir.launcher_event_paths()  # a node launcher's too, on Slurm
+            for e in read_events(path)
+            if isinstance(e, RankStalled)
         ]
         if stalls:
             found.append(

@@ -90,9 +90,10 @@ def test_the_log_pane_says_one_phrase_for_each_event_that_is_not_progress() -> N
     assert said["run_finished"] == "run value 2: value 3"
     assert said["stacks_taken"] == "stacks (value 3): value 5"
     assert said["rank_straggling"] == "launcher: rank 12 straggling (3.25 s a step, others 4.25 s)"
+    assert said["node_finished"] == "node value 2: value 3: value 4"
     assert {t for t, phrase in said.items() if phrase} == {
         "checkpoint", "rank_exited", "rank_stalled", "run_finished", "stacks_taken",
-        "rank_straggling",
+        "rank_straggling", "node_finished",
     }  # fmt: skip
     # rank 0's evaluation is the run's; another rank's says nothing new, nor does a clean exit
     assert (

@@ -30,7 +30,8 @@ from engine.core.jobs.process_table import (
     TrainingProcess,
     scan_processes,
 )
-from engine.core.ops.kill import KillResult, kill_run
+from engine.core.ops.backends import backend_of
+from engine.core.ops.kill import KillResult
 from engine.core.procs.leftovers import (
     DEFAULT_SHM_DIR,
     LeftoverPlan,
@@ -166,9 +167,15 @@ def _kill_report(result: KillResult, grace: float) -> list[str]:
             f"run {result.run_id}: no process of it is left (state was {result.status_before}); "
             "recorded it as killed."
         )
+    elif result.job_id and not result.targets:
+        lines.append(
+            f"run {result.run_id}: Slurm job {result.job_id} cancelled while it was "
+            f"{result.status_before}, before any node launcher had started"
+        )
     else:
         roles = ", ".join(f"{t.role} (pid {t.pid})" for t in result.targets)
-        lines.append(f"run {result.run_id}: stopping {roles}")
+        job = f" (Slurm job {result.job_id}, cancelled)" if result.job_id else ""
+        lines.append(f"run {result.run_id}{job}: stopping {roles}")
         if result.status_before.final:
             lines.append(
                 f"  it had already finished ({result.status_before}); these were leftovers"
@@ -178,7 +185,9 @@ def _kill_report(result: KillResult, grace: float) -> list[str]:
             extra = len(stop.stopped) - len(result.targets)
             if extra > 0:
                 lines.append(f"  and {extra} of their child processes")
-            if result.by_launcher:
+            if result.by_launcher and result.job_id:
+                lines.append("  each node launcher stopped its ranks and checked its node")
+            elif result.by_launcher:
                 lines.append("  its launcher stopped its ranks and wrote the summary")
             lines.append(
                 f"  SIGTERM: {len(stop.terminated)} ended within the "
@@ -192,6 +201,9 @@ def _kill_report(result: KillResult, grace: float) -> list[str]:
             lines.extend(f"  not stopped: {why}" for _, why in stop.refused)
             lines.extend(f"  {why}" for _, why in stop.left_alone)
     lines.extend(f"  {s}" for s in result.skipped)
+    if result.verification:
+        lines.append(f"  {result.verification}")
+    lines.extend(f"  a rank's daemon: {d}" for d in result.daemons)
     if result.gpu_check:
         lines.append(f"  {result.gpu_check}")
     if result.summary_written:
@@ -244,7 +256,7 @@ def kill_command(
                 f"Run {run_dir.run_id} belongs to user {owner}. Stop its processes as root?",
                 err=as_json,
             )
-        result = kill_run(run_dir, grace, allow_other_users=all_users)
+        result = backend_of(run_dir).stop(run_dir, grace, allow_other_users=all_users)
     except (RunDirError, KillRefused) as err:
         fail(str(err))
     if as_json:

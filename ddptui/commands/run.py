@@ -11,7 +11,13 @@ import click
 
 from ddptui import exit_codes
 from ddptui.cli_common import fail
-from ddptui.run_options import collect_overrides, override_options
+from ddptui.run_options import (
+    collect_overrides,
+    override_options,
+    slurm_option_names,
+    slurm_options,
+    slurm_overrides,
+)
 from ddptui.script_target import script_config
 from ddptui.terminal_progress import ProgressPrinter, follow_with_progress, result_line
 from engine.core.common import strict_json
@@ -19,7 +25,8 @@ from engine.core.common.statuses import RunStatus
 from engine.core.config.presets import load_preset
 from engine.core.config.schema import ConfigError, RunConfig
 from engine.core.config.toml_io import apply_overrides
-from engine.core.ops.run_start import StartedRun, start_run
+from engine.core.ops.backends import backend_named
+from engine.core.ops.run_start import StartedRun
 from engine.core.runs.rundir import RunDirError
 
 # Shortcuts that set the engine's own workload: a script has its own options, after --.
@@ -86,6 +93,7 @@ def run_config(
 @click.option(
     "--detach", is_flag=True, help="Start the run, print its id and return; it keeps running."
 )
+@slurm_options
 def run_command(
     target: str | None,
     script_args: tuple[str, ...],
@@ -95,6 +103,8 @@ def run_command(
     faults: tuple[str, ...],
     as_json: bool,
     detach: bool,
+    slurm: bool,
+    slurm_values: dict[str, Any],
     **shortcuts: Any,
 ) -> None:
     """Launch a preset (a name from `ddptui presets` or a .toml path), or your own training
@@ -118,6 +128,14 @@ def run_command(
     Its progress shows with no change to it (optimizer steps, its tqdm bars); calling
     ddptui.report(loss=..., accuracy=..., images_per_s=...) adds those figures.
 
+    \b
+    On a Slurm cluster, one node launcher per node (--devices: each node's devices):
+      ddptui run cpu-demo --slurm --nodes 2 --devices cpu:1
+      ddptui run train.py --slurm --nodes 4 --devices 8 --partition gpu --time 2:00:00 \\
+          --sbatch constraint=a100 -- --epochs 10
+    The run directory must be on storage every node sees. Inside an allocation (salloc) the
+    run is a step of it. Its state shows pending with Slurm's reason until the job starts.
+
     The run starts in its own session: closing this terminal does not stop it (see `ddptui runs`).
     Ctrl-C stops the run. Exit code 0 when the run completed, 1 when it failed or was killed,
     2 for bad input or a run whose ranks do not fit in this machine's cores, memory or GPUs
@@ -125,7 +143,12 @@ def run_command(
     """
     try:
         config = run_config(base_config(target, module, script_args), set_values, faults, shortcuts)
-        started = start_run(config, runs_dir)
+        if slurm_values:
+            config = apply_overrides(config, slurm_overrides(slurm_values))
+        if slurm_values and not slurm:
+            names = slurm_option_names(slurm_values)
+            raise ConfigError(f"{names} {'need' if ',' in names else 'needs'} --slurm")
+        started = backend_named(slurm).start(config, runs_dir)
     except (ConfigError, RunDirError) as err:
         fail(str(err))
     for warning in started.warnings:
@@ -141,15 +164,18 @@ def follow_to_the_end(started: StartedRun, config: RunConfig, as_json: bool) -> 
     summary.json; the exit code it ends with."""
     out = sys.stderr if as_json else sys.stdout
     if not as_json:
+        info = started.run_dir.read_run_info()
+        ranks = info.world_size or "?"
         what = (
-            f"{config.script.label} as {started.plan.world_size} ranks"
+            f"{config.script.label} as {ranks} ranks"
             if config.script.given
             else f"{config.strategy.name} {config.precision.mode}"
         )
-        batch = "" if config.script.given else f", global batch {started.plan.global_batch}"
-        click.echo(
-            f"run {started.run_id}: {what} on {started.plan.devices.describe()}{batch}", file=out
-        )
+        nodes = info.nnodes if info.slurm else 1  # the plan is one node's share
+        batch = "" if config.script.given else f", global batch {started.plan.global_batch * nodes}"
+        where = info.devices if info.slurm else started.plan.devices.describe()
+        job = f", Slurm job {info.slurm.job_id}" if info.slurm else ""
+        click.echo(f"run {started.run_id}: {what} on {where}{batch}{job}", file=out)
     epochs = 0 if config.script.given else config.training.epochs  # a script knows its own
     printer = ProgressPrinter(started.run_dir, epochs, out=out)
     result = follow_with_progress(

@@ -81,7 +81,12 @@ def _num(value: float | None, spec: str) -> str:
 
 
 def _rank_rows(ranks: tuple[RankState, ...], now: float) -> list[str]:
-    rows = [("RANK", "PID", "STATE", "EPOCH", "STEP", "LOSS", "IMG/S", "LAST EVENT", "NOTE")]
+    across = any(r.node for r in ranks)  # a run across nodes: each rank's node
+    rows: list[tuple[str, ...]] = [
+        ("RANK", "PID", "STATE", "EPOCH", "STEP", "LOSS", "IMG/S", "LAST EVENT", "NOTE")
+    ]
+    if across:
+        rows = [(rows[0][0], "NODE", *rows[0][1:])]
     for r in ranks:
         step = "-" if r.step is None else f"{r.step}/{r.steps if r.steps is not None else '?'}"
         last = (
@@ -100,7 +105,30 @@ def _rank_rows(ranks: tuple[RankState, ...], now: float) -> list[str]:
                 r.reason,
             )
         )
+        if across:
+            rows[-1] = (rows[-1][0], r.node or "?", *rows[-1][1:])
     return ["  " + line.rstrip() for line in aligned_columns(rows)]
+
+
+def _slurm_lines(progress: RunState) -> list[str]:
+    """A run on Slurm: its job, and each node with its ranks and whether it proved itself
+    clean at its end."""
+    view = progress.slurm
+    if view is None:
+        return []
+    job = view.job
+    said = f" ({job.state}{': ' + job.reason if job.reason else ''})" if job else ""
+    where = "step of your allocation, " if view.in_allocation else ""
+    nodes = []
+    for name, record in sorted(view.nodes.items(), key=lambda item: item[1].node_rank):
+        ranks = ",".join(map(str, record.global_ranks)) or "-"
+        proof = record.proof
+        checked = "" if proof is None else (" verified" if proof.clean else " NOT clean")
+        nodes.append(f"{name} (ranks {ranks}, {record.state}{checked})")
+    return [
+        f"slurm      {where}job {view.job_id or '-'}{said}; "
+        + ("; ".join(nodes) or "no node launcher yet")
+    ]
 
 
 def _config_lines(progress: RunState) -> list[str]:
@@ -140,7 +168,7 @@ def _summary_lines(summary: RunSummary) -> list[str]:
             how.append(f"exit code {failure.exitcode}")
         if failure.signal:
             how.append(failure.signal)
-        who = f"rank {failure.rank}" if failure.rank is not None else "the launcher"
+        who = failure.who
         lines.append(
             f"failure    {who}" + (f" ({', '.join(how)})" if how else "") + f": {failure.error}"
         )
@@ -186,6 +214,7 @@ def show_command(run_id: str, runs_dir: Path, as_json: bool) -> None:
             + (f": {progress.reason}" if progress.reason and not progress.summary else ""),
             f"devices    {progress.devices or '-'}, world size {progress.world_size or '-'}",
             f"created    {created}",
+            *_slurm_lines(progress),
             *_config_lines(progress),
             "",
             *(_rank_rows(progress.ranks, now) if progress.ranks else ["  no rank has reported"]),

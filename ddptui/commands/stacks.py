@@ -13,7 +13,8 @@ from ddptui import exit_codes
 from ddptui.cli_common import fail, read_runs_dir_option
 from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
 from engine.core.common import strict_json
-from engine.core.ops.run_snapshot import request_flight_recorder_dumps, snapshot_run
+from engine.core.ops.backends import LOCAL, backend_of
+from engine.core.ops.run_snapshot import request_flight_recorder_dumps
 from engine.core.procs.process_identity import identify
 from engine.core.runs.observer import observe_run
 from engine.core.runs.rundir import RunDirError, find_run
@@ -87,7 +88,8 @@ def stacks_command(run_id: str | None, pid: int | None, runs_dir: Path, as_json:
     except RunDirError as err:
         fail(str(err))
     state = observe_run(run_dir)
-    taken = snapshot_run(run_dir, reason="on demand") if not state.final else None
+    backend = backend_of(run_dir) if state.info is not None else LOCAL
+    taken = backend.snapshot(run_dir, reason="on demand") if not state.final else None
     if taken is not None:
         request_flight_recorder_dumps(run_dir)
     stored = taken or state.diagnosis

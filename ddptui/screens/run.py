@@ -27,6 +27,7 @@ from ddptui.watch import RunReader, RunView
 from ddptui.widgets.confirm import confirm_kill
 from ddptui.widgets.gpu_panel import GpuPanel
 from ddptui.widgets.log_tail import LogTail
+from ddptui.widgets.node_gpus import NodeGpusPanel
 from ddptui.widgets.rank_table import RankTable
 from ddptui.widgets.run_summary import CHARTS_FROM, RunSummaryPanel
 from engine.core.common import formatting
@@ -35,6 +36,7 @@ from engine.core.host.gpus import GpuInventory
 from engine.core.runs.rundir import RunDir
 
 STATUS_STYLES = {
+    RunStatus.PENDING: "bold yellow",
     RunStatus.RUNNING: "bold green",
     RunStatus.STARTING: "bold",
     RunStatus.COMPLETED: "bold blue",
@@ -43,6 +45,9 @@ STATUS_STYLES = {
     RunStatus.LOST: "bold red",
     RunStatus.ORPHANED: "bold red",
     RunStatus.UNREADABLE: "bold red",
+    RunStatus.CANCELLED: "bold red",
+    RunStatus.TIMEOUT: "bold red",
+    RunStatus.NODE_FAILURE: "bold red",
 }
 
 
@@ -92,6 +97,9 @@ class RunScreen(PollingScreen):
         diagnosis.display = False  # shown while a rank is stuck and its stacks are known
         yield diagnosis
         yield GpuPanel(self.ddptui.gpu_history, id="gpus")
+        node_gpus = NodeGpusPanel(id="node-gpus")
+        node_gpus.display = False  # a run across nodes: its nodes' GPUs, not this machine's
+        yield node_gpus
         yield RunSummaryPanel(id="summary")
         yield LogTail(id="log")
         yield Static("", id="run-details")
@@ -147,6 +155,9 @@ class RunScreen(PollingScreen):
         room = (self.size.height or 24) - others - LOG_KEEP
         panel.compact = False
         gpu_lines = panel.line_count() + 1 if panel.display else 0
+        nodes = self.query_one(NodeGpusPanel)
+        if nodes.display:  # a line per node, and its title
+            gpu_lines += 2 + len(self.view.node_gpus if self.view else {})
         if self.fold_choice is not None:
             table.folded = self.fold_choice
         else:
@@ -198,7 +209,12 @@ class RunScreen(PollingScreen):
         panel.ranks = run.ranks
         panel.fit()
         ended = run.final
-        panel.display = not ended
+        across = run.slurm is not None
+        panel.display = not ended and not across
+        nodes = self.query_one(NodeGpusPanel)
+        nodes.display = not ended and across
+        if nodes.display:
+            nodes.show(view.node_gpus, run.now)
         summary = self.query_one(RunSummaryPanel)
         summary.display = ended
         if ended:
@@ -269,7 +285,7 @@ class RunScreen(PollingScreen):
         text = Text("stacks: ", style="bold yellow")
         text.append(snapshot.summary_line())
         if snapshot.culprit is not None:
-            text.append(f" · culprit rank {snapshot.culprit_rank}", style="bold")
+            text.append(f" · culprit {snapshot.culprit.who}", style="bold")
         text.append(" · s: full stacks", style="dim")
         widget.display = True
         widget.update(text)

@@ -89,11 +89,15 @@ class RunsScreen(PollingScreen):
             elapsed = formatting.format_duration(run.elapsed) if run.elapsed is not None else "-"
             if run.status.active and run.elapsed is None:
                 elapsed = formatting.format_duration(now - run.created)
-            status = Text(str(run.status), style=STATUS_STYLES.get(run.status, ""))
+            said = f"{run.status} ({run.waiting_for})" if run.waiting_for else str(run.status)
+            status = Text(said, style=STATUS_STYLES.get(run.status, ""))
+            devices = run.devices or "-"
+            if run.job_id:  # a run on Slurm: where it runs is its job
+                devices += f" · job {run.job_id}"
             table.add_row(
                 marker + run.run_id,
                 status,
-                run.devices or "-",
+                devices,
                 started,
                 elapsed,
                 f"{run.accuracy:.1%}" if run.accuracy is not None else "-",

@@ -69,8 +69,11 @@ class RankTable(Widget, can_focus=True):
         self.fit()
 
     def line_count(self, folded: bool | None = None) -> int:
-        """Lines it takes: a header and a rank each, or (folded) a header and a state each."""
+        """Lines it takes: a header and a rank each, or (folded) a header and a state each (a
+        node each, in a run across nodes)."""
         if self.folded if folded is None else folded:
+            if _nodes(self.ranks):
+                return 1 + len(_nodes(self.ranks))
             return 1 + len({r.state for r in self.ranks})
         return 1 + len(self.ranks)
 
@@ -93,10 +96,13 @@ class RankTable(Widget, can_focus=True):
         return self._lines(self.size.width or 80)
 
     def _folded(self, width: int) -> Group:
-        """A line per state: how many ranks, which, and the reason of the first that has one."""
+        """A line per state: how many ranks, which, and the reason of the first that has one;
+        across nodes, a line per node with its ranks' states."""
         head = Text(no_wrap=True, overflow="ellipsis", style="bold")
         head.append(f"{len(self.ranks)} ranks, folded to fit (f unfolds)")
         lines = [head]
+        if _nodes(self.ranks):
+            return Group(*lines, *self._by_node())
         for state in RankStatus:
             ranks = [r for r in self.ranks if r.state == state]
             if not ranks:
@@ -113,10 +119,31 @@ class RankTable(Widget, can_focus=True):
             lines.append(line)
         return Group(*lines)
 
+    def _by_node(self) -> list[Text]:
+        lines = []
+        for node in _nodes(self.ranks):
+            ranks = [r for r in self.ranks if r.node == node]
+            line = Text(no_wrap=True, overflow="ellipsis")
+            line.append(f"{node:<10}", style="bold")
+            line.append(f" {len(ranks):>3} ranks ")
+            line.append(" ".join(str(r.rank) for r in ranks), style="bold")
+            for state in RankStatus:
+                count = sum(1 for r in ranks if r.state == state)
+                if count:
+                    line.append(f"  {count} {state}", style=STATE_STYLES.get(state, ""))
+            why = next((r.reason for r in ranks if r.reason), "")
+            if why:
+                line.append(f"  {why}", style="dim")
+            if any(r.rank == self.selected for r in ranks):
+                line.stylize("underline", 0, 10)
+            lines.append(line)
+        return lines
+
     def _lines(self, width: int) -> Group:
         """Fixed-width text lines, not a Rich Table: this redraws twice a second, and laying out a
         Table (measuring and padding every cell) cost more than everything else on the screen."""
         wide = width >= WIDE_FROM
+        across = bool(_nodes(self.ranks))  # a node column, in a run across nodes
         rows: list[tuple[list[str], RankState]] = []
         for r in self.ranks:
             epoch = f"{r.epoch + 1}/{self.epochs}" if r.epoch is not None and self.epochs else "-"
@@ -134,30 +161,38 @@ class RankTable(Widget, can_focus=True):
                 last,
                 str(r.state),
             ]
+            if across:
+                cells.insert(1, r.node or "?")
             rows.append((cells, r))
         headers = [("step/s" if h == "img/s" and self.steps_only else h) for h in HEADERS]
+        right = list(RIGHT)
+        steps = STEPS
+        if across:
+            headers.insert(1, "node")
+            right.insert(1, False)
+            steps += 1
         widths = [len(h) for h in headers]
         for cells, _ in rows:
             widths = [max(w, len(c)) for w, c in zip(widths, cells, strict=True)]
-        fixed = sum(widths) - widths[STEPS] + 2 * len(HEADERS)
+        fixed = sum(widths) - widths[steps] + 2 * len(headers)
         why_width = max(0, width - fixed - 24) if wide else 0
-        bar_width = max(3, width - fixed - widths[STEPS] - (why_width + 2 if why_width else 0))
+        bar_width = max(3, width - fixed - widths[steps] - (why_width + 2 if why_width else 0))
         header = Text(no_wrap=True, overflow="crop", style="bold")
         for i, h in enumerate(headers):
-            size = widths[i] + (bar_width + 1 if i == STEPS else 0)
-            header.append(_cell(h, size, RIGHT[i]) + "  ")
+            size = widths[i] + (bar_width + 1 if i == steps else 0)
+            header.append(_cell(h, size, right[i]) + "  ")
         if why_width:
             header.append("why")
         lines = [header]
         for cells, r in rows:
             line = Text(no_wrap=True, overflow="crop")
             for i, cell in enumerate(cells):
-                if i == STEPS:
+                if i == steps:
                     line.append(
                         text_figures.bar(r.step or 0, r.steps or 0, bar_width) + " ", style="cyan"
                     )
                 style = STATE_STYLES.get(r.state, "") if i == len(cells) - 1 else ""
-                line.append(_cell(cell, widths[i], RIGHT[i]), style=style)
+                line.append(_cell(cell, widths[i], right[i]), style=style)
                 line.append("  ")
             if why_width:
                 line.append(r.reason[:why_width], style="dim")
@@ -186,3 +221,8 @@ def _steps_per_s(r: RankState) -> str:
 
 def _cell(text: str, width: int, right: bool) -> str:
     return text.rjust(width) if right else text.ljust(width)
+
+
+def _nodes(ranks: tuple[RankState, ...]) -> list[str]:
+    """The nodes of a run across nodes, in their ranks' order; [] on one machine."""
+    return list(dict.fromkeys(r.node for r in ranks if r.node))

@@ -32,6 +32,9 @@ STATUS_STYLES = {
     RunStatus.FAILED: "bold red",
     RunStatus.KILLED: "bold red",
     RunStatus.LOST: "bold red",
+    RunStatus.CANCELLED: "bold red",
+    RunStatus.TIMEOUT: "bold red",
+    RunStatus.NODE_FAILURE: "bold red",
 }
 
 
@@ -60,7 +63,9 @@ def summary_lines(run: RunState) -> list[Text]:
     if run.status != RunStatus.COMPLETED:
         why = Text(no_wrap=True, overflow="ellipsis")
         if run.failure is not None:
-            who = f"rank {run.failure.rank}" if run.failure.rank is not None else "the run"
+            who = (
+                run.failure.who if run.failure.rank is not None else "the run"
+            )  # "rank 1 on n2" across nodes
             why.append(f"root cause: {who}: ", style="bold red")
             why.append(failure_message(run.failure), style="red")
         elif run.reason:

@@ -96,10 +96,16 @@ def check_port_free(host: str, port: int) -> None:
 
 
 def rank_environment(
-    run_dir: RunDir, plan: RunPlan, master_addr: str, master_port: int, nproc: int
+    run_dir: RunDir,
+    plan: RunPlan,
+    master_addr: str,
+    master_port: int,
+    nproc: int,
+    cores: int | None = None,
 ) -> dict[str, str]:
-    """The environment every rank inherits, set before any child touches CUDA."""
-    threads = max(1, usable_cores() // max(1, nproc))
+    """The environment every rank inherits, set before any child touches CUDA. ``cores``: the
+    cores the ranks share (this process's usable cores unless a scheduler gave fewer)."""
+    threads = max(1, (cores or usable_cores()) // max(1, nproc))
     env = {
         RUN_MARKER_ENV: run_dir.run_id,
         RUN_DIR_ENV: str(run_dir.path.resolve()),
@@ -424,7 +430,7 @@ def _create_time(p: psutil.Process) -> float:
         return 0.0
 
 
-def carry_run_marker(run_dir: RunDir, argv: list[str]) -> None:
+def carry_run_marker(run_dir: RunDir, argv: list[str], module: str = "engine.train.launch") -> None:
     """Re-execute this launcher (same pid, same start time) with the run marker in its
     environment when it was started without it (by hand, on another node): `ddptui kill` and
     `clean` stop only processes that carry the marker from their start, which is what
@@ -434,7 +440,7 @@ def carry_run_marker(run_dir: RunDir, argv: list[str]) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     env = {**os.environ, RUN_MARKER_ENV: run_dir.run_id}
-    os.execve(sys.executable, [sys.executable, "-m", "engine.train.launch", *argv], env)
+    os.execve(sys.executable, [sys.executable, "-m", module, *argv], env)
 
 
 def main(argv: list[str] | None = None) -> int:

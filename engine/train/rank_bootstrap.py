@@ -33,6 +33,7 @@ from typing import IO, NoReturn
 
 from engine.core.common.run_environment import (
     LAUNCHER_PID_ENV,
+    NODE_ENV,
     RUN_DIR_ENV,
     STACK_DUMP_SIGNAL,
     STACKS_DIR,
@@ -81,7 +82,7 @@ def prepare_stack_dumps(run_dir: str | None = None) -> Path | None:
     directory = run_dir or os.environ.get(RUN_DIR_ENV)
     if not directory:
         return None
-    path = Path(directory) / STACKS_DIR / faulthandler_file_name(pid)
+    path = Path(directory) / STACKS_DIR / faulthandler_file_name(pid, os.environ.get(NODE_ENV, ""))
     if pid in _stack_file:
         return path
     try:

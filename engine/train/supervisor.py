@@ -86,8 +86,12 @@ class Supervisor:
         events: EventWriter,
         oom_baseline: OomBaseline | None = None,
         error_of: Callable[[int], str] = lambda rank: "",
+        take_stacks: Callable[[str], StackSnapshot | None] | None = None,
     ):
         self.run_dir = run_dir
+        # Whose stacks a snapshot takes: this launcher's ranks, or (a node launcher of a run
+        # across nodes) every rank of the run, through ``take_stacks``.
+        self.take_stacks = take_stacks
         self.error_of = error_of  # what a rank that could not report raised, by rank
         self.oom_baseline = oom_baseline
         self.config = config
@@ -129,11 +133,14 @@ class Supervisor:
         return targets
 
     def _take(self, reason: str) -> None:
-        self._snapshot_done.append(
-            take_snapshot(
+        if self.take_stacks is not None:
+            taken = self.take_stacks(reason)
+        else:
+            taken = take_snapshot(
                 self.run_dir.path, self._targets(), reason=reason, distributed=self.distributed
             )
-        )
+        if taken is not None:
+            self._snapshot_done.append(taken)
 
     def snapshot_in_background(self, reason: str) -> None:
         """Every rank's stack, taken while supervision goes on (py-spy may take a second)."""
@@ -250,15 +257,20 @@ class Supervisor:
             self.tracker.feed(exited)
 
     # -- stopping ---------------------------------------------------------------------------
-    def begin_stop(self, status: RunStatus, reason: str) -> None:
-        """Take every rank's stack, then ask every live rank to stop; after the grace period the
-        rest are killed."""
+    def begin_stop(
+        self, status: RunStatus, reason: str, *, stacks: bool = True, grace: float | None = None
+    ) -> None:
+        """Take every rank's stack (unless ``stacks`` is False), then ask every live rank to stop;
+        after the grace period (``supervision.failure_grace_seconds`` unless ``grace``) the rest
+        are killed."""
         if self.stop_deadline is not None:
             return
-        self.snapshot_now("before stop")
-        self.report_snapshots()
+        if stacks:
+            self.snapshot_now("before stop")
+            self.report_snapshots()
         self.stop_status, self.stop_reason = status, reason
-        self.stop_deadline = time.monotonic() + self.config.supervision.failure_grace_seconds
+        wait = self.config.supervision.failure_grace_seconds if grace is None else grace
+        self.stop_deadline = time.monotonic() + wait
 
     def enforce_stop(self, processes: dict[int, psutil.Process]) -> None:
         """SIGTERM once when the stop begins, SIGKILL once the grace period is over; each time
@@ -319,9 +331,18 @@ def supervise(
     events: EventWriter,
     oom_baseline: OomBaseline | None = None,
     error_of: Callable[[int], str] = lambda rank: "",
+    take_stacks: Callable[[str], StackSnapshot | None] | None = None,
+    signal_stop_grace: float | None = None,
 ) -> tuple[RunStatus, Failure | None, str]:
-    """Watch the ranks until all have exited; returns (status, root cause, reason)."""
-    sup = Supervisor(run_dir, config, sorted(processes), events, oom_baseline, error_of)
+    """Watch the ranks until all have exited; returns (status, root cause, reason).
+
+    ``take_stacks`` takes the run's stacks instead of this launcher's own ranks' (a node
+    launcher). ``signal_stop_grace``: a SIGTERM to this launcher stops its ranks with this grace
+    and no snapshot first (a node launcher that Slurm is ending: it has Slurm's KillWait only, and
+    ``ddptui kill`` took the stacks before it cancelled the job)."""
+    sup = Supervisor(
+        run_dir, config, sorted(processes), events, oom_baseline, error_of, take_stacks
+    )
     sup.processes = processes
     requested: list[str] = []
 
@@ -339,7 +360,12 @@ def supervise(
             last_read = now
         sup.reap(processes)
         if requested and sup.stop_deadline is None:
-            sup.begin_stop(RunStatus.KILLED, f"the launcher received {requested[0]}")
+            sup.begin_stop(
+                RunStatus.KILLED,
+                f"the launcher received {requested[0]}",
+                stacks=signal_stop_grace is None,
+                grace=signal_stop_grace,
+            )
         failed = [
             w
             for w in sup.watches.values()

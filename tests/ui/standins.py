@@ -324,9 +324,13 @@ class StandInActions(EngineActions):
         self.cleaned_all_users: list[bool] = []
         self.start_as: RunDir | None = None
         self.stopped: list[tuple[tuple[int, ...], bool]] = []
+        self.on_slurm: list[bool] = []  # whether each start asked for Slurm
+        # Slurm as this stand-in answers: its partitions, or None for "no Slurm here".
+        self.partitions: list[tuple[str, bool, int, str]] | None = None
 
-    def start_run(self, config: RunConfig, gpu_count: int) -> Any:
+    def start_run(self, config: RunConfig, gpu_count: int, *, slurm: bool = False) -> Any:
         self.started.append(config)
+        self.on_slurm.append(slurm)
         if self.start_as is None:
             raise RuntimeError("this stand-in starts nothing")
 
@@ -338,6 +342,29 @@ class StandInActions(EngineActions):
                 return None
 
         return Started()
+
+    def slurm_partitions(self) -> list[tuple[str, bool, int, str]]:
+        if self.partitions is None:
+            raise RuntimeError("Slurm's sinfo is not on PATH")
+        return self.partitions
+
+    def check_slurm(self, config: RunConfig) -> Any:
+        """As ``ddptui run --slurm`` checks, against the stand-in's partitions: each node's plan."""
+        from engine.core.config.schema import ConfigError
+        from engine.core.ops.slurm_submit import node_plan
+
+        if self.partitions is None:
+            raise ConfigError("--slurm: Slurm's srun is not on PATH")
+        names = {name: nodes for name, _, nodes, _ in self.partitions}
+        default = next(name for name, chosen, _, _ in self.partitions if chosen)
+        partition = config.slurm.partition or default
+        if partition not in names:
+            raise ConfigError(f"--partition {partition}: Slurm has no such partition")
+        if config.slurm.nodes > names[partition]:
+            raise ConfigError(
+                f"--nodes {config.slurm.nodes}: partition {partition} has {names[partition]} node(s)"
+            )
+        return node_plan(config)[0]
 
     def kill_run(self, run_dir: RunDir, grace: float = 5.0) -> Outcome:
         self.killed.append(run_dir.run_id)

@@ -14,6 +14,8 @@ RUN_MARKER_ENV = "DDPTUI_RUN_ID"
 RUN_DIR_ENV = "DDPTUI_RUN_DIR"  # absolute path of the run directory
 LAUNCHER_PID_ENV = "DDPTUI_LAUNCHER_PID"  # the launcher that started the ranks
 THREADS_ENV = "DDPTUI_THREADS_PER_RANK"  # CPU threads each rank may use (cores / ranks)
+# The node a rank of a run across nodes runs on (Slurm's name for it), set by its node launcher.
+NODE_ENV = "DDPTUI_NODE"
 
 # A rank writes every thread's Python stack (faulthandler) when it receives this signal, even while
 # it is blocked in a collective or holds the GIL. Not SIGUSR1: Lightning uses it to requeue on Slurm.
@@ -21,9 +23,10 @@ STACK_DUMP_SIGNAL = signal.SIGUSR2
 STACKS_DIR = "stacks"  # in the run directory: faulthandler files and snapshots
 
 
-def faulthandler_file_name(pid: int) -> str:
-    """The file (in the run directory's stacks folder) a rank's stack dumps are appended to."""
-    return f"pid-{pid}.txt"
+def faulthandler_file_name(pid: int, node: str = "") -> str:
+    """The file (in the run directory's stacks folder) a rank's stack dumps are appended to; on a
+    run across nodes the node is in the name (two nodes may have a process of the same pid)."""
+    return f"pid-{pid}@{node}.txt" if node else f"pid-{pid}.txt"
 
 
 # Where the ranks meet (the c10d store): file:///RUN_DIR/.rendezvous for a single-node run, so

@@ -26,8 +26,13 @@ class RunStatus(Vocabulary):
     ``lost``: the launcher ended without writing a summary and nothing of the run is alive (the
     settler writes that summary); ``orphaned``: the launcher is gone but some rank still runs
     (``ddptui clean`` ends them); ``unreadable``: run.json or summary.json cannot be read.
+
+    A run on Slurm also: ``pending`` (Slurm has not started it yet, and says why), and the ends
+    only Slurm can tell: ``cancelled`` (scancel from elsewhere; ``ddptui kill`` makes it ``killed``),
+    ``timeout`` (its time limit), ``node-failure`` (a node of it failed).
     """
 
+    PENDING = "pending"
     STARTING = "starting"
     RUNNING = "running"
     COMPLETED = "completed"
@@ -36,6 +41,9 @@ class RunStatus(Vocabulary):
     LOST = "lost"
     ORPHANED = "orphaned"
     UNREADABLE = "unreadable"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    NODE_FAILURE = "node-failure"
 
     @property
     def final(self) -> bool:
@@ -45,7 +53,7 @@ class RunStatus(Vocabulary):
     @property
     def active(self) -> bool:
         """Its launcher is (or is about to be) at work."""
-        return self in (RunStatus.STARTING, RunStatus.RUNNING)
+        return self in (RunStatus.PENDING, RunStatus.STARTING, RunStatus.RUNNING)
 
     @property
     def live(self) -> bool:
@@ -55,7 +63,15 @@ class RunStatus(Vocabulary):
 
 
 FINAL_STATUSES = frozenset(
-    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.KILLED, RunStatus.LOST}
+    {
+        RunStatus.COMPLETED,
+        RunStatus.FAILED,
+        RunStatus.KILLED,
+        RunStatus.LOST,
+        RunStatus.CANCELLED,
+        RunStatus.TIMEOUT,
+        RunStatus.NODE_FAILURE,
+    }
 )
 
 

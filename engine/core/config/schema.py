@@ -19,6 +19,7 @@ from typing import Any
 from engine.core.common.config_error import ConfigError as ConfigError
 from engine.core.config.devices import parse_device_spec
 from engine.core.config.faults import parse_fault
+from engine.core.config.slurm_config import SlurmConfig
 
 STRATEGIES = ("single", "dataparallel", "ddp")
 PRECISIONS = ("fp32", "fp16", "bf16")
@@ -303,6 +304,8 @@ class RunConfig:
     ddp: DdpConfig = field(default_factory=DdpConfig)
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
     script: ScriptConfig = field(default_factory=ScriptConfig)
+    # How the run asks Slurm for its nodes, when it runs there (``ddptui run --slurm``).
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
     # Fault injections "KIND:RANK:STEP" for tests (engine.train.faults).
     faults: tuple[str, ...] = ()
 

@@ -29,6 +29,9 @@ SECTION_TYPES: dict[str, type] = {
     if name not in ("name", "description", "faults")
 }
 TOP_LEVEL_KEYS = ("description", "faults")
+# Sections written only when they differ from their defaults: they matter to some runs only
+# (a run on Slurm), and every other config.toml stays as it was.
+OPTIONAL_SECTIONS = ("slurm",)
 _TYPE_NAMES = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
 
 
@@ -256,6 +259,8 @@ def to_toml(config: RunConfig) -> str:
     for key in TOP_LEVEL_KEYS:
         lines.append(f"{key} = {_toml_value(data.pop(key))}")
     for section, values in data.items():
+        if section in OPTIONAL_SECTIONS and values == to_mapping(RunConfig())[section]:
+            continue
         lines.append(f"\n[{section}]")
         lines.extend(f"{key} = {_toml_value(value)}" for key, value in values.items())
     return "\n".join(lines) + "\n"

@@ -32,6 +32,7 @@ from engine.core.procs.process_scan import (
     launcher_of,
     loads_torch,
 )
+from engine.core.runs.placement import read_node_records
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
 
 DESCENT_LIMIT = 64  # parents followed up from one process: /proc can show a cycle mid-scan
@@ -139,6 +140,10 @@ def _roles_from_run_json(grouping: _Grouping, job: FoundJob) -> None:
         [(None, job.info.launcher)] if job.info.launcher else []
     )
     named += job.info.ranked()
+    if job.info.slurm is not None:  # a run on Slurm: its node launchers' records say who
+        for record in read_node_records(job.run_dir.path)[0].values():
+            named += [(None, record.launcher)] if record.launcher else []
+            named += record.ranked()
     for rank, ref in named:
         p = grouping.procs.get(ref.pid)
         if p is None or not same_start(p.create_time, ref.start_time):

@@ -73,8 +73,10 @@ def follow_run(
         # worker): `ddptui run` returns when nothing of the run is left, where it can tell
         while marked_processes(started.run_id) and time.monotonic() < deadline:
             time.sleep(poll_seconds)
-        if state.status == RunStatus.LOST and not started.run_dir.summary_path.exists():
-            observer.settle = True  # the launcher's exit status is known here: write it down
+        over = state.status == RunStatus.LOST or (state.slurm is not None and state.final)
+        if over and not started.run_dir.summary_path.exists():
+            # the launcher's exit status (or Slurm's end of the job) is known here: write it down
+            observer.settle = True
             state = observer.observe()
         on_state(state)
     finally:

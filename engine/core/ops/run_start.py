@@ -18,6 +18,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from engine.core.common.disk_space import write_failure
 from engine.core.common.run_environment import RUN_MARKER_ENV
@@ -39,13 +40,27 @@ from engine.core.runs.rundir import (
 )
 
 
+class LauncherHandle(Protocol):
+    """What follows a started run to its end: the launcher's ``Popen``, or (a run on Slurm) its
+    job (``engine.core.ops.slurm_submit.SlurmJobHandle``)."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+
 @dataclass
 class StartedRun:
-    """A launcher this process started. ``wait`` / ``poll`` give its exit code."""
+    """A run this process started (its launcher, or its Slurm job). ``wait`` / ``poll`` give its
+    exit code."""
 
     run_dir: RunDir
     plan: RunPlan
-    process: subprocess.Popen[bytes]
+    process: LauncherHandle
     # What the resource guard found: the estimate, the figures and the warnings.
     resources: ResourceCheck | None = None
 

@@ -130,7 +130,10 @@ def launcher_kind(cmdline: Iterable[str]) -> str | None:
             module = args[i + 1]
             if module in TORCH_LAUNCHERS:
                 return module
-            if module == "engine.train.launch":
+            if module in (
+                "engine.train.launch",
+                "engine.train.node_launch",
+            ):  # one node's, on Slurm
                 return "ddptui"
     return None
 

@@ -12,6 +12,7 @@ from engine.core.runs.events import (
     CheckpointSaved,
     Evaluation,
     Event,
+    NodeFinished,
     RankExited,
     RankStalled,
     RankStraggling,
@@ -38,6 +39,8 @@ def event_notice(e: Event) -> str:
         )
     if isinstance(e, StacksTaken):
         return f"stacks ({e.reason}): {e.summary}"
+    if isinstance(e, NodeFinished):
+        return f"node {e.node}: {e.status}" + (f": {e.reason}" if e.reason else "")
     if isinstance(e, RunFinished):
         return f"run {e.status}" + (f": {e.reason}" if e.reason else "")
     return ""

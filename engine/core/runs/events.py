@@ -235,6 +235,18 @@ class StacksTaken(Event):
 
 
 @dataclass(frozen=True)
+class NodeFinished(Event):
+    """One node launcher of a run across nodes is done with its share (``events/launcher-<node>
+    .jsonl``): how its ranks ended there. The run's own end is decided from every node and from
+    Slurm (``engine.core.runs.slurm_state``), so this is not a ``RunFinished``."""
+
+    type: ClassVar[str] = "node_finished"
+    node: str
+    status: str  # completed | failed | killed
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class RunFinished(Event):
     type: ClassVar[str] = "run_finished"
     status: str  # completed | failed | killed
@@ -260,6 +272,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         RankStraggling,
         StopSignalled,
         StacksTaken,
+        NodeFinished,
         RunFinished,
     )
 }

@@ -30,11 +30,22 @@ from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.config.devices import DevicePlan
 from engine.core.config.schema import RunConfig
 from engine.core.config.toml_io import load_config
+from engine.core.host.slurm_jobs import read_job
 from engine.core.procs.process_identity import ProcessProbe
 from engine.core.runs.events import EventTail
+from engine.core.runs.placement import rank_nodes
 from engine.core.runs.rank_states import RankState, RankStateTracker, Thresholds
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
 from engine.core.runs.settle import lost_summary, settle_run
+from engine.core.runs.slurm_state import (
+    JobReader,
+    SlurmVerdict,
+    SlurmView,
+    decide,
+    ended_view,
+    read_view,
+    slurm_summary,
+)
 from engine.core.runs.summary import Failure, RunSummary
 from engine.core.stacks.snapshot import StackSnapshot, latest_snapshot, snapshot_paths
 
@@ -77,6 +88,7 @@ class RunState:
     metrics_reported: bool = False  # the script called ddptui.report: loss, accuracy, images/s
     problem: str = ""  # what could not be read (a corrupt run.json or summary.json)
     unsaved: str = ""  # the lost summary shown here could not be written (a full disk), and why
+    slurm: SlurmView | None = None  # a run on Slurm: its job and its node launchers' records
 
     @property
     def final(self) -> bool:
@@ -120,6 +132,7 @@ class RunState:
             "diagnosis": self.diagnosis.to_json() if self.diagnosis else None,
             "problem": self.problem,
             "unsaved": self.unsaved,
+            **({"slurm": self.slurm.to_json()} if self.slurm else {}),
         }
 
 
@@ -142,8 +155,13 @@ class RunObserver:
         launcher_poll: Callable[[], int | None] | None = None,
         settle: bool = True,
         measure_usage: bool = False,
+        slurm_jobs: JobReader | None = None,
     ) -> None:
         self.run_dir = run_dir
+        self.slurm_jobs = slurm_jobs or read_job  # Slurm's word on a job (a stand-in in tests)
+        self._slurm: SlurmView | None = None
+        self._slurm_end: tuple[SlurmVerdict, SlurmView] | None = None  # once the job is over
+        self._slurm_read = False  # the node records of an ended Slurm run were read
         self.clock = clock
         self.probe = probe or ProcessProbe()
         self.launcher_poll = launcher_poll
@@ -179,7 +197,7 @@ class RunObserver:
         self.tracker.thresholds = Thresholds.of(self._config)
 
     def _read_events(self) -> None:
-        paths = [self.run_dir.launcher_events_path, *self.run_dir.rank_event_paths().values()]
+        paths = [*self.run_dir.launcher_event_paths(), *self.run_dir.rank_event_paths().values()]
         for path in paths:
             tail = self._tails.setdefault(path, EventTail(path, self.run_dir.path))
             self.tracker.feed_all(tail.read_new())
@@ -210,6 +228,8 @@ class RunObserver:
             return self._summary.status, self._summary.reason, False
         if info is None:
             return (RunStatus.UNREADABLE if info_problem else RunStatus.STARTING), "", None
+        if info.slurm is not None:
+            return self._decide_slurm(info, now)
         finished = self.tracker.run_finished
         if info.state.final:
             return info.state, finished.reason if finished else "", False
@@ -229,6 +249,31 @@ class RunObserver:
         if self.probe.alive(info.launcher):  # starting until it has started the ranks
             return info.state, "", True
         return self._gone(info, f"the launcher (pid {info.launcher.pid}) is gone without a summary")
+
+    def _decide_slurm(self, info: RunInfo, now: float) -> tuple[RunStatus, str, bool | None]:
+        """A run on Slurm: ``engine.core.runs.slurm_state`` decides from Slurm's word on its job
+        and its node launchers' records. While the job runs its node launchers judge silence, as
+        a live launcher does; once it is over, its summary is built (and settled) once."""
+        if self._slurm_end is None:
+            view = read_view(self.run_dir, info, self.slurm_jobs)
+            # inside an allocation, the srun that started the step is its launcher here
+            step_alive = self.probe.alive(info.launcher) if info.launcher else None
+            verdict = decide(info, view, now, step_alive)
+            self._slurm = view
+            if not verdict.ended:
+                return verdict.status, verdict.reason, verdict.status == RunStatus.RUNNING
+            self._slurm_end = (verdict, view)
+        verdict, view = self._slurm_end
+        if self._lost is None:
+            self._lost = slurm_summary(self.run_dir, verdict, view)
+        summary = self._lost
+        if self.settle and not self._settle_tried:
+            self._settle_tried = True
+            self._settle_problem = settle_run(self.run_dir, summary)
+            with contextlib.suppress(RunDirError):
+                self._summary = self.run_dir.read_summary()
+            summary = self._summary or summary
+        return summary.status, summary.reason, False
 
     def _gone(
         self, info: RunInfo, why: str, launcher_exit: int | None = None
@@ -297,9 +342,12 @@ class RunObserver:
             run_status=status if status.final else None,
             stopped_pids=self.probe.stopped(info.ranks) if live and info else frozenset(),
         )
-        if self.measure_usage and live:
+        if self.measure_usage and live and (info is None or info.slurm is None):
             usage = self.probe.usage([r.pid for r in ranks if r.pid])
             ranks = tuple(replace(r, usage=usage.get(r.pid)) if r.pid else r for r in ranks)
+        if self._slurm is not None:  # each rank's node, as the launcher that numbered it said
+            nodes = rank_nodes(self._slurm.nodes)
+            ranks = tuple(replace(r, node=nodes.get(r.rank, "")) for r in ranks)
         return ranks
 
     def _elapsed(
@@ -316,8 +364,11 @@ class RunObserver:
         now = self.clock()
         info, info_problem, summary_problem, problems = self._read_files()
         status, reason, launcher_alive = self._decide(info, info_problem, summary_problem, now)
+        if info is not None and info.slurm is not None and status.final and not self._slurm_read:
+            self._slurm_read = True  # its nodes' last word, read once, without asking Slurm
+            self._slurm = ended_view(self.run_dir, info)
         ranks = self._rank_states(info, status, launcher_alive, now)
-        summary = self._summary or (self._lost if status == RunStatus.LOST else None)
+        summary = self._summary or (self._lost if status.final else None)
         started = self.tracker.run_started or (info.created if info else None)
         epochs = self._config.training.epochs if self._config else 0
         preset = (self._config.name if self._config else info.preset if info else "") or (
@@ -356,6 +407,7 @@ class RunObserver:
             metrics_reported=self.tracker.metrics_reported,
             problem="; ".join(problems),
             unsaved=self._settle_problem,
+            slurm=self._slurm,
         )
 
 

@@ -156,6 +156,7 @@ class RankState:
     error: str = ""
     traceback: str = ""
     usage: ProcessUsage | None = None  # CPU and memory, when the observer measures them
+    node: str = ""  # the node it runs on, in a run across nodes (its node launcher's record)
 
     @property
     def epoch(self) -> int | None:
@@ -217,6 +218,7 @@ class RankState:
             "error": self.error,
             "traceback": self.traceback,
             "reason": self.reason,
+            "node": self.node,
         }
 
 

@@ -40,6 +40,7 @@ from engine.core.common.run_files import (
 from engine.core.common.statuses import RunStatus
 from engine.core.host.oom_evidence import OomBaseline
 from engine.core.procs.process_identity import ProcessRef
+from engine.core.runs.placement import SlurmPlacement
 from engine.core.runs.summary import RunSummary
 
 RUN_SCHEMA_VERSION = 1
@@ -101,6 +102,9 @@ class RunInfo:
     # The global rank of each of ``ranks``, as the launcher that started them numbered them; ()
     # in a run.json written before ddptui recorded it (``ranked`` derives those).
     global_ranks: tuple[int, ...] = ()
+    # A run on Slurm: its job. Its node launchers record themselves and their ranks in
+    # nodes/<node>.json (``engine.core.runs.placement``), not here: ``ranks`` stays ().
+    slurm: SlurmPlacement | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", RunStatus(self.state))  # the word, typed where made
@@ -142,6 +146,7 @@ class RunInfo:
             "nnodes": self.nnodes,
             "oom_baseline": self.oom_baseline.to_json() if self.oom_baseline else None,
             "marker_env": RUN_MARKER_ENV,
+            **({"slurm": self.slurm.to_json()} if self.slurm else {}),
         }
 
     @classmethod
@@ -164,6 +169,7 @@ class RunInfo:
             nnodes=int(data.get("nnodes", 1)),
             oom_baseline=OomBaseline.from_json(data.get("oom_baseline")),
             global_ranks=tuple(int(r["rank"]) for r in ranks) if numbered else (),
+            slurm=SlurmPlacement.from_json(data.get("slurm")),
         )
 
 
@@ -229,6 +235,15 @@ class RunDir:
     @property
     def launcher_events_path(self) -> Path:
         return self.events_dir / "launcher.jsonl"
+
+    def launcher_event_paths(self) -> list[Path]:
+        """The launcher's events, and each node launcher's of a run across nodes
+        (``launcher-<node>.jsonl``, ``engine.core.runs.placement``)."""
+        try:
+            nodes = sorted(self.events_dir.glob("launcher-*.jsonl"))
+        except OSError:
+            nodes = []
+        return [self.launcher_events_path, *nodes]
 
     def rank_log_path(self, rank: int) -> Path:
         return self.logs_dir / f"rank-{rank}.log"

@@ -71,16 +71,20 @@ def root_failure_of(run_dir: RunDir, status: RunStatus) -> Failure | None:
     """The root cause of a run's failure from its event files, as the rank rules decide it
     (``RankStateTracker.root_failure``: the one place it is decided)."""
     tracker = RankStateTracker()
-    for path in [run_dir.launcher_events_path, *run_dir.rank_event_paths().values()]:
+    for path in [*run_dir.launcher_event_paths(), *run_dir.rank_event_paths().values()]:
         tracker.feed_all(read_events(path, run_dir.path))
     return tracker.root_failure(status)
 
 
 def started_time(run_dir: RunDir, info: RunInfo) -> float:
-    for e in read_events(run_dir.launcher_events_path, run_dir.path):
-        if isinstance(e, RunStarted):
-            return e.time
-    return info.created
+    """When the (first) launcher started its ranks; run.json's creation before that."""
+    started = [
+        e.time
+        for path in run_dir.launcher_event_paths()
+        for e in read_events(path, run_dir.path)
+        if isinstance(e, RunStarted)
+    ]
+    return min(started) if started else info.created
 
 
 def build_summary(

@@ -44,6 +44,14 @@ class Failure:
     signal: str | None = None
     error: str = ""
     traceback: str = ""
+    node: str = ""  # the node of that rank, in a run across nodes
+
+    @property
+    def who(self) -> str:
+        """ "rank 1", "rank 1 on n2" across nodes, or "the launcher"."""
+        if self.rank is None:
+            return "the launcher"
+        return f"rank {self.rank} on {self.node}" if self.node else f"rank {self.rank}"
 
 
 @dataclass(frozen=True)
@@ -113,6 +121,8 @@ class RunSummary:
         data["ranks"] = [asdict(r) for r in self.ranks]
         data["diagnosis"] = self.diagnosis.to_json() if self.diagnosis else None
         data["test_accuracy"] = self.test_accuracy
+        if self.failure is not None and not self.failure.node:
+            del data["failure"]["node"]  # a run across nodes only
         return data
 
     @classmethod

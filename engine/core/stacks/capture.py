@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -239,3 +240,64 @@ def capture_stack(
     return ProcessStack(
         ref.pid, FAULTHANDLER, state, parse_faulthandler(text), text=text, notes=tuple(notes)
     )
+
+
+def capture_by_signal(
+    dumps: dict[int, tuple[int, Path]],
+    deliver: Callable[[], str],
+    *,
+    wait: float = DUMP_WAIT_SECONDS,
+) -> dict[int, ProcessStack]:
+    """Stacks of processes this machine may not see (ranks on other nodes): ``deliver`` has the
+    stack-dump signal sent to every one of them (returning "" or why it could not), and each
+    answers by appending its faulthandler dump to its file on storage every node sees.
+    ``dumps`` maps a key (the rank) to (pid, dump file). A process whose file does not grow
+    within ``wait`` seconds gets a ProcessStack saying so."""
+    before: dict[int, int] = {}
+    for key, (_, path) in dumps.items():
+        try:
+            before[key] = path.stat().st_size
+        except OSError:
+            before[key] = -1
+    problem = deliver()
+    if problem:
+        return {k: ProcessStack(pid, problem=problem) for k, (pid, _) in dumps.items()}
+    sizes = dict(before)
+    changed = dict.fromkeys(dumps, time.monotonic())
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        for key, (_, path) in dumps.items():
+            try:
+                size = path.stat().st_size
+            except OSError:
+                continue
+            if size != sizes[key]:
+                sizes[key], changed[key] = size, time.monotonic()
+        quiet = time.monotonic() - max(changed.values()) >= DUMP_QUIET_SECONDS
+        if quiet and all(sizes[k] > max(before[k], 0) for k in dumps):
+            break
+    taken = {}
+    for key, (pid, path) in dumps.items():
+        start = max(before[key], 0)
+        if before[key] < 0:
+            why = f"it registered no stack dump file ({path.name})"
+        elif sizes[key] <= start:
+            why = f"it wrote no stack within {wait:g} s"
+        else:
+            why = ""
+        text = ""
+        if not why:
+            try:
+                with open_in_run(path.parent.parent, path) as f:
+                    f.seek(start)
+                    text = f.read(sizes[key] - start).decode("utf-8", errors="replace")
+            except OSError as err:
+                why = f"its stack file could not be read ({err})"
+        if why:
+            taken[key] = ProcessStack(pid, problem=why)
+        else:
+            taken[key] = ProcessStack(
+                pid, FAULTHANDLER, threads=parse_faulthandler(text), text=text
+            )
+    return taken

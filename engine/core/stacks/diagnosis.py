@@ -15,6 +15,7 @@ import os
 import re
 import sysconfig
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +72,7 @@ class RankTarget:
     ref: ProcessRef
     last_event_time: float | None = None
     error: str = ""  # the error it reported, when it failed
+    node: str = ""  # the node it runs on, in a run across nodes
 
 
 # ---- reading a stack -------------------------------------------------------------------------
@@ -177,6 +179,7 @@ def diagnose(
                 stack=stack.text,
                 problem=stack.problem,
                 last_event_time=target.last_event_time,
+                node=target.node,
             )
         )
     return tuple(found)
@@ -193,17 +196,24 @@ def take_snapshot(
     distributed: bool,
     use_py_spy: bool = True,
     save: bool = True,
+    capture_all: Callable[[list[RankTarget]], dict[int, ProcessStack]] | None = None,
 ) -> StackSnapshot:
     """Every target rank's stack (in parallel), what each was doing and the culprit; saved in the
-    run directory unless ``save`` is False (or the disk refuses: then ``path`` stays "")."""
+    run directory unless ``save`` is False (or the disk refuses: then ``path`` stays "").
+    ``capture_all`` takes every rank's stack at once instead, by rank (a run across nodes: the
+    ranks answer a signal Slurm delivers, ``engine.core.ops.slurm_stacks``)."""
     directory = stacks_dir(run_dir_path)
 
     def one(target: RankTarget) -> tuple[RankTarget, ProcessStack]:
-        dump = directory / faulthandler_file_name(target.ref.pid)
+        dump = directory / faulthandler_file_name(target.ref.pid, target.node)
         return target, capture_stack(target.ref, dump, use_py_spy=use_py_spy)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(targets)))) as pool:
-        taken = {t.rank: result for t, result in zip(targets, pool.map(one, targets), strict=True)}
+    if capture_all is not None:
+        captured = capture_all(targets)
+        taken = {t.rank: (t, captured[t.rank]) for t in targets if t.rank in captured}
+    else:
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(targets)))) as pool:
+            taken = {t.rank: r for t, r in zip(targets, pool.map(one, targets), strict=True)}
     ranks = diagnose(taken, distributed=distributed)
     culprit, why = choose_culprit(ranks)
     snapshot = StackSnapshot(

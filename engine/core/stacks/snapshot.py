@@ -84,27 +84,30 @@ class RankDiagnosis:
     stack: str = ""  # the full stack, as text
     problem: str = ""  # why there is no stack
     last_event_time: float | None = None
+    node: str = ""  # the node it runs on, in a run across nodes
+
+    @property
+    def who(self) -> str:
+        """ "rank 1", or "rank 1 on n2" in a run across nodes."""
+        return f"rank {self.rank} on {self.node}" if self.node else f"rank {self.rank}"
 
     def describe(self) -> str:
         """One phrase: "rank 0 stuck at faults.py:42 in hang"."""
         at = f" at {self.frame.where} in {self.frame.function}" if self.frame else ""
+        who = self.who
         if self.activity == RankActivity.STEPPING:
             how = f" ({self.detail})" if self.detail else ""
-            return f"rank {self.rank} stuck{at}{how}" if at else f"rank {self.rank} busy{how}"
+            return f"{who} stuck{at}{how}" if at else f"{who} busy{how}"
         if self.activity == RankActivity.WAITING:
-            return f"rank {self.rank} waiting {self.detail or 'on its peers'}"
+            return f"{who} waiting {self.detail or 'on its peers'}"
         if self.activity == RankActivity.STOPPED:
             resume = f"; resume it with kill -CONT {self.pid}" if self.pid else ""
-            return f"rank {self.rank} stopped by a signal (SIGSTOP){resume}"
+            return f"{who} stopped by a signal (SIGSTOP){resume}"
         if self.activity == RankActivity.GONE:
-            return f"rank {self.rank} is gone"
+            return f"{who} is gone"
         if self.activity == RankActivity.FAILED:
-            return (
-                f"rank {self.rank} failed ({self.detail})"
-                if self.detail
-                else f"rank {self.rank} failed"
-            )
-        return f"rank {self.rank}: no stack ({self.problem or 'unknown'})"
+            return f"{who} failed ({self.detail})" if self.detail else f"{who} failed"
+        return f"{who}: no stack ({self.problem or 'unknown'})"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -118,6 +121,7 @@ class RankDiagnosis:
             "stack": self.stack,
             "problem": self.problem,
             "last_event_time": self.last_event_time,
+            **({"node": self.node} if self.node else {}),  # a run across nodes only
             "describe": self.describe(),
         }
 
@@ -134,6 +138,7 @@ class RankDiagnosis:
             stack=str(data.get("stack", "")),
             problem=str(data.get("problem", "")),
             last_event_time=data.get("last_event_time"),
+            node=str(data.get("node") or ""),
         )
 
 

@@ -1,0 +1,390 @@
+"""Where a run's processes live when they span nodes: its Slurm job (``run.json``'s ``slurm``) and
+what each node launcher recorded of itself (``nodes/<node>.json``).
+
+A run on Slurm has one node launcher per node (``engine.train.node_launch``). Each records, in the
+run directory every node sees, its node, its own process, the ranks it started with the global
+number it gave each (the launcher that assigns a rank records it: nothing assumes rank 0 is on the
+first node), and at its end how it ended and its proof: what it stopped and that nothing carrying
+the run's marker is left on its node. Readers (the run observer, ``ddptui kill`` / ``stacks``)
+go by these records, never by processes they could see on this machine.
+
+Plain Python: typed records, read back into the objects that wrote them, every file read through
+no planted link and with a size bound.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.core.common.run_files import UnsafeRunFile, make_dirs, open_in_run, write_json_atomic
+from engine.core.common.statuses import RunStatus
+from engine.core.host.gpus import GpuInventory, GpuSample
+from engine.core.procs.process_identity import ProcessRef
+
+SLURM_DIR = "slurm"
+NODES_DIR = "nodes"
+GPUS_DIR = "gpus"
+# Slurm sends SIGKILL KillWait seconds (30 by default) after its SIGTERM: a node launcher gives
+# its ranks less than that, so its proof is written before it.
+NODE_STOP_GRACE_SECONDS = 2.0
+RECORD_LIMIT = 1024 * 1024  # a node record is a few KiB; more is not one
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+
+
+def check_node_name(node: str) -> str:
+    """``node`` when it can name a file (Slurm's node names can); ValueError else."""
+    if not _NODE_NAME.match(node) or len(node) > 200:
+        raise ValueError(f"{node!r} is not a node name")
+    return node
+
+
+@dataclass(frozen=True)
+class SlurmPlacement:
+    """run.json's ``slurm``: the job the run is (or is a step of) and what was asked of Slurm."""
+
+    job_id: str = ""  # "" until sbatch answered
+    nodes: int = 1
+    partition: str = ""  # "" the cluster's default
+    time_limit: str = ""  # as asked ("" the partition's)
+    # A step of the user's own allocation (salloc): the run is that step, never the whole job.
+    in_allocation: bool = False
+    submitted: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "nodes": self.nodes,
+            "partition": self.partition,
+            "time_limit": self.time_limit,
+            "in_allocation": self.in_allocation,
+            "submitted": self.submitted,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> SlurmPlacement | None:
+        if not isinstance(data, dict):
+            return None
+        return cls(
+            job_id=str(data.get("job_id") or ""),
+            nodes=int(data.get("nodes", 1)),
+            partition=str(data.get("partition") or ""),
+            time_limit=str(data.get("time_limit") or ""),
+            in_allocation=bool(data.get("in_allocation", False)),
+            submitted=float(data.get("submitted") or 0.0),
+        )
+
+
+@dataclass(frozen=True)
+class NodeProof:
+    """What a node launcher stopped at its end and what it found left of the run on its node."""
+
+    terminated: tuple[int, ...] = ()  # pids that ended on SIGTERM (or by themselves)
+    killed: tuple[int, ...] = ()  # pids that needed SIGKILL
+    left: tuple[int, ...] = ()  # pids carrying the run's marker still alive after all that
+    # Processes of the run no rank was the parent of any more (a task's double-forked daemon):
+    # found by the run's marker, stopped with the rest, named here.
+    daemons: tuple[str, ...] = ()
+    checked: float = field(default_factory=time.time)
+
+    @property
+    def clean(self) -> bool:
+        return not self.left
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "terminated": list(self.terminated),
+            "killed": list(self.killed),
+            "left": list(self.left),
+            "daemons": list(self.daemons),
+            "checked": self.checked,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> NodeProof | None:
+        if not isinstance(data, dict):
+            return None
+        return cls(
+            terminated=tuple(int(p) for p in data.get("terminated") or ()),
+            killed=tuple(int(p) for p in data.get("killed") or ()),
+            left=tuple(int(p) for p in data.get("left") or ()),
+            daemons=tuple(str(d) for d in data.get("daemons") or ()),
+            checked=float(data.get("checked") or 0.0),
+        )
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """``nodes/<node>.json``: one node launcher, its ranks, and (at its end) how it ended."""
+
+    node: str  # Slurm's name of the node (SLURMD_NODENAME)
+    node_rank: int  # SLURM_NODEID: 0 .. nodes-1
+    host: str  # the machine's own name
+    job_id: str
+    step_id: str = ""
+    launcher: ProcessRef | None = None
+    ranks: tuple[ProcessRef, ...] = ()
+    global_ranks: tuple[int, ...] = ()  # the number this launcher gave each of ``ranks``
+    state: RunStatus = RunStatus.STARTING  # starting, running, then how its share ended
+    reason: str = ""
+    started: float = field(default_factory=time.time)
+    finished: float | None = None
+    proof: NodeProof | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", RunStatus(self.state))
+        object.__setattr__(self, "global_ranks", tuple(self.global_ranks))
+        if len(self.global_ranks) != len(self.ranks):
+            raise ValueError(f"{len(self.global_ranks)} global ranks for {len(self.ranks)} ranks")
+
+    def ranked(self) -> tuple[tuple[int, ProcessRef], ...]:
+        return tuple(zip(self.global_ranks, self.ranks, strict=True))
+
+    @property
+    def final(self) -> bool:
+        return self.state.final
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "node_rank": self.node_rank,
+            "host": self.host,
+            "job_id": self.job_id,
+            "step_id": self.step_id,
+            "launcher": self.launcher.to_json() if self.launcher else None,
+            "ranks": [{**ref.to_json(), "rank": rank} for rank, ref in self.ranked()],
+            "state": str(self.state),
+            "reason": self.reason,
+            "started": self.started,
+            "finished": self.finished,
+            "proof": self.proof.to_json() if self.proof else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> NodeRecord:
+        launcher = data.get("launcher")
+        ranks = data.get("ranks") or []
+        return cls(
+            node=check_node_name(str(data["node"])),
+            node_rank=int(data["node_rank"]),
+            host=str(data.get("host", "")),
+            job_id=str(data.get("job_id", "")),
+            step_id=str(data.get("step_id", "")),
+            launcher=ProcessRef.from_json(launcher) if launcher else None,
+            ranks=tuple(ProcessRef.from_json(r) for r in ranks),
+            global_ranks=tuple(int(r["rank"]) for r in ranks),
+            state=RunStatus(data.get("state", RunStatus.STARTING)),
+            reason=str(data.get("reason", "")),
+            started=float(data.get("started") or 0.0),
+            finished=float(data["finished"]) if data.get("finished") is not None else None,
+            proof=NodeProof.from_json(data.get("proof")),
+        )
+
+
+# ---- where they are kept ---------------------------------------------------------------------
+
+
+def node_record_path(run_path: Path, node: str) -> Path:
+    return Path(run_path) / NODES_DIR / f"{check_node_name(node)}.json"
+
+
+def node_events_path(run_path: Path, node: str) -> Path:
+    """The node launcher's own events (``engine.core.runs.events``): beside the ranks' events."""
+    return Path(run_path) / "events" / f"launcher-{check_node_name(node)}.jsonl"
+
+
+def node_log_path(run_path: Path, node: str) -> Path:
+    return Path(run_path) / "logs" / f"launcher-{check_node_name(node)}.log"
+
+
+def node_gpus_path(run_path: Path, node: str) -> Path:
+    """The node's GPUs as its launcher last sampled them (NVML)."""
+    return Path(run_path) / GPUS_DIR / f"{check_node_name(node)}.json"
+
+
+def batch_script_path(run_path: Path) -> Path:
+    return Path(run_path) / SLURM_DIR / "job.sbatch"
+
+
+def job_output_path(run_path: Path) -> Path:
+    """The batch job's own output (sbatch ``--output``): what srun and a node that could not
+    start its launcher said."""
+    return Path(run_path) / SLURM_DIR / "job.out"
+
+
+def kill_request_path(run_path: Path) -> Path:
+    """Written by ``ddptui kill`` before it cancels the job: the run ends ``killed``, not
+    ``cancelled`` (a scancel from elsewhere)."""
+    return Path(run_path) / SLURM_DIR / "kill.json"
+
+
+def rendezvous_path(run_path: Path) -> Path:
+    """Where node 0's launcher publishes the address and port its rank 0 serves the store on."""
+    return Path(run_path) / SLURM_DIR / "rendezvous.json"
+
+
+def write_node_record(run_path: Path, record: NodeRecord) -> None:
+    path = node_record_path(run_path, record.node)
+    make_dirs(path.parent)
+    write_json_atomic(path, record.to_json())
+
+
+def read_json_file(run_path: Path, path: Path) -> dict[str, Any] | None:
+    """A small JSON object of the run directory (read as ``open_in_run`` allows, at most
+    ``RECORD_LIMIT`` bytes); None when it is not there. ValueError when it cannot be read."""
+    try:
+        with open_in_run(run_path, path) as f:
+            raw = f.read(RECORD_LIMIT + 1)
+    except FileNotFoundError:
+        return None
+    except (UnsafeRunFile, OSError) as err:
+        raise ValueError(str(err)) from None
+    if len(raw) > RECORD_LIMIT:
+        raise ValueError(f"{path} is larger than {RECORD_LIMIT // 1024} KiB: not read")
+    try:
+        data = json.loads(raw.decode("utf-8", errors="replace"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is not a JSON object")
+    return data
+
+
+def read_node_records(run_path: Path) -> tuple[dict[str, NodeRecord], tuple[str, ...]]:
+    """Every node launcher's record by node, and a sentence for each that could not be read."""
+    found: dict[str, NodeRecord] = {}
+    problems: list[str] = []
+    try:
+        paths = sorted((Path(run_path) / NODES_DIR).glob("*.json"))
+    except OSError:
+        return {}, ()
+    for path in paths:
+        try:
+            data = read_json_file(run_path, path)
+            if data is not None:
+                record = NodeRecord.from_json(data)
+                found[record.node] = record
+        except (ValueError, KeyError, TypeError) as err:
+            problems.append(f"{path}: {err}")
+    return found, tuple(problems)
+
+
+def rank_nodes(records: dict[str, NodeRecord]) -> dict[int, str]:
+    """Each global rank's node, as the launchers that numbered them recorded it."""
+    return {rank: r.node for r in records.values() for rank in r.global_ranks}
+
+
+@dataclass(frozen=True)
+class KillRequest:
+    """``ddptui kill`` asked for this run's end (by whom, when): its summary says killed."""
+
+    time: float
+    user: str
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"time": self.time, "user": self.user, "reason": self.reason}
+
+
+def read_kill_request(run_path: Path) -> KillRequest | None:
+    try:
+        data = read_json_file(run_path, kill_request_path(run_path))
+    except ValueError:
+        return None
+    if data is None:
+        return None
+    return KillRequest(
+        time=float(data.get("time") or 0.0),
+        user=str(data.get("user", "")),
+        reason=str(data.get("reason", "")),
+    )
+
+
+# ---- each node's GPUs ----------------------------------------------------------------------------
+
+_SAMPLE_FIELDS = (
+    "index", "name", "uuid", "memory_used_bytes", "memory_total_bytes", "utilization_percent",
+    "temperature_c", "power_watts", "error",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class NodeGpus:
+    """One node's GPUs as its launcher last sampled them (NVML there), and when."""
+
+    node: str
+    time: float
+    inventory: GpuInventory
+
+    def to_json(self) -> dict[str, Any]:
+        inv = self.inventory
+        return {
+            "node": self.node,
+            "time": self.time,
+            "error": inv.error,
+            "driver_version": inv.driver_version,
+            "gpus": [{k: getattr(g, k) for k in _SAMPLE_FIELDS} for g in inv.gpus],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> NodeGpus:
+        gpus = tuple(
+            _sample(g)
+            for g in data.get("gpus") or []
+            if isinstance(g, dict) and isinstance(g.get("index"), int)
+        )
+        return cls(
+            node=check_node_name(str(data["node"])),
+            time=float(data.get("time") or 0.0),
+            inventory=GpuInventory(
+                gpus=gpus,
+                driver_version=str(data.get("driver_version") or ""),
+                error=str(data["error"]) if data.get("error") else None,
+            ),
+        )
+
+
+def _sample(data: dict[str, Any]) -> GpuSample:
+    def number(key: str) -> Any:
+        value = data.get(key)
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    return GpuSample(
+        index=int(data["index"]),
+        name=str(data.get("name") or ""),
+        uuid=str(data.get("uuid") or ""),
+        memory_used_bytes=number("memory_used_bytes"),
+        memory_total_bytes=number("memory_total_bytes"),
+        utilization_percent=number("utilization_percent"),
+        temperature_c=number("temperature_c"),
+        power_watts=number("power_watts"),
+        error=str(data["error"]) if data.get("error") else None,
+    )
+
+
+def write_node_gpus(run_path: Path, sample: NodeGpus) -> None:
+    path = node_gpus_path(run_path, sample.node)
+    make_dirs(path.parent)
+    write_json_atomic(path, sample.to_json())
+
+
+def read_node_gpus(run_path: Path) -> dict[str, NodeGpus]:
+    """Every node's last GPU sample by node; a sample that cannot be read is left out."""
+    found = {}
+    try:
+        paths = sorted((Path(run_path) / GPUS_DIR).glob("*.json"))
+    except OSError:
+        return {}
+    for path in paths:
+        try:
+            data = read_json_file(run_path, path)
+            if data is not None:
+                sample = NodeGpus.from_json(data)
+                found[sample.node] = sample
+        except (ValueError, KeyError, TypeError):
+            continue
+    return found

@@ -1,0 +1,320 @@
+"""A run on Slurm, from both sides: Slurm's word on its job (``engine.core.host.slurm_jobs``) and
+what its node launchers recorded (``engine.core.runs.placement``), decided in one place for the
+run observer, the batch script's last step and ``ddptui kill``.
+
+- ``pending``: Slurm has not started the job, and says why (Priority, Resources, BeginTime ...)
+  and when it expects to;
+- ``starting`` / ``running``: the job runs; its node launchers have not all recorded themselves
+  yet, or they have;
+- once the job is over (or, inside an allocation, its step): ``completed``, ``failed`` (the root
+  cause names its rank and node), ``killed`` (``ddptui kill`` asked first), ``cancelled``
+  (scancel from elsewhere), ``timeout`` (the time limit), ``node-failure`` naming the node;
+- ``lost`` only when Slurm has no record of the job at all and no node said how it ended: never
+  while Slurm says the job is alive.
+
+Reading only, except ``settle_from_nodes`` and ``settle_slurm_run``, which write the summary once
+through ``engine.core.runs.settle``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from engine.core.common.config_error import ConfigError
+from engine.core.common.statuses import RunStatus
+from engine.core.host.slurm_cluster import SlurmUnavailable, read_cluster
+from engine.core.host.slurm_jobs import JobLookup, JobState, SlurmJob, read_job
+from engine.core.runs.placement import (
+    KillRequest,
+    NodeRecord,
+    rank_nodes,
+    read_kill_request,
+    read_node_records,
+)
+from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
+from engine.core.runs.settle import bare_summary, settle_run
+from engine.core.runs.summarize import build_summary, root_failure_of
+from engine.core.runs.summary import RunSummary
+
+# Slurm lists a job within moments of sbatch; a job it never listed this long after is not coming.
+LISTING_GRACE_SECONDS = 60.0
+
+JobReader = Callable[[str], JobLookup]
+
+
+@dataclass(frozen=True)
+class SlurmView:
+    """What a reader knows of a Slurm run at one moment."""
+
+    job_id: str
+    job: SlurmJob | None
+    problem: str  # Slurm could not be asked: why
+    nodes: dict[str, NodeRecord]
+    kill: KillRequest | None
+    in_allocation: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "job": self.job.to_json() if self.job else None,
+            "problem": self.problem,
+            "in_allocation": self.in_allocation,
+            "nodes": {
+                name: {
+                    "node_rank": r.node_rank,
+                    "state": str(r.state),
+                    "ranks": list(r.global_ranks),
+                    "verified": r.proof is not None and r.proof.clean,
+                }
+                for name, r in sorted(self.nodes.items())
+            },
+        }
+
+
+@dataclass(frozen=True)
+class SlurmVerdict:
+    status: RunStatus
+    reason: str
+    ended: bool = False  # nothing of it runs any more: its summary can be written
+
+
+def read_view(run_dir: RunDir, info: RunInfo, jobs: JobReader = read_job) -> SlurmView:
+    assert info.slurm is not None
+    placement = info.slurm
+    nodes, _ = read_node_records(run_dir.path)
+    found = jobs(placement.job_id) if placement.job_id else JobLookup(None)
+    return SlurmView(
+        job_id=placement.job_id,
+        job=found.job,
+        problem=found.problem,
+        nodes=nodes,
+        kill=read_kill_request(run_dir.path),
+        in_allocation=placement.in_allocation,
+    )
+
+
+def ended_view(run_dir: RunDir, info: RunInfo) -> SlurmView:
+    """What the run directory says of a run that has its summary: its job and its node
+    launchers' records; Slurm is not asked (the summary says how the job ended)."""
+    assert info.slurm is not None
+    nodes, _ = read_node_records(run_dir.path)
+    return SlurmView(
+        job_id=info.slurm.job_id,
+        job=None,
+        problem="",
+        nodes=nodes,
+        kill=read_kill_request(run_dir.path),
+        in_allocation=info.slurm.in_allocation,
+    )
+
+
+# ---- the decision ----------------------------------------------------------------------------
+
+
+def _where(job: SlurmJob) -> str:
+    return f"job {job.job_id} on {', '.join(job.nodes)}" if job.nodes else f"job {job.job_id}"
+
+
+def verification(view: SlurmView, expected: tuple[str, ...] = ()) -> str:
+    """Which node launchers proved their node clean, and which did not (or never reported)."""
+    names = sorted(set(expected) | set(view.nodes))
+    verified = [n for n in names if (r := view.nodes.get(n)) and r.proof and r.proof.clean]
+    left = [
+        f"{n} ({len(r.proof.left)} process(es) left)"
+        for n in names
+        if (r := view.nodes.get(n)) and r.proof and not r.proof.clean
+    ]
+    silent = [n for n in names if n not in verified and not any(x.startswith(n) for x in left)]
+    parts = []
+    if verified and not left and not silent:
+        parts.append(f"every node verified ({', '.join(verified)})")
+    elif verified:
+        parts.append(f"verified: {', '.join(verified)}")
+    if left:
+        parts.append(f"not clean: {', '.join(left)}")
+    if silent:
+        parts.append(f"unverified: {', '.join(silent)} (its node launcher did not report)")
+    return "; ".join(parts)
+
+
+def from_nodes(view: SlurmView, nodes_expected: int) -> SlurmVerdict | None:
+    """The end every node launcher recorded, when they all did and it says which end it was:
+    completed everywhere, failed somewhere, or killed after ``ddptui kill`` asked. Ends that only
+    Slurm can name (a scancel from elsewhere, the time limit, a node failure) are None here."""
+    records = list(view.nodes.values())
+    if len(records) < nodes_expected or not all(r.final for r in records):
+        return None
+    if view.kill is not None:
+        return SlurmVerdict(RunStatus.KILLED, _killed_reason(view), ended=True)
+    if all(r.state == RunStatus.COMPLETED for r in records):
+        return SlurmVerdict(RunStatus.COMPLETED, "", ended=True)
+    failed = [r for r in records if r.state == RunStatus.FAILED]
+    if failed:
+        return SlurmVerdict(RunStatus.FAILED, "", ended=True)
+    if view.in_allocation:  # the step of the user's allocation ended by a signal
+        return SlurmVerdict(
+            RunStatus.CANCELLED,
+            f"its step of job {view.job_id} was cancelled (not by ddptui kill)",
+            ended=True,
+        )
+    return None
+
+
+def _killed_reason(view: SlurmView) -> str:
+    expected = view.job.nodes if view.job else ()
+    return f"stopped by ddptui kill (job {view.job_id} cancelled); {verification(view, expected)}"
+
+
+def failed_node(view: SlurmView, job: SlurmJob) -> str:
+    """The node of a NODE_FAIL job that failed: one Slurm now counts down, else one whose
+    launcher never said how its share ended; "" when that cannot be told."""
+    try:
+        cluster = read_cluster()
+        down = [n for n in job.nodes if (node := cluster.node(n)) and node.down]
+        if down:
+            node = cluster.node(down[0])
+            why = f": {node.reason}" if node and node.reason else ""
+            return f"{', '.join(down)} ({'down' if len(down) == 1 else 'all down'}{why})"
+    except SlurmUnavailable:
+        pass
+    silent = [n for n in job.nodes if n not in view.nodes or not view.nodes[n].final]
+    return ", ".join(silent)
+
+
+def _ended(view: SlurmView, job: SlurmJob, nodes_expected: int) -> SlurmVerdict:
+    """How a job Slurm says is over ended, in ddptui's words."""
+    state = job.state
+    if view.kill is not None:
+        return SlurmVerdict(RunStatus.KILLED, _killed_reason(view), ended=True)
+    if state == JobState.TIMEOUT or state == JobState.DEADLINE:
+        limit = f" of {job.time_limit_minutes} min" if job.time_limit_minutes else ""
+        return SlurmVerdict(
+            RunStatus.TIMEOUT, f"job {job.job_id} reached its time limit{limit}", ended=True
+        )
+    if state == JobState.NODE_FAIL:
+        node = failed_node(view, job) or "a node of it"
+        return SlurmVerdict(
+            RunStatus.NODE_FAILURE,
+            f"node {node} failed: Slurm ended job {job.job_id} (NODE_FAIL)",
+            ended=True,
+        )
+    if state in (JobState.CANCELLED, JobState.PREEMPTED):
+        how = "preempted by Slurm" if state == JobState.PREEMPTED else "cancelled (scancel)"
+        return SlurmVerdict(
+            RunStatus.CANCELLED, f"job {job.job_id} was {how}, not by ddptui kill", ended=True
+        )
+    by_nodes = from_nodes(view, nodes_expected)
+    if by_nodes is not None and by_nodes.status in (RunStatus.COMPLETED, RunStatus.FAILED):
+        return by_nodes
+    if not view.nodes:
+        return SlurmVerdict(
+            RunStatus.FAILED,
+            f"job {job.job_id} ended {state} before any node launcher recorded itself; its run "
+            "directory's slurm/job.out and logs/launcher-<node>.log say why (a node that cannot "
+            "see the run directory says so)",
+            ended=True,
+        )
+    silent = [n for n in job.nodes if n not in view.nodes or not view.nodes[n].final]
+    said = f"; node(s) {', '.join(silent)} never said how their share ended" if silent else ""
+    status = RunStatus.COMPLETED if state == JobState.COMPLETED and not silent else RunStatus.FAILED
+    return SlurmVerdict(status, f"job {job.job_id} ended {state}{said}", ended=True)
+
+
+def decide(
+    info: RunInfo, view: SlurmView, now: float, step_alive: bool | None = None
+) -> SlurmVerdict:
+    """The one decision of a Slurm run's status while it has no summary. ``step_alive``: inside
+    an allocation, whether the srun that started the step is alive (None: not known here)."""
+    assert info.slurm is not None
+    placement = info.slurm
+    expected = placement.nodes
+    if not view.job_id:
+        if now - info.created < LISTING_GRACE_SECONDS:
+            return SlurmVerdict(RunStatus.STARTING, "submitting to Slurm")
+        return SlurmVerdict(RunStatus.LOST, "no Slurm job was recorded for it", ended=True)
+    by_nodes = from_nodes(view, expected)
+    job = view.job
+    if job is None:
+        if by_nodes is not None:
+            return by_nodes
+        if view.problem:
+            status = RunStatus.RUNNING if view.nodes else RunStatus.PENDING
+            return SlurmVerdict(status, f"Slurm cannot be asked now: {view.problem}")
+        if now - (placement.submitted or info.created) < LISTING_GRACE_SECONDS:
+            return SlurmVerdict(RunStatus.PENDING, f"Slurm has not listed job {view.job_id} yet")
+        return SlurmVerdict(
+            RunStatus.LOST,
+            f"Slurm has no record of job {view.job_id} (it left the queue, and this cluster "
+            "keeps no accounting) and not every node said how its share ended",
+            ended=True,
+        )
+    if view.in_allocation and by_nodes is not None:
+        return by_nodes
+    if view.in_allocation and step_alive is False:  # the allocation lives on; the step did not
+        silent = [n for n, r in sorted(view.nodes.items()) if not r.final] or ["every node"]
+        return SlurmVerdict(
+            RunStatus.FAILED,
+            f"its step of job {view.job_id} ended before {', '.join(silent)} said how its "
+            "share ended; slurm/job.out in its run directory says why",
+            ended=True,
+        )
+    if job.state == JobState.PENDING:
+        expect = ""
+        if job.start_time:
+            expect = f", expected to start {time.strftime('%H:%M', time.localtime(job.start_time))}"
+        return SlurmVerdict(
+            RunStatus.PENDING, f"waiting for Slurm: {job.reason or 'not scheduled yet'}{expect}"
+        )
+    if not job.state.ended:
+        if not view.nodes:
+            return SlurmVerdict(
+                RunStatus.STARTING, f"{_where(job)}: its node launchers are starting"
+            )
+        return SlurmVerdict(RunStatus.RUNNING, _where(job))
+    return _ended(view, job, expected)
+
+
+# ---- the summary -----------------------------------------------------------------------------
+
+
+def slurm_summary(run_dir: RunDir, verdict: SlurmVerdict, view: SlurmView) -> RunSummary:
+    """The summary of a Slurm run that ended as ``verdict`` says: the engine's figures from rank
+    0's events, the root cause (its rank and node) of a failure."""
+    try:
+        # a failure's root cause is a rank's; the other ends are Slurm's (its reason says which)
+        failed = verdict.status == RunStatus.FAILED
+        failure = root_failure_of(run_dir, verdict.status) if failed else None
+        if failure is not None and failure.rank is not None:
+            failure = replace(failure, node=rank_nodes(view.nodes).get(failure.rank, ""))
+        summary = build_summary(run_dir, verdict.status, failure, verdict.reason)
+    except (ConfigError, RunDirError, OSError):
+        summary = bare_summary(run_dir, verdict.status, verdict.reason)
+    if verdict.status == RunStatus.FAILED and not verdict.reason and summary.failure:
+        f = summary.failure
+        where = f"rank {f.rank} on {f.node}" if f.node else f"rank {f.rank}"
+        summary = replace(summary, reason=f"{where} failed: {f.error}")
+    return summary
+
+
+def settle_slurm_run(run_dir: RunDir, verdict: SlurmVerdict, view: SlurmView) -> str:
+    """Write the summary of an ended Slurm run, unless one is there; "" or why it could not."""
+    return settle_run(run_dir, slurm_summary(run_dir, verdict, view))
+
+
+def settle_from_nodes(run_dir: RunDir) -> str:
+    """Settle the run when every node launcher said how its share ended and that says the end
+    (the batch script's last step); "" when written or left for a reader with Slurm's word."""
+    try:
+        info = run_dir.read_run_info()
+    except RunDirError as err:
+        return str(err)
+    if info.slurm is None or run_dir.summary_path.exists():
+        return ""
+    view = ended_view(run_dir, info)
+    verdict = from_nodes(view, info.slurm.nodes)
+    if verdict is None:
+        return ""
+    return settle_slurm_run(run_dir, verdict, view)

@@ -1,0 +1,209 @@
+"""A run on Slurm's state from both sides, decided in one place (``engine.core.runs.slurm_state``
+through the run observer): Slurm's word on its job (a stand-in here; the real one in
+tests/slurm) and its node launchers' records. Pending with Slurm's reason, starting, running,
+then completed, failed (the root cause's rank and node), killed, cancelled, timeout, node failure;
+never lost while Slurm says the job is alive."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.core.common.run_files import write_atomic
+from engine.core.common.statuses import RunStatus
+from engine.core.host.slurm_cluster import SlurmUnavailable, expand_hostlist
+from engine.core.host.slurm_jobs import JobLookup, JobState, SlurmJob, _from_sacct, _from_squeue
+from engine.core.procs.process_identity import ProcessRef
+from engine.core.runs import slurm_state
+from engine.core.runs.events import EventWriter, RankFailed, RankStarted
+from engine.core.runs.observer import RunObserver
+from engine.core.runs.placement import KillRequest, kill_request_path, write_node_record
+from engine.core.runs.rundir import RunDir
+from engine.core.runs.slurm_state import settle_from_nodes
+from tests.fixtures.slurm_runs import JOB, node_record
+from tests.fixtures.slurm_runs import slurm_run as make_slurm_run
+
+
+@pytest.fixture(autouse=True)
+def no_sinfo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No Slurm here: which node of a NODE_FAIL job is down is told by its records alone."""
+
+    def unavailable() -> None:
+        raise SlurmUnavailable("no Slurm in this test")
+
+    monkeypatch.setattr(slurm_state, "read_cluster", unavailable)
+
+
+def slurm_run(tmp_path: Path, *, created: float | None = None) -> RunDir:
+    return make_slurm_run(tmp_path / "runs", created=created)
+
+
+def job(state: JobState, **fields: object) -> SlurmJob:
+    return SlurmJob(job_id=JOB, state=state, nodes=("n1", "n2"), **fields)  # type: ignore[arg-type]
+
+
+def observe(run_dir: RunDir, found: JobLookup, *, settle: bool = False):  # type: ignore[no-untyped-def]
+    return RunObserver(run_dir, settle=settle, slurm_jobs=lambda _job_id: found).observe()
+
+
+def test_pending_says_slurms_reason_and_expected_start(tmp_path: Path) -> None:
+    run_dir = slurm_run(tmp_path)
+    start = time.time() + 3600
+    state = observe(run_dir, JobLookup(job(JobState.PENDING, reason="Resources", start_time=start)))
+    assert state.status == RunStatus.PENDING
+    assert state.reason.startswith("waiting for Slurm: Resources, expected to start ")
+    assert state.status.active and not state.final
+    assert state.to_json()["slurm"]["job"]["reason"] == "Resources"
+
+
+def test_a_running_job_is_starting_until_its_node_launchers_record_themselves(
+    tmp_path: Path,
+) -> None:
+    run_dir = slurm_run(tmp_path, created=time.time() - 3600)  # long past any grace
+    running = JobLookup(job(JobState.RUNNING))
+    assert observe(run_dir, running).status == RunStatus.STARTING  # never lost while it runs
+    write_node_record(run_dir.path, node_record("n1", 0, RunStatus.RUNNING))
+    write_node_record(run_dir.path, node_record("n2", 1, RunStatus.RUNNING))
+    state = observe(run_dir, running)
+    assert state.status == RunStatus.RUNNING and state.reason == f"job {JOB} on n1, n2"
+    assert state.launcher_alive is True  # the node launchers judge silence, as a launcher does
+    # Slurm cannot be asked: still not lost
+    state = observe(run_dir, JobLookup(None, "`squeue --json` gave no answer within 15 s"))
+    assert state.status == RunStatus.RUNNING and "cannot be asked" in state.reason
+
+
+def test_completed_everywhere_is_completed_and_settled_once(tmp_path: Path) -> None:
+    run_dir = slurm_run(tmp_path)
+    write_node_record(run_dir.path, node_record("n1", 0, RunStatus.COMPLETED))
+    write_node_record(run_dir.path, node_record("n2", 1, RunStatus.COMPLETED))
+    assert settle_from_nodes(run_dir) == ""  # the batch script's last step
+    summary = run_dir.read_summary()
+    assert summary is not None and summary.status == RunStatus.COMPLETED
+    assert run_dir.read_run_info().state == RunStatus.COMPLETED
+    state = observe(run_dir, JobLookup(job(JobState.RUNNING)))  # the summary stands
+    assert state.status == RunStatus.COMPLETED
+    assert [(r.rank, r.node) for r in state.ranks] == [(0, "n1"), (1, "n2")]
+
+
+def test_a_failure_names_the_rank_its_node_and_its_traceback(tmp_path: Path) -> None:
+    run_dir = slurm_run(tmp_path)
+    for rank in (0, 1):
+        with EventWriter(run_dir.rank_events_path(rank)) as w:
+            w.write(RankStarted(rank=rank, world_size=2, pid=100 + rank, host="vm", device="cpu"))
+    with EventWriter(run_dir.rank_events_path(1)) as w:
+        w.write(RankFailed(rank=1, error="ValueError: bad batch", traceback="Traceback: here"))
+    write_node_record(run_dir.path, node_record("n1", 0, RunStatus.KILLED))
+    write_node_record(run_dir.path, node_record("n2", 1, RunStatus.FAILED))
+    state = observe(run_dir, JobLookup(job(JobState.FAILED)), settle=True)
+    assert state.status == RunStatus.FAILED
+    summary = run_dir.read_summary()
+    assert summary is not None and summary.failure is not None
+    assert (summary.failure.rank, summary.failure.node) == (1, "n2")
+    assert summary.failure.traceback == "Traceback: here"
+    assert summary.reason == "rank 1 on n2 failed: ValueError: bad batch"
+
+
+@pytest.mark.parametrize(
+    ("slurm_end", "status", "reason"),
+    [
+        (JobState.CANCELLED, RunStatus.CANCELLED, f"job {JOB} was cancelled (scancel), not by ddptui kill"),
+        (JobState.TIMEOUT, RunStatus.TIMEOUT, f"job {JOB} reached its time limit of 1 min"),
+        (JobState.NODE_FAIL, RunStatus.NODE_FAILURE, f"node n2 failed: Slurm ended job {JOB} (NODE_FAIL)"),
+        (JobState.PREEMPTED, RunStatus.CANCELLED, f"job {JOB} was preempted by Slurm, not by ddptui kill"),
+    ],
+)  # fmt: skip
+def test_the_ends_only_slurm_can_tell(
+    tmp_path: Path, slurm_end: JobState, status: RunStatus, reason: str
+) -> None:
+    run_dir = slurm_run(tmp_path)
+    write_node_record(run_dir.path, node_record("n1", 0, RunStatus.KILLED))
+    if slurm_end != JobState.NODE_FAIL:  # a failed node's launcher never reports
+        write_node_record(run_dir.path, node_record("n2", 1, RunStatus.KILLED))
+    state = observe(run_dir, JobLookup(job(slurm_end, time_limit_minutes=1)), settle=True)
+    assert (state.status, state.reason) == (status, reason)
+    summary = run_dir.read_summary()
+    assert summary is not None and summary.status == status and summary.failure is None
+
+
+def test_a_kill_request_makes_the_end_killed_with_each_node_verified_or_named(
+    tmp_path: Path,
+) -> None:
+    run_dir = slurm_run(tmp_path)
+    kill_request_path(run_dir.path).parent.mkdir()
+    write_atomic(
+        kill_request_path(run_dir.path),
+        '{"time": 1.0, "user": "root", "reason": "stopped by ddptui kill"}',
+    )
+    write_node_record(run_dir.path, node_record("n1", 0, RunStatus.KILLED))
+    state = observe(run_dir, JobLookup(job(JobState.CANCELLED)))
+    assert state.status == RunStatus.KILLED
+    assert state.reason == (
+        f"stopped by ddptui kill (job {JOB} cancelled); verified: n1; "
+        "unverified: n2 (its node launcher did not report)"
+    )
+    write_node_record(run_dir.path, node_record("n2", 1, RunStatus.KILLED))
+    state = observe(run_dir, JobLookup(job(JobState.CANCELLED)))
+    assert state.reason.endswith("every node verified (n1, n2)")
+    assert KillRequest(time=1.0, user="root").to_json()["user"] == "root"
+
+
+def test_lost_only_when_slurm_has_no_record_and_no_node_said_how_it_ended(
+    tmp_path: Path,
+) -> None:
+    fresh = slurm_run(tmp_path / "a")
+    assert observe(fresh, JobLookup(None)).status == RunStatus.PENDING  # not listed yet
+    old = slurm_run(tmp_path / "b", created=time.time() - 3600)
+    state = observe(old, JobLookup(None))
+    assert state.status == RunStatus.LOST and f"no record of job {JOB}" in state.reason
+    ended = slurm_run(tmp_path / "c", created=time.time() - 3600)
+    write_node_record(ended.path, node_record("n1", 0, RunStatus.COMPLETED))
+    write_node_record(ended.path, node_record("n2", 1, RunStatus.COMPLETED))
+    assert observe(ended, JobLookup(None)).status == RunStatus.COMPLETED
+
+
+def test_slurms_own_words_are_read_defensively() -> None:
+    assert expand_hostlist("n[1-3,07],gpu01,a[08-10]x") == (
+        "n1", "n2", "n3", "n07", "gpu01", "a08x", "a09x", "a10x",
+    )  # fmt: skip
+    queued = _from_squeue(
+        {"job_id": 7, "job_state": "PENDING", "state_reason": "Priority", "nodes": "",
+         "start_time": 0, "time_limit": None}
+    )  # fmt: skip
+    assert (queued.state, queued.reason, queued.start_time, queued.nodes) == (
+        JobState.PENDING, "Priority", None, (),
+    )  # fmt: skip
+    record_line = "7|CANCELLED by 0|n[1-2]|0:15|2026-12-05T02:22:21|2026-12-05T02:22:23|1"
+    final = _from_sacct(record_line, "sacct -c")
+    assert final is not None and final.state == JobState.CANCELLED and final.nodes == ("n1", "n2")
+    assert _from_sacct("7.batch|COMPLETED|n1|0:0|x|y|z", "sacct") is None  # a step, not the job
+    assert JobState.of("SOMETHING_NEW") == JobState.UNKNOWN and not JobState.UNKNOWN.alive
+
+
+def test_a_step_of_an_allocation_ends_with_its_nodes_not_with_the_allocation(
+    tmp_path: Path,
+) -> None:
+    from dataclasses import replace
+
+    from engine.core.runs.placement import SlurmPlacement
+
+    run_dir = slurm_run(tmp_path)
+    info = run_dir.read_run_info()
+    step = replace(info, slurm=SlurmPlacement(job_id=JOB, nodes=2, in_allocation=True))
+    run_dir.write_run_info(step)
+    allocation = JobLookup(job(JobState.RUNNING))  # the user's allocation goes on
+    write_node_record(run_dir.path, node_record("n1", 0, RunStatus.COMPLETED))
+    write_node_record(run_dir.path, node_record("n2", 1, RunStatus.RUNNING))
+    assert observe(run_dir, allocation).status == RunStatus.RUNNING
+    # the srun that started the step is gone, and n2 never said how its share ended
+    run_dir.write_run_info(replace(step, launcher=ProcessRef(2**22 + 7, 1.0)))
+    state = observe(run_dir, allocation)
+    assert state.status == RunStatus.FAILED
+    assert state.reason.startswith(f"its step of job {JOB} ended before n2 said how its share")
+    # every node said it: completed, whatever the allocation does
+    other = slurm_run(tmp_path / "other")
+    other.write_run_info(replace(other.read_run_info(), slurm=step.slurm))
+    write_node_record(other.path, node_record("n1", 0, RunStatus.COMPLETED))
+    write_node_record(other.path, node_record("n2", 1, RunStatus.COMPLETED))
+    assert observe(other, allocation).status == RunStatus.COMPLETED
