@@ -11,10 +11,21 @@ from pathlib import Path
 
 import click
 
-from ddptui.cli_common import aligned_columns, fail, read_runs_dir_option
+from ddptui.cli_common import fail, read_runs_dir_option
+from ddptui.cli_table import (
+    Column,
+    cut_middle,
+    echo_wrapped,
+    fit_line,
+    output_width,
+    render_table,
+    terminal_width,
+    wide_option,
+)
 from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
 from engine.core.common import strict_json
 from engine.core.common.formatting import format_duration
+from engine.core.common.statuses import RunStatus
 from engine.core.config.schema import ConfigError
 from engine.core.config.toml_io import load_config
 from engine.core.runs.observer import RunState, observe_run
@@ -32,10 +43,31 @@ def _stalled_cell(progress: RunState) -> str:
     return "; ".join(parts) or "-"
 
 
+# The preset is in the run id, so it goes first; then the note, then the devices.
+RUN_COLUMNS = (
+    Column("RUN ID", fit=cut_middle),
+    Column("PRESET", shrink=0, min_width=0),
+    Column("STATE"),
+    Column("AGE", right=True),
+    Column("DEVICES", shrink=2, min_width=7),
+    Column("RANKS", right=True),
+    Column("NOTE", shrink=1, min_width=10),
+)
+STATE_CHOICES = [str(s) for s in RunStatus]
+
+
 @click.command("runs")
 @read_runs_dir_option
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice(STATE_CHOICES),
+    help="Only runs in this state (repeat for more).",
+)
+@wide_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable list.")
-def runs_command(runs_dir: Path, as_json: bool) -> None:
+def runs_command(runs_dir: Path, states: tuple[str, ...], wide: bool, as_json: bool) -> None:
     """List the runs in the runs directory, oldest first: id, preset, state, age, devices, ranks,
     and which ranks are stalled or straggling.
 
@@ -46,42 +78,57 @@ def runs_command(runs_dir: Path, as_json: bool) -> None:
     """
     now = time.time()
     runs = [observe_run(r, now) for r in list_runs(runs_dir)]
+    if states:
+        runs = [r for r in runs if r.status in states]
     if as_json:
         click.echo(strict_json.dumps([r.to_json() for r in runs], indent=2))
         return
+    width = output_width(wide)
     if not runs:
         where = "" if runs_dir.is_dir() else " (it does not exist)"
-        click.echo(f"No runs in {runs_dir}{where}.")
+        which = f" {' or '.join(states)}" if states else ""
+        click.echo(fit_line(f"No{which} runs in {runs_dir}{where}.", width))
         return
-    rows = [("RUN ID", "PRESET", "STATE", "AGE", "DEVICES", "RANKS", "STALLED / STRAGGLING")]
-    for r in runs:
-        rows.append(
-            (
-                r.run_id,
-                r.preset or "-",
-                r.status,
-                format_duration(now - r.created) if r.created else "-",
-                r.devices or "-",
-                str(r.world_size or "-"),
-                _stalled_cell(r),
-            )
+    rows = [
+        (
+            r.run_id,
+            r.preset or "-",
+            r.status,
+            format_duration(now - r.created) if r.created else "-",
+            r.devices or "-",
+            r.world_size or "-",
+            _stalled_cell(r),
         )
-    for line in aligned_columns(rows):
-        click.echo(line.rstrip())
-    problems = [r for r in runs if r.problem]
-    for r in problems:
-        click.echo(f"  {r.run_id}: {r.problem}")
+        for r in runs
+    ]
+    for line in render_table(RUN_COLUMNS, rows, width):
+        click.echo(line)
     for r in runs:
+        if r.problem:
+            echo_wrapped(f"{r.run_id}: {r.problem}", width, indent="  ", hang="    ")
         if r.unsaved:
-            click.echo(f"  {r.run_id}: note: {r.unsaved}")
+            echo_wrapped(f"{r.run_id}: note: {r.unsaved}", width, indent="  ", hang="    ")
 
 
 def _num(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _rank_rows(ranks: tuple[RankState, ...], now: float) -> list[str]:
-    rows = [("RANK", "PID", "STATE", "EPOCH", "STEP", "LOSS", "IMG/S", "LAST EVENT", "NOTE")]
+RANK_COLUMNS = (
+    Column("RANK", right=True),
+    Column("PID", right=True),
+    Column("STATE"),
+    Column("EPOCH", right=True),
+    Column("STEP", right=True),
+    Column("LOSS", right=True),
+    Column("IMG/S", right=True),
+    Column("LAST EVENT", right=True),
+    Column("NOTE", shrink=0, min_width=10),
+)
+
+
+def _rank_rows(ranks: tuple[RankState, ...], now: float, width: int | None) -> list[str]:
+    rows = []
     for r in ranks:
         step = "-" if r.step is None else f"{r.step}/{r.steps if r.steps is not None else '?'}"
         last = (
@@ -89,18 +136,18 @@ def _rank_rows(ranks: tuple[RankState, ...], now: float) -> list[str]:
         )
         rows.append(
             (
-                str(r.rank),
-                str(r.pid or "-"),
+                r.rank,
+                r.pid or "-",
                 r.state,
-                "-" if r.epoch is None else str(r.epoch),
+                "-" if r.epoch is None else r.epoch + 1,  # counted from 1, as every screen does
                 step,
                 _num(r.loss, ".4f"),
                 _num(r.images_per_s, ",.0f"),
                 last,
-                r.reason,
+                r.reason or "-",
             )
         )
-    return ["  " + line.rstrip() for line in aligned_columns(rows)]
+    return render_table(RANK_COLUMNS, rows, width, indent=2)
 
 
 def _config_lines(progress: RunState) -> list[str]:
@@ -128,7 +175,7 @@ def _summary_lines(summary: RunSummary) -> list[str]:
     for e in summary.epochs:
         acc = e.test_accuracy
         lines.append(
-            f"  epoch {e.epoch}: {e.seconds:.1f} s, {e.steady_images_per_s:,.0f} img/s, "
+            f"  epoch {e.epoch + 1}: {e.seconds:.1f} s, {e.steady_images_per_s:,.0f} img/s, "
             f"loss {e.train_loss:.4f}"
             + (f", test accuracy {100 * acc:.1f}%" if acc is not None else "")
         )
@@ -154,9 +201,11 @@ def _summary_lines(summary: RunSummary) -> list[str]:
 @read_runs_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable state of the run.")
 def show_command(run_id: str, runs_dir: Path, as_json: bool) -> None:
-    """Show one run (an id or a unique prefix): its config, each rank's state (running, stalled,
-    straggler, failed, done, stopped) with epoch, step, loss, images/s and time since its last
-    event, the summary figures and, for a failed run, the root cause with its traceback.
+    """Show one run: RUN_ID is its id or any unique part of one (its random suffix, say), or a
+    preset's name for that preset's newest run. Shows its config, each rank's state (running,
+    stalled, straggler, failed, done, stopped) with epoch (counted from 1), step, loss, images/s
+    and time since its last event, the summary figures and, for a failed run, the root cause with
+    its traceback.
 
     Exit codes: 0 shown, 2 bad input (unknown run id; an unreadable run.json is shown as far as
     it can be, then named on stderr).
@@ -188,7 +237,11 @@ def show_command(run_id: str, runs_dir: Path, as_json: bool) -> None:
             f"created    {created}",
             *_config_lines(progress),
             "",
-            *(_rank_rows(progress.ranks, now) if progress.ranks else ["  no rank has reported"]),
+            *(
+                _rank_rows(progress.ranks, now, terminal_width())
+                if progress.ranks
+                else ["  no rank has reported"]
+            ),
         ]
         if progress.summary:
             lines += ["", *_summary_lines(progress.summary)]

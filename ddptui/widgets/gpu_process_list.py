@@ -57,6 +57,8 @@ def _gpu(row: GpuProcessRow) -> int:
 
 
 def memory_cell(row: GpuProcessRow) -> str:
+    if row.gpu_index is None:
+        return "-"  # a rank on the CPU: no GPU memory to list ("unlisted" is for hidden holders)
     if not row.listed:
         return "unlisted"
     return formatting.short_bytes(row.gpu_memory_bytes)
@@ -196,7 +198,7 @@ class GpuProcessList(Widget, can_focus=True):
                 style = ""
                 if COLUMNS[i][0] == "kind":
                     style = KIND_STYLES.get(row.kind, "")
-                elif COLUMNS[i][0] == "gpu mem" and not row.listed:
+                elif COLUMNS[i][0] == "gpu mem" and not row.listed and row.gpu_index is not None:
                     style = "yellow"
                 elif COLUMNS[i][0] == "user" and not row.own:
                     style = "dim"

@@ -267,6 +267,10 @@ def build_gpu_view(
             for p in job.live_processes:
                 if p.role == ProcessRole.RANK and p.pid not in shown:
                     rows.append(_job_row(None, job, p, None, False))
+        placed = {r.job_key for r in rows}
+        unplaced = [job for job in table.jobs if job.key not in placed]
+        if unplaced and inventory.error is not None:
+            notes.append(unplaced_jobs_note(unplaced))
     return GpuView(
         gpus=inventory.gpus,
         rows=tuple(rows),
@@ -275,6 +279,16 @@ def build_gpu_view(
         notes=tuple(notes),
         scanned_at=now,
         table=table,
+    )
+
+
+def unplaced_jobs_note(jobs: list[TrainingJob]) -> str:
+    """The sentence for training jobs that run here but that no NVML can place on a GPU."""
+    labels = ", ".join(job.label for job in jobs[:3]) + (", …" if len(jobs) > 3 else "")
+    count = f"{len(jobs)} training job{'s' if len(jobs) != 1 else ''}"
+    return (
+        f"{count} running here {'is' if len(jobs) == 1 else 'are'} not listed, since without "
+        f"NVML the GPU a process uses cannot be told ({labels}); `ddptui ps` lists every job."
     )
 
 

@@ -177,6 +177,7 @@ def diagnose(
                 stack=stack.text,
                 problem=stack.problem,
                 last_event_time=target.last_event_time,
+                threads=stack.threads,
             )
         )
     return tuple(found)

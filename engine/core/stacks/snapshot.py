@@ -73,9 +73,39 @@ class ThreadStack:
         )
 
 
+def ordered_threads(threads: tuple[ThreadStack, ...]) -> tuple[ThreadStack, ...]:
+    """The main thread first (what a reader looks for), the others in the order they came."""
+    return tuple(sorted(threads, key=lambda t: not t.main))
+
+
+def thread_lines(thread: ThreadStack, *, native: bool = True, fold_hint: str = "") -> list[str]:
+    """One thread as text: its name, then its frames outermost first (as a traceback reads).
+    Without ``native``, each run of native frames is one line saying how many were folded
+    (and ``fold_hint``: how to see them)."""
+    lines = [f"{thread.name}{' (main)' if thread.main else ''}:"]
+    folded = 0
+    for f in reversed(thread.frames):
+        if f.native and not native:
+            folded += 1
+            continue
+        if folded:
+            lines.append(_folded_line(folded, fold_hint))
+            folded = 0
+        where = f"{f.filename}:{f.line}" if f.line is not None else f.filename
+        lines.append(f"    {f.function} ({where})")
+    if folded:
+        lines.append(_folded_line(folded, fold_hint))
+    return lines
+
+
+def _folded_line(count: int, hint: str) -> str:
+    frames = "native frame" if count == 1 else "native frames"
+    return f"    … {count} {frames}" + (f" ({hint})" if hint else "")
+
+
 @dataclass(frozen=True)
 class RankDiagnosis:
-    rank: int
+    rank: int  # -1: a process that is no run's rank (``ddptui stacks --pid``)
     pid: int | None
     activity: RankActivity
     detail: str = ""  # "in backward (all-reduce)", "in all_reduce", "waiting for its data"
@@ -84,27 +114,40 @@ class RankDiagnosis:
     stack: str = ""  # the full stack, as text
     problem: str = ""  # why there is no stack
     last_event_time: float | None = None
+    threads: tuple[ThreadStack, ...] = ()  # the stack's threads (() in older snapshots)
+
+    @property
+    def who(self) -> str:
+        """ "rank 2", or "pid 4242" for a process that is no run's rank."""
+        return f"rank {self.rank}" if self.rank >= 0 else f"pid {self.pid}"
+
+    def stack_lines(self, *, native: bool = True, fold_hint: str = "") -> list[str]:
+        """The full stack as text lines, the main thread first (``thread_lines``); a snapshot
+        that kept no threads: its text as it was taken."""
+        if not self.threads:
+            return self.stack.rstrip().splitlines()
+        lines: list[str] = []
+        for thread in ordered_threads(self.threads):
+            lines += thread_lines(thread, native=native, fold_hint=fold_hint)
+        return lines
 
     def describe(self) -> str:
         """One phrase: "rank 0 stuck at faults.py:42 in hang"."""
         at = f" at {self.frame.where} in {self.frame.function}" if self.frame else ""
+        who = self.who
         if self.activity == RankActivity.STEPPING:
             how = f" ({self.detail})" if self.detail else ""
-            return f"rank {self.rank} stuck{at}{how}" if at else f"rank {self.rank} busy{how}"
+            return f"{who} stuck{at}{how}" if at else f"{who} busy{how}"
         if self.activity == RankActivity.WAITING:
-            return f"rank {self.rank} waiting {self.detail or 'on its peers'}"
+            return f"{who} waiting {self.detail or 'on its peers'}"
         if self.activity == RankActivity.STOPPED:
             resume = f"; resume it with kill -CONT {self.pid}" if self.pid else ""
-            return f"rank {self.rank} stopped by a signal (SIGSTOP){resume}"
+            return f"{who} stopped by a signal (SIGSTOP){resume}"
         if self.activity == RankActivity.GONE:
-            return f"rank {self.rank} is gone"
+            return f"{who} is gone"
         if self.activity == RankActivity.FAILED:
-            return (
-                f"rank {self.rank} failed ({self.detail})"
-                if self.detail
-                else f"rank {self.rank} failed"
-            )
-        return f"rank {self.rank}: no stack ({self.problem or 'unknown'})"
+            return f"{who} failed ({self.detail})" if self.detail else f"{who} failed"
+        return f"{who}: no stack ({self.problem or 'unknown'})"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -119,6 +162,7 @@ class RankDiagnosis:
             "problem": self.problem,
             "last_event_time": self.last_event_time,
             "describe": self.describe(),
+            "threads": [t.to_json() for t in self.threads],
         }
 
     @classmethod
@@ -134,6 +178,7 @@ class RankDiagnosis:
             stack=str(data.get("stack", "")),
             problem=str(data.get("problem", "")),
             last_event_time=data.get("last_event_time"),
+            threads=tuple(ThreadStack.from_json(t) for t in data.get("threads") or ()),
         )
 
 
