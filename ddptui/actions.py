@@ -118,6 +118,20 @@ class EngineActions:
             parts.append(f"left {job.label} alone: {why}")
         return Outcome(ok=not left, report="; ".join(parts))
 
+    def remove_runs(self, run_dirs: Sequence[RunDir]) -> Outcome:
+        """Remove these runs' directories, refusing any that is going (``ddptui rm``'s rule)."""
+        from engine.core.ops.run_removal import plan_removal, remove_runs
+
+        plan = plan_removal(run_dirs)
+        result = remove_runs(plan) if plan.remove else None
+        removed = result.removed if result is not None else ()
+        parts = [f"removed {', '.join(removed)}" if removed else "nothing removed"]
+        parts += [f"kept {run_id}: {why}" for run_id, why in plan.refused]
+        parts += (
+            [f"could not remove {run_id}: {why}" for run_id, why in result.failed] if result else []
+        )
+        return Outcome(ok=bool(removed) and len(removed) == len(run_dirs), report="; ".join(parts))
+
     def session_table(
         self, run_dirs: list[RunDir], baseline: str | None, probe: ProcessProbe | None = None
     ) -> SpeedupTable:

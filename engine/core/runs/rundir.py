@@ -26,6 +26,7 @@ import re
 import secrets
 import socket
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -400,10 +401,27 @@ def _is_run(path: Path) -> bool:
 
 def list_runs(runs_dir: Path) -> list[RunDir]:
     """Run directories under ``runs_dir``, oldest first; RunDirError when it cannot be read."""
+    return [RunDir(runs_dir / name) for name in run_names(runs_dir)]
+
+
+def run_names(runs_dir: Path, known: Collection[str] = ()) -> list[str]:
+    """The names of the run directories under ``runs_dir`` (those with a config.toml), oldest
+    first; a name in ``known`` is taken for a run without looking (a poller's runs stay runs).
+    RunDirError when the directory cannot be read."""
     check_runs_dir(runs_dir)
     if not runs_dir.is_dir():
         return []
-    return [RunDir(p) for p in sorted(_entries(runs_dir)) if (p / "config.toml").exists()]
+    try:
+        names = sorted(os.listdir(runs_dir))
+    except OSError as err:
+        raise RunDirError(f"--runs-dir {runs_dir} cannot be listed ({err.strerror})") from None
+    # Names and os.path, not a Path a file: this runs at every listing, over every run there is.
+    where = os.fspath(runs_dir)
+    return [
+        name
+        for name in names
+        if name in known or os.path.exists(os.path.join(where, name, "config.toml"))
+    ]
 
 
 def _entries(runs_dir: Path) -> list[Path]:
