@@ -205,11 +205,7 @@ def _kill_report(result: KillResult, grace: float) -> list[str]:
                 lines.append(f"  and {extra} of their child processes")
             if result.by_launcher:
                 lines.append("  its launcher stopped its ranks and wrote the summary")
-            lines.append(
-                f"  SIGTERM: {len(stop.terminated)} ended within the "
-                f"{result.grace_seconds or grace:g} s grace period; "
-                f"SIGKILL: {len(stop.killed)}; {stop.seconds:.1f} s in all"
-            )
+            lines.extend(_how_stopped(result, grace))
             if stop.survivors:
                 lines.append(f"  still alive after SIGKILL: {', '.join(map(str, stop.survivors))}")
             else:
@@ -221,6 +217,29 @@ def _kill_report(result: KillResult, grace: float) -> list[str]:
         lines.append(f"  {result.gpu_check}")
     if result.summary_written:
         lines.append("  summary.json: killed")
+    return lines
+
+
+def _how_stopped(result: KillResult, grace: float) -> list[str]:
+    """Which process ended on SIGTERM and which needed SIGKILL, each named (its role in the run,
+    else its pid), as the launcher's events or the killer's own stop say it."""
+    assert result.stop is not None
+    roles = {t.pid: t.role for t in result.targets}
+
+    def named(pids: tuple[int, ...]) -> str:
+        return ", ".join(
+            f"{roles[pid]} (pid {pid})" if roles.get(pid) not in (None, "marked") else f"pid {pid}"
+            for pid in pids
+        )
+
+    stop = result.stop
+    lines = []
+    if stop.terminated:
+        lines.append(f"  ended on SIGTERM: {named(stop.terminated)}")
+    if stop.killed:
+        given = result.grace_seconds or grace
+        lines.append(f"  needed SIGKILL, {given:g} s after SIGTERM: {named(stop.killed)}")
+    lines.append(f"  {stop.seconds:.1f} s in all")
     return lines
 
 
@@ -364,7 +383,8 @@ def clean_command(
     until removed) whose maker is gone and that no process has open or mapped, and the
     /tmp/torchelastic_* directories of torchrun agents that no live process refers to. Only
     your own are removed; the rest are listed with the reason they stay.
-    Exit codes: 0 done or nothing to do, 1 declined or a process survived, 2 bad input.
+    Exit codes: 0 done (a question declined after something was done included) or nothing to
+    do, 1 every question declined or a process survived, 2 bad input.
     """
     if all_users and os.getuid() != 0:
         fail("--all-users needs root: only root may stop other users' processes")
@@ -408,11 +428,14 @@ def clean_command(
             declined = True
             click.echo("Nothing removed.", err=as_json)
     ok = all(c.stop.ok for c in cleaned or ()) and (removal is None or removal.ok)
+    did = cleaned is not None or removal is not None
     if as_json:
         click.echo(strict_json.dumps(_clean_json(plan, cleaned, leftovers, removal), indent=2))
-    elif cleaned is not None or removal is not None:
+    elif did:
         say(f"done in {time.monotonic() - started:.1f} s")
-    sys.exit(exit_codes.OK if ok and not declined else exit_codes.FAILED)
+    # A question declined fails the command only when nothing was done: stopping the orphans and
+    # leaving their files is a clean that worked.
+    sys.exit(exit_codes.OK if ok and (did or not declined) else exit_codes.FAILED)
 
 
 def _cleaned_lines(cleaned: tuple[CleanedJob, ...]) -> list[str]:

@@ -12,6 +12,7 @@ worker every ``list_poll_seconds`` that posts ``GpusScanned``.
 
 from __future__ import annotations
 
+import textwrap
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.console import Group
@@ -56,17 +57,21 @@ class GpuBars(Widget):
             self.styles.height = count
         self.refresh()
 
+    def on_resize(self) -> None:  # a wrapped sentence takes more lines on a narrower terminal
+        self.show(self.inventory, self.held)
+
     def _lines(self, width: int) -> list[Text]:
         inventory = self.inventory
         if inventory is None:
             return [Text("GPUs: sampling NVML…", style="dim")]
-        if inventory.error is not None:
+        if inventory.error is not None:  # a sentence: wrapped at words, never cut
+            sentence = (
+                f"GPUs not available: {inventory.error}. Showing the ranks of ddptui runs on the "
+                "CPU."
+            )
             return [
-                Text(
-                    f"GPUs not available: {inventory.error}. Showing the ranks of ddptui runs "
-                    "on the CPU.",
-                    style="yellow",
-                )
+                Text(line, style="yellow")
+                for line in textwrap.wrap(sentence, max(20, width), break_on_hyphens=False)
             ]
         if not inventory.gpus:
             return [Text("GPUs: NVML lists none on this machine.", style="yellow")]

@@ -200,14 +200,21 @@ async def test_the_app_opens_on_the_gpus_screen(
         assert isinstance(app.screen, GpusScreen)
 
 
-async def test_without_nvml_one_line_says_why(make_app: Callable[..., DdptuiApp]) -> None:
-    with standin_nvml(fail_init="Driver Not Loaded"):
+async def test_without_nvml_a_sentence_says_why_whole_at_80_columns(
+    make_app: Callable[..., DdptuiApp],
+) -> None:
+    why = "Driver Not Loaded: the NVIDIA kernel module is not loaded on this machine"
+    with standin_nvml(fail_init=why):
         app = make_app()
         async with app.run_test(size=SMALL) as pilot:
             screen = await open_gpus(pilot, app)
-            bars = text_of(screen.query_one(GpuBars)).strip().splitlines()
-            assert len(bars) == 1
-            assert bars[0].startswith("GPUs not available: NVML: Driver Not Loaded.")
+            bars = screen.query_one(GpuBars)
+            lines = [line.rstrip() for line in text_of(bars).strip().splitlines()]
+            assert bars.size.height == len(lines) == 2  # wrapped, not cut at 80 columns
+            assert all(len(line) <= 80 for line in lines)
+            assert " ".join(lines) == (
+                f"GPUs not available: NVML: {why}. Showing the ranks of ddptui runs on the CPU."
+            )
 
 
 # ---- real processes --------------------------------------------------------------------------
