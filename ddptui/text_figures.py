@@ -37,6 +37,19 @@ def sparkline(values: Sequence[float], width: int, maximum: float = 100.0) -> st
     return "".join(chars).rjust(width)
 
 
+def resample(values: Sequence[float], width: int) -> list[float]:
+    """``values`` in at most ``width`` points, first to last: each point the mean of its share
+    of them (a sparkline of every epoch, not of the last ``width``)."""
+    count = len(values)
+    if count <= width or width <= 0:
+        return list(values)
+    points = []
+    for i in range(width):
+        share = values[i * count // width : (i + 1) * count // width]
+        points.append(sum(share) / len(share))
+    return points
+
+
 def bar(done: int, total: int, width: int) -> str:
     """A progress bar of ``width`` cells with eighth-cell resolution."""
     if width <= 0:

@@ -116,8 +116,10 @@ def list_run_listings(
 
 def latest_active_run(runs_dir: Path, probe: ProcessProbe, now: float) -> RunDir | None:
     """The newest run under ``runs_dir`` that is still going (the run observer decides), or
-    None. Reads and never writes."""
+    None. Reads and never writes; a run with its summary has ended and is passed over unread."""
     for run_dir in reversed(list_runs(runs_dir)):
+        if run_dir.summary_path.exists():
+            continue
         if run_is_active(run_dir, probe, now):
             return run_dir
     return None
