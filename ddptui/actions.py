@@ -100,6 +100,18 @@ class EngineActions:
         result, skipped = stop_refs(refs, grace, all_users=all_users)
         return Outcome(ok=result.ok and not result.refused, report=describe_stop(result, skipped))
 
+    def signal_processes(
+        self, refs: Sequence[ProcessRef], signal_name: str, all_users: bool = False
+    ) -> Outcome:
+        """Send one signal (SIGINT, SIGKILL, ...) to these processes (pid and start time), no
+        follow-up: the GPUs screen's choice of signal."""
+        import signal
+
+        from engine.core.procs.stopping import signal_refs
+
+        result = signal_refs(refs, signal.Signals[signal_name], all_users=all_users)
+        return Outcome(ok=not result.refused, report=describe_signal(result))
+
     def clean(self, grace: float = KILL_GRACE_SECONDS, all_users: bool = False) -> Outcome:
         """Stop this user's orphaned jobs (every user's with ``all_users``, as root), from a fresh
         scan (what ``ddptui clean`` does)."""
@@ -184,6 +196,20 @@ def describe_kill(result: Any) -> str:
     if result.gpu_check:
         text += f"; {result.gpu_check}"
     return text
+
+
+def describe_signal(result: Any) -> str:
+    """A ``SignalResult`` in one sentence: who got the signal, who was gone or refused."""
+    sent = len(result.sent)
+    parts = [
+        f"sent {result.signal} to {sent} process{'es' if sent != 1 else ''}"
+        + (f" (pid {', '.join(map(str, result.sent))})" if result.sent else "")
+    ]
+    if result.gone:
+        parts.append(f"{len(result.gone)} had already ended")
+    parts.extend(why for _, why in result.refused)
+    parts.extend(result.skipped)
+    return "; ".join(parts)
 
 
 def describe_stop(result: Any, skipped: tuple[str, ...] = ()) -> str:

@@ -172,6 +172,7 @@ def test_gpus_fits_80_columns_with_and_without_nvml(monkeypatch: pytest.MonkeyPa
     lines = assert_fits(cli80("gpus"))
     assert lines[1].split() == ["GPU", "NAME", "UTIL", "MEMORY", "TEMP", "POWER", "PROCESSES"]
     assert lines[2].split()[:4] == ["0", "H100", "80GB", "HBM3"] and "31.5/80.0 GiB" in lines[2]
+    assert "host CPU 33% of 64 · mem 200.0/512.0G · swap 0.0/8.0G · load 21.50" in lines
     wide = CliRunner().invoke(main, ["gpus", "--wide"], env={"COLUMNS": "80"}).stdout
     assert max(len(line) for line in wide.splitlines()) > WIDTH  # both bars, whole
     blind = GpuView(

@@ -12,7 +12,7 @@ import click
 
 from ddptui.cli_common import read_runs_dir_option
 from ddptui.cli_table import Column, cell_text, output_width, render_table, wide_option, wrap_line
-from ddptui.text_figures import bar, short_command
+from ddptui.text_figures import bar, host_line, short_command
 from engine.core.common.formatting import format_duration, gib, short_bytes
 from engine.core.jobs.gpu_view import GpuProcessRow, GpuScanner, GpuView
 
@@ -101,6 +101,8 @@ def render_gpus(view: GpuView, width: int | None) -> list[str]:
             lines += render_table(GPU_COLUMNS, rows, width)
         for sentence in unreadable:
             lines += wrap_line(sentence, width, hang="  ")
+    if view.host is not None:
+        lines += wrap_line(host_line(view.host, width), width, hang="  ")
     lines.append("")
     if not view.rows:
         lines.append(

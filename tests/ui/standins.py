@@ -16,6 +16,7 @@ from ddptui.app import DdptuiApp
 from engine.core.common.statuses import JobKind, JobState, ProcessRole
 from engine.core.config.schema import RunConfig
 from engine.core.host.gpus import GpuInventory
+from engine.core.host.host_usage import HostUsage
 from engine.core.jobs.gpu_join import join_gpus
 from engine.core.jobs.gpu_view import GpuView, build_gpu_view
 from engine.core.jobs.process_table import (
@@ -296,6 +297,18 @@ def eight_gpu_table() -> ProcessTable:
 LEAK_COMMAND = "python /home/ana/scratch/leak_check.py --hold-gpu 6"
 
 
+# The eight-GPU machine's host: 64 cores a third busy, 200 of 512 GiB in use, no swap used.
+EIGHT_GPU_HOST = HostUsage(
+    cpu_percent=33.0,
+    cores=64,
+    memory_used_bytes=200 * 2**30,
+    memory_total_bytes=512 * 2**30,
+    swap_used_bytes=0,
+    swap_total_bytes=8 * 2**30,
+    load_average=21.5,
+)
+
+
 def eight_gpu_view(inventory: GpuInventory) -> GpuView:
     """What the GPUs screen shows of the eight-GPU machine, through the real join."""
     table = eight_gpu_table()
@@ -310,6 +323,7 @@ def eight_gpu_view(inventory: GpuInventory) -> GpuView:
         commands={8800: LEAK_COMMAND},
         uid=ANA,
         now=NOW,
+        host=EIGHT_GPU_HOST,
     )
 
 
@@ -324,6 +338,7 @@ class StandInActions(EngineActions):
         self.cleaned_all_users: list[bool] = []
         self.start_as: RunDir | None = None
         self.stopped: list[tuple[tuple[int, ...], bool]] = []
+        self.signalled: list[tuple[str, tuple[int, ...], bool]] = []
 
     def start_run(self, config: RunConfig, gpu_count: int) -> Any:
         self.started.append(config)
@@ -358,6 +373,10 @@ class StandInActions(EngineActions):
         self.stopped.append((tuple(r.pid for r in refs), all_users))
         n = len(refs)
         return Outcome(True, f"stopped {n} process{'es' if n != 1 else ''}; none left")
+
+    def signal_processes(self, refs: Any, signal_name: str, all_users: bool = False) -> Outcome:
+        self.signalled.append((signal_name, tuple(r.pid for r in refs), all_users))
+        return Outcome(True, f"sent {signal_name} to {len(refs)} process(es)")
 
     def list_benches(self) -> list[Any]:
         return []
