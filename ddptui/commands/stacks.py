@@ -11,7 +11,14 @@ import click
 
 from ddptui import exit_codes
 from ddptui.cli_common import fail, read_runs_dir_option
-from ddptui.cli_table import cut_middle, echo_wrapped, output_width, wide_option
+from ddptui.cli_table import (
+    cell_text,
+    cut_middle,
+    echo_wrapped,
+    fit_line,
+    output_width,
+    wide_option,
+)
 from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
 from engine.core.common import strict_json
 from engine.core.ops.run_snapshot import request_flight_recorder_dumps, snapshot_run
@@ -61,9 +68,9 @@ def _print(lines: list[str], width: int | None) -> None:
     middle of its path gives way); a sentence wraps."""
     for line in lines:
         if width is None or len(line) <= width:
-            click.echo(line)
+            click.echo(fit_line(line, None))
         elif line.startswith("    "):
-            click.echo(cut_middle(line, width))
+            click.echo(cut_middle(cell_text(line), width))
         else:
             echo_wrapped(line, width, indent="", hang="      ")
 
