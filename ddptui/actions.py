@@ -123,6 +123,18 @@ class EngineActions:
         result, skipped = stop_refs(refs, grace, all_users=all_users)
         return Outcome(ok=result.ok and not result.refused, report=describe_stop(result, skipped))
 
+    def signal_processes(
+        self, refs: Sequence[ProcessRef], signal_name: str, all_users: bool = False
+    ) -> Outcome:
+        """Send one signal (SIGINT, SIGKILL, ...) to these processes (pid and start time), no
+        follow-up: the GPUs screen's choice of signal."""
+        import signal
+
+        from engine.core.procs.stopping import signal_refs
+
+        result = signal_refs(refs, signal.Signals[signal_name], all_users=all_users)
+        return Outcome(ok=not result.refused, report=describe_signal(result))
+
     def clean(self, grace: float = KILL_GRACE_SECONDS, all_users: bool = False) -> Outcome:
         """Stop this user's orphaned jobs (every user's with ``all_users``, as root), from a fresh
         scan (what ``ddptui clean`` does)."""
@@ -140,6 +152,20 @@ class EngineActions:
         for job, why in plan.left_alone:
             parts.append(f"left {job.label} alone: {why}")
         return Outcome(ok=not left, report="; ".join(parts))
+
+    def remove_runs(self, run_dirs: Sequence[RunDir]) -> Outcome:
+        """Remove these runs' directories, refusing any that is going (``ddptui rm``'s rule)."""
+        from engine.core.ops.run_removal import plan_removal, remove_runs
+
+        plan = plan_removal(run_dirs)
+        result = remove_runs(plan) if plan.remove else None
+        removed = result.removed if result is not None else ()
+        parts = [f"removed {', '.join(removed)}" if removed else "nothing removed"]
+        parts += [f"kept {run_id}: {why}" for run_id, why in plan.refused]
+        parts += (
+            [f"could not remove {run_id}: {why}" for run_id, why in result.failed] if result else []
+        )
+        return Outcome(ok=bool(removed) and len(removed) == len(run_dirs), report="; ".join(parts))
 
     def session_table(
         self, run_dirs: list[RunDir], baseline: str | None, probe: ProcessProbe | None = None
@@ -195,6 +221,20 @@ def describe_kill(result: Any) -> str:
     if result.gpu_check:
         text += f"; {result.gpu_check}"
     return text
+
+
+def describe_signal(result: Any) -> str:
+    """A ``SignalResult`` in one sentence: who got the signal, who was gone or refused."""
+    sent = len(result.sent)
+    parts = [
+        f"sent {result.signal} to {sent} process{'es' if sent != 1 else ''}"
+        + (f" (pid {', '.join(map(str, result.sent))})" if result.sent else "")
+    ]
+    if result.gone:
+        parts.append(f"{len(result.gone)} had already ended")
+    parts.extend(why for _, why in result.refused)
+    parts.extend(result.skipped)
+    return "; ".join(parts)
 
 
 def describe_stop(result: Any, skipped: tuple[str, ...] = ()) -> str:

@@ -6,8 +6,9 @@ the app, a dropped SSH link or a crash leaves them running, and opening a runnin
 its run directory.
 
 Screens (installed once, switched with the keys in the footer): Launch (l), Runs (r),
-Processes (p), GPUs (g), Results (c), and one Run screen per opened run; ``w`` goes back to the
-run last watched, or re-attaches to the newest run still going on disk.
+Processes (p), GPUs (g), Results (c), and one Run screen per opened run; ``w`` goes to a run
+that is going (the one last watched while it goes on, else the newest going on disk), else back
+to the run last watched.
 """
 
 from __future__ import annotations
@@ -244,26 +245,37 @@ class DdptuiApp(App[None]):
         return True
 
     def action_watch_last(self) -> None:
-        """Back to the run last watched; in a session that watched none, re-attach to the newest
-        run still going on disk (found in a thread: it reads every run directory)."""
-        if self.run_screen_names:
-            self.switch_screen(self.run_screen_names[-1])
-            return
-        self.find_latest_run()
+        """A run that is going: the one last watched while it goes on, else the newest going on
+        disk; with none going, back to the run last watched (found in a thread: it reads run
+        directories)."""
+        self.find_latest_run(self.last_watched())
+
+    def last_watched(self) -> RunDir | None:
+        if not self.run_screen_names:
+            return None
+        run_dir = getattr(self.get_screen(self.run_screen_names[-1]), "run_dir", None)
+        return run_dir if isinstance(run_dir, RunDir) else None
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="latest-run")
-    def find_latest_run(self) -> None:
-        from ddptui.watch import latest_active_run
+    def find_latest_run(self, last: RunDir | None) -> None:
+        from ddptui.watch import latest_active_run, run_is_active
 
-        self.post_message(
-            LatestRunFound(latest_active_run(self.runs_dir, self.probe, self.clock()))
-        )
+        now = self.clock()
+        if last is not None and run_is_active(last, self.probe, now):
+            self.post_message(LatestRunFound(last))
+            return
+        self.post_message(LatestRunFound(latest_active_run(self.runs_dir, self.probe, now)))
 
     def on_latest_run_found(self, message: LatestRunFound) -> None:
-        if message.run_dir is None:
-            self.notify(f"No run is going in {self.runs_dir}; r lists them all.")
+        if message.run_dir is not None:
+            self.open_run(message.run_dir)
             return
-        self.open_run(message.run_dir)
+        last = self.last_watched()
+        if last is not None:
+            self.open_run(last)
+            self.notify(f"No run is going in {self.runs_dir}: back to the run last watched.")
+            return
+        self.notify(f"No run is going in {self.runs_dir}; r lists them all.")
 
     def open_run(self, run_dir: RunDir, started: object = None) -> None:
         """Show the run screen of ``run_dir``, attaching to it (or re-attaching) as needed."""
@@ -280,11 +292,13 @@ class DdptuiApp(App[None]):
         self.switch_screen(name)
         self.refresh_bindings()
 
-    def cycle_run(self, current: str, step: int) -> None:
+    def cycle_run(self, current: str, step: int) -> bool:
+        """To the next (or previous) open run; False when there is no other to go to."""
         names = self.run_screen_names
         if len(names) < 2 or current not in names:
-            return
+            return False
         self.switch_screen(names[(names.index(current) + step) % len(names)])
+        return True
 
     def run_launched(self, run_dir: RunDir, started: object) -> None:
         self.session_runs.append(run_dir)

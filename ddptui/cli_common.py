@@ -1,11 +1,11 @@
 """What the ``ddptui`` commands share, so that no command imports another: the ``--runs-dir``
-option and its check, the one way a command refuses (``fail``: one sentence on stderr and an exit
-code), and aligned text columns. Plain click; no textual."""
+option and its check and the one way a command refuses (``fail``: one sentence on stderr and an
+exit code). Tables fitted to the terminal are ``ddptui.cli_table``'s. Plain click; no textual."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -59,19 +59,3 @@ def runs_dir_option(*, write: bool, description: str) -> Callable[[Any], Any]:
 
 # For the commands that read runs (runs, show, ps, kill, clean, gpus, stacks).
 read_runs_dir_option = runs_dir_option(write=False, description="Where run directories are.")
-
-
-def aligned_columns(rows: Sequence[Sequence[str]], right: Collection[int] = ()) -> list[str]:
-    """``rows`` (the header first) as lines of columns two spaces apart, each column as wide as
-    its widest cell; the columns numbered in ``right`` are right-aligned. Lines keep their
-    trailing spaces, so a caller may write more after them at the same column."""
-    if not rows:
-        return []
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return [
-        "  ".join(
-            cell.rjust(width) if i in right else cell.ljust(width)
-            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
-        )
-        for row in rows
-    ]

@@ -17,9 +17,10 @@ from engine.core.host.gpus import GpuInventory
 
 if TYPE_CHECKING:  # only annotations: the app starts without ddptui.watch
     from ddptui.launch_form import FormCheck
-    from ddptui.watch import RunListing, RunView
+    from ddptui.watch import RunView
     from engine.core.jobs.gpu_view import GpuView
     from engine.core.plan.preset_check import PresetCheck
+    from engine.core.runs.run_listing import RunListing
     from engine.core.runs.rundir import RunDir
     from engine.core.stacks.snapshot import StackSnapshot
 
@@ -144,6 +145,15 @@ class KillFinished(Message):
     def __init__(self, run_id: str, ok: bool, report: str) -> None:
         super().__init__()
         self.run_id = run_id
+        self.ok = ok
+        self.report = report
+
+
+class RunsRemoved(Message):
+    """Removing runs from the Runs screen ended; ``report`` says what went and what stayed."""
+
+    def __init__(self, ok: bool, report: str) -> None:
+        super().__init__()
         self.ok = ok
         self.report = report
 

@@ -6,9 +6,16 @@ from engine.core.runs.rundir import RunDir
 from engine.core.stacks.snapshot import StackSnapshot, flight_recorder_command
 
 
-def diagnosis_lines(snapshot: StackSnapshot, *, full: bool = False) -> list[str]:
+def diagnosis_lines(
+    snapshot: StackSnapshot,
+    *,
+    full: bool = False,
+    native: bool = True,
+    fold_hint: str = "",
+) -> list[str]:
     """What each rank was doing when its stack was taken, the culprit first; with ``full``, every
-    rank's whole stack after it."""
+    rank's whole stack after it, the main thread first, its native frames folded unless
+    ``native`` (``fold_hint`` says how to see them)."""
     when = f"stacks ({snapshot.reason}"
     if snapshot.path:
         when += f", {snapshot.path}"
@@ -21,9 +28,10 @@ def diagnosis_lines(snapshot: StackSnapshot, *, full: bool = False) -> list[str]
     if full:
         for r in ordered:
             lines.append("")
-            lines.append(f"rank {r.rank} (pid {r.pid}, {r.activity}, by {r.method or 'nothing'}):")
-            body = r.stack.rstrip() or f"(no stack: {r.problem})"
-            lines.extend("  " + line for line in body.splitlines())
+            pid = f"pid {r.pid}, " if r.rank >= 0 else ""
+            lines.append(f"{r.who} ({pid}{r.activity}, by {r.method or 'nothing'}):")
+            body = r.stack_lines(native=native, fold_hint=fold_hint) or [f"(no stack: {r.problem})"]
+            lines.extend("  " + line for line in body)
     return lines
 
 

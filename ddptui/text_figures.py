@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.core.host.host_usage import HostUsage
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 
@@ -37,6 +41,19 @@ def sparkline(values: Sequence[float], width: int, maximum: float = 100.0) -> st
     return "".join(chars).rjust(width)
 
 
+def resample(values: Sequence[float], width: int) -> list[float]:
+    """``values`` in at most ``width`` points, first to last: each point the mean of its share
+    of them (a sparkline of every epoch, not of the last ``width``)."""
+    count = len(values)
+    if count <= width or width <= 0:
+        return list(values)
+    points = []
+    for i in range(width):
+        share = values[i * count // width : (i + 1) * count // width]
+        points.append(sum(share) / len(share))
+    return points
+
+
 def bar(done: int, total: int, width: int) -> str:
     """A progress bar of ``width`` cells with eighth-cell resolution."""
     if width <= 0:
@@ -48,6 +65,30 @@ def bar(done: int, total: int, width: int) -> str:
     full, part = divmod(eighths, 8)
     partial = " ▏▎▍▌▋▊▉"[part] if part and full < width else ""
     return ("█" * full + partial).ljust(width, "░")[:width]
+
+
+def host_line(host: HostUsage, width: int | None) -> str:
+    """The host's CPU, memory and swap on one line, as nvitop shows them beside the GPUs: with
+    bars where ``width`` has room for them (None: always)."""
+    from engine.core.common.formatting import gib
+
+    cpu = f"{host.cpu_percent:.0f}%" if host.cpu_percent is not None else "?%"
+    memory = f"{gib(host.memory_used_bytes)}/{gib(host.memory_total_bytes)} GiB"
+    swap = f"{gib(host.swap_used_bytes)}/{gib(host.swap_total_bytes)} GiB"
+    load = f" · load {host.load_average:.2f}" if host.load_average is not None else ""
+    plain = f"host CPU {cpu} of {host.cores} cores · memory {memory} · swap {swap}{load}"
+    if width is not None and len(plain) > width:  # an 80-column terminal: the short words
+        memory, swap = memory.replace(" GiB", "G"), swap.replace(" GiB", "G")
+        return f"host CPU {cpu} of {host.cores} · mem {memory} · swap {swap}{load}"
+    if width is not None and len(plain) + 24 > width:
+        return plain
+    cpu_bar = bar(int(host.cpu_percent or 0), 100, 10)
+    mem_bar = bar(host.memory_used_bytes or 0, host.memory_total_bytes or 0, 10)
+    swap_bar = bar(host.swap_used_bytes or 0, host.swap_total_bytes or 0, 4)
+    return (
+        f"host CPU {cpu_bar} {cpu} of {host.cores} cores · memory {mem_bar} {memory} · "
+        f"swap {swap_bar} {swap}{load}"
+    )
 
 
 ELLIPSIS = "…"

@@ -17,10 +17,10 @@ from pathlib import Path
 # Kept here for its importers; it lives apart so the app can start without this module.
 from ddptui.gpu_history import GpuHistory as GpuHistory
 from engine.core.common.run_files import tail_lines
-from engine.core.common.statuses import RunStatus
 from engine.core.procs.process_identity import ProcessProbe
 from engine.core.runs.observer import RunObserver, RunState
 from engine.core.runs.placement import NodeGpus, read_node_gpus
+from engine.core.runs.run_listing import RunCatalog, RunListing
 from engine.core.runs.rundir import RunDir, list_runs
 
 Clock = Callable[[], float]
@@ -97,63 +97,18 @@ class RunReader:
 # ---- run listings --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class RunListing:
-    """One row of the runs screen (a projection of the run's state that changes only when the
-    row would)."""
-
-    run_id: str
-    path: Path
-    preset: str
-    status: RunStatus
-    devices: str
-    created: float
-    elapsed: float | None
-    accuracy: float | None = None
-    detail: str = ""
-    job_id: str = ""  # a run on Slurm: its job
-    waiting_for: str = ""  # a pending run on Slurm: Slurm's reason (Priority, Resources ...)
-
-    @classmethod
-    def of(cls, run: RunState) -> RunListing:
-        job = run.slurm.job if run.slurm else None
-        return cls(
-            run_id=run.run_id,
-            path=run.path,
-            preset=run.preset,
-            status=run.status,
-            devices=run.devices,
-            created=run.created or 0.0,
-            elapsed=run.elapsed if run.final else None,
-            accuracy=run.accuracy,
-            detail=run.reason or run.problem,
-            job_id=run.slurm.job_id if run.slurm else "",
-            waiting_for=job.reason if job and run.status == RunStatus.PENDING else "",
-        )
-
-
 class RunLister:
-    """Every run under a runs directory, newest first, each through its own observer (kept
-    between listings, so a listing reads only what runs appended since the last one)."""
+    """Every run under a runs directory, newest first, through one ``RunCatalog`` kept between
+    listings: an ended run is read once, a going one only for what its ranks appended."""
 
     def __init__(
         self, runs_dir: Path, *, clock: Clock = time.time, probe: ProcessProbe | None = None
     ) -> None:
         self.runs_dir = runs_dir
-        self.clock = clock
-        self.probe = probe or ProcessProbe()
-        self._observers: dict[str, RunObserver] = {}
-        self._lock = threading.Lock()
+        self.catalog = RunCatalog(runs_dir, clock=clock, probe=probe, settle=True)
 
     def list(self) -> list[RunListing]:
-        with self._lock:
-            found = list(reversed(list_runs(self.runs_dir)))
-            self._observers = {
-                r.run_id: self._observers.get(r.run_id)
-                or RunObserver(r, clock=self.clock, probe=self.probe, settle=True)
-                for r in found
-            }
-            return [RunListing.of(self._observers[r.run_id].observe()) for r in found]
+        return list(reversed(self.catalog.list()))
 
 
 def list_run_listings(
@@ -165,8 +120,10 @@ def list_run_listings(
 
 def latest_active_run(runs_dir: Path, probe: ProcessProbe, now: float) -> RunDir | None:
     """The newest run under ``runs_dir`` that is still going (the run observer decides), or
-    None. Reads and never writes."""
+    None. Reads and never writes; a run with its summary has ended and is passed over unread."""
     for run_dir in reversed(list_runs(runs_dir)):
+        if run_dir.summary_path.exists():
+            continue
         if run_is_active(run_dir, probe, now):
             return run_dir
     return None

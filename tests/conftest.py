@@ -101,10 +101,11 @@ def false_stalls(runs: Path) -> list[str]:
 def no_home_writes(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Tests never write to the user's home: the results history and any XDG data go to a
-    temporary directory (a test that wants another sets its own)."""
+    """Tests never write to the user's home: the results history, the runs listing cache and any
+    XDG data go to a temporary directory (a test that wants another sets its own)."""
     data = tmp_path_factory.mktemp("data-home")
     monkeypatch.setenv("DDPTUI_DATA_DIR", str(data / "ddptui"))
+    monkeypatch.setenv("DDPTUI_CACHE_DIR", str(data / "cache"))
     monkeypatch.setenv("XDG_DATA_HOME", str(data))
     monkeypatch.delenv("DDPTUI_RESULTS_DB", raising=False)
 

@@ -262,7 +262,18 @@ preset = "cpu-demo"
 """,
     )
     runs = tmp_path / "runs"
-    command = [sys.executable, "-m", "ddptui", "bench", "--suite", str(suite)]
+    # markdown, whole: the child inherits a COLUMNS that readline sets in this process's C
+    # environment (not os.environ), which would fit the table to 80 columns
+    command = [
+        sys.executable,
+        "-m",
+        "ddptui",
+        "bench",
+        "--suite",
+        str(suite),
+        "--format",
+        "markdown",
+    ]
     command += ["--runs-dir", str(runs), "--db", str(tmp_path / "results.sqlite3")]
     bench_process = subprocess.Popen(
         command,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -243,3 +245,20 @@ def test_json_plan(pen: ProcessPen) -> None:
     assert code == 0
     data = json.loads(out)
     assert data["dry_run"] and data["stop"] == [f"elastic:{CLEAN_ME}@127.0.0.1:29997"]
+
+
+def test_stopping_orphans_then_declining_their_files_is_a_clean_that_worked(
+    pen: ProcessPen, tmp_path: Path
+) -> None:
+    """Exit 0: the orphans were stopped; only the left-over files stayed, as asked."""
+    orphan = pen.orphan(env=ELASTIC)
+    ready(orphan, "TORCHELASTIC_RUN_ID")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    segment = tmp_path / f"torch_{gone.pid}_8_0"
+    segment.write_bytes(b"x" * 100)
+    code, out, _ = cli("clean", "--grace", "2", stdin="y\nn\n", leftovers=tmp_path)
+    assert code == 0, out
+    assert "1 ended on SIGTERM, 0 needed SIGKILL; none left" in out
+    assert "Nothing removed." in out and segment.exists()
+    assert not alive(orphan.pid)

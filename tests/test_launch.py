@@ -134,7 +134,8 @@ def test_the_launcher_itself_refuses_ranks_that_cannot_fit(runs_dir: Path, no_gp
     """`python -m engine.train.launch` on a node of its own runs the resource guard too: a config.toml
     asking for 999 CPU ranks is one sentence, exit 2, a failed summary and no rank started."""
     run, _ = prepare_run(quick_config(), runs_dir)
-    config = apply_overrides(quick_config(), {"devices.spec": "cpu:999"})
+    # A batch the 999 ranks' 2 images each hold: the rule at stake is the guard's, not the plan's.
+    config = apply_overrides(quick_config(), {"devices.spec": "cpu:999", "training.batch_size": 2})
     run.config_path.write_text(to_toml(config), encoding="utf-8")
     proc = subprocess.run(
         [sys.executable, "-m", "engine.train.launch", str(run.path)],

@@ -104,7 +104,10 @@ def test_a_plan_that_does_not_fit_in_memory_is_refused_with_the_figures() -> Non
 
 
 def test_oversubscribe_does_not_lift_the_memory_rule() -> None:
-    plan = cpu_plan(**{"devices.spec": "cpu:999", "devices.oversubscribe": "true"})
+    # A batch each of the 999 ranks' 12 images holds: the rule at stake is the guard's.
+    plan = cpu_plan(
+        **{"devices.spec": "cpu:999", "devices.oversubscribe": "true", "training.batch_size": 8}
+    )
     with pytest.raises(ResourceError, match=r"999 ranks x .* but 23\.0 GiB is available"):
         check_resources(plan, cores=2, available_bytes=23 * GIB)
 
@@ -217,9 +220,12 @@ def test_ddptui_run_cpu_999_exits_2_with_one_line(
     monkeypatch.setattr(resource_guard, "usable_cores", lambda: 2)
     monkeypatch.setattr(resource_guard, "available_memory_bytes", lambda: 23 * GIB)
     before = {p.pid for p in psutil.Process().children(recursive=True)}
+    # --batch-size 8: a batch each of the 999 ranks' 12 images holds (else that is refused first)
     result = CliRunner().invoke(
-        main, ["run", "cpu-demo", "--devices", "cpu:999", "--runs-dir", str(runs_dir)]
-    )
+        main,
+        ["run", "cpu-demo", "--devices", "cpu:999", "--batch-size", "8", "--runs-dir",
+         str(runs_dir)],
+    )  # fmt: skip
     assert result.exit_code == 2, result.output
     assert result.stdout == ""
     assert result.stderr == (
@@ -230,7 +236,17 @@ def test_ddptui_run_cpu_999_exits_2_with_one_line(
     assert {p.pid for p in psutil.Process().children(recursive=True)} == before
     oversubscribed = CliRunner().invoke(
         main,
-        ["run", "cpu-demo", "--devices", "cpu:999", "--oversubscribe", "--runs-dir", str(runs_dir)],
+        [
+            "run",
+            "cpu-demo",
+            "--devices",
+            "cpu:999",
+            "--oversubscribe",
+            "--batch-size",
+            "8",
+            "--runs-dir",
+            str(runs_dir),
+        ],
     )
     assert oversubscribed.exit_code == 2
     assert re.fullmatch(

@@ -4,6 +4,7 @@ two commands themselves, on hand-made run directories."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -31,6 +32,8 @@ from engine.core.runs.rank_states import RankStateTracker, Thresholds
 from engine.core.runs.summarize import build_summary
 from engine.core.runs.summary import Failure
 from tests.fixtures.made_runs import ProcessPen, make_run, ref_of
+from tests.fixtures.repo import REPO_ROOT
+from tests.ui.standins import GPU_RUN, RECORDED
 
 DONE, FAILED, STOPPED = RankStatus.DONE, RankStatus.FAILED, RankStatus.STOPPED
 RUNNING, STARTING = RankStatus.RUNNING, RankStatus.STARTING
@@ -386,3 +389,16 @@ def test_show_names_a_corrupt_run_json(runs_dir: Path) -> None:
     assert code == 2
     assert "run.json is corrupt" in err
     assert "state      unreadable" in out
+
+
+def test_show_counts_epochs_from_1_as_the_screens_do(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    shutil.copytree(REPO_ROOT / RECORDED, runs)
+    result = CliRunner().invoke(main, ["show", GPU_RUN, "--runs-dir", str(runs)])
+    assert result.exit_code == 0, result.output
+    ranks = [line.split() for line in result.stdout.splitlines() if line.startswith("     ")]
+    assert [r[:4] for r in ranks[:2]] == [["0", "31010", "done", "2"], ["1", "31011", "done", "2"]]
+    epochs = [
+        line.split(":")[0].strip() for line in result.stdout.splitlines() if "img/s, loss" in line
+    ]
+    assert epochs == ["epoch 1", "epoch 2"]

@@ -112,15 +112,21 @@ def test_spawn_entry_runs_ddp_ranks_end_to_end(tmp_path: Path) -> None:
         types = [e.type for e in evs]
         # Evaluation and checkpointing are announced as slow phases (no stall while in them).
         epoch = ["epoch_started", "step", "epoch_ended", "phase_started", "evaluation"]
+        first = ["epoch_started", "step", *epoch[1:]]  # the run's first step, reported too
         tail = ["phase_started", "checkpoint", "rank_finished"] if rank == 0 else ["rank_finished"]
-        # One step report per epoch: the interval is long, the last step is always reported.
-        assert types == ["rank_started", *epoch, *epoch, *tail]
+        # One step report per epoch: the interval is long, the last step is always reported;
+        # and the run's first, where its loss began.
+        assert types == ["rank_started", *first, *epoch, *tail]
         started = evs[0]
         assert isinstance(started, RankStarted)
         assert (started.rank, started.world_size, started.device) == (rank, 2, "cpu")
         assert started.gpu_index is None and started.pid != os.getpid()
         steps = [e for e in evs if isinstance(e, StepProgress)]
-        assert [(s.step, s.steps, s.global_step) for s in steps] == [(3, 3, 3), (3, 3, 6)]
+        assert [(s.step, s.steps, s.global_step) for s in steps] == [
+            (1, 3, 1),
+            (3, 3, 3),
+            (3, 3, 6),
+        ]
         log = run_dir.rank_log_path(rank).read_text()
         assert f"rank {rank}/2 on cpu" in log and "epoch 2/2" in log
 

@@ -20,13 +20,14 @@ import click
 
 from ddptui import exit_codes
 from ddptui.cli_common import fail
+from ddptui.cli_table import output_width, wide_option
 from ddptui.run_options import collect_overrides, override_options
+from ddptui.speedup_text import chosen_format, format_option, speedup_lines
 from ddptui.terminal_progress import ProgressPrinter, follow_with_progress
 from engine.core.bench.bench_runner import BenchState, Follow, run_rows
 from engine.core.bench.result_history import HistoryError, ResultHistory, default_db_path
 from engine.core.bench.speedup_table import SpeedupTable
 from engine.core.bench.table_compute import build_speedup_table
-from engine.core.bench.table_render import FORMATS, render_table
 from engine.core.common.statuses import RowStatus
 from engine.core.config.schema import ConfigError
 from engine.core.config.suites import Suite, list_suites, load_suite, suite_of_presets
@@ -84,18 +85,12 @@ def _title(suite: Suite) -> str:
     show_default=True,
     help="Runs per row; the table shows the median and the spread.",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(FORMATS),
-    default="markdown",
-    show_default=True,
-    help="Table format.",
-)
+@format_option
+@wide_option
 @click.option(
     "--out",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Also write the table, in --format, to this file.",
+    help="Also write the table, in --format (whole), to this file.",
 )
 @click.option(
     "--db",
@@ -112,7 +107,8 @@ def bench_command(
     set_values: tuple[str, ...],
     runs_dir: Path,
     repeat: int,
-    fmt: str,
+    fmt: str | None,
+    wide: bool,
     out: Path | None,
     db: Path | None,
     no_record: bool,
@@ -167,7 +163,7 @@ def bench_command(
             baseline=the_suite.baseline,
             header_lines=(f"Machine: {_machine_line(machine)}", f"Command: `{command}`"),
         )
-        _print_table(table, fmt, out)
+        _print_table(table, chosen_format(fmt, False), output_width(wide), out)
         if not no_record:
             history = _record(history, db_path, the_suite, command, machine, table, state)
     finally:
@@ -187,12 +183,11 @@ def _machine_line(machine: MachineInfo) -> str:
     return ", ".join(parts)
 
 
-def _print_table(table: SpeedupTable, fmt: str, out: Path | None) -> None:
-    text = render_table(table, fmt)
+def _print_table(table: SpeedupTable, fmt: str, width: int | None, out: Path | None) -> None:
     if out is not None:
-        out.write_text(text, encoding="utf-8")
+        out.write_text("\n".join(speedup_lines(table, fmt, None)) + "\n", encoding="utf-8")
         click.echo(f"table written to {out}", err=True)
-    click.echo(text, nl=False)
+    click.echo("\n".join(speedup_lines(table, fmt, width)))
 
 
 def _creatable(path: Path) -> bool:

@@ -4,16 +4,16 @@ one-shot table, ``--watch`` to refresh, ``--json`` for scripts)."""
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import time
 from pathlib import Path
 
 import click
 
-from ddptui.cli_common import aligned_columns, read_runs_dir_option
-from ddptui.text_figures import bar, short_command
-from engine.core.common.formatting import format_bytes, format_duration, gib
+from ddptui.cli_common import read_runs_dir_option
+from ddptui.cli_table import Column, cell_text, output_width, render_table, wide_option, wrap_line
+from ddptui.text_figures import bar, host_line, short_command
+from engine.core.common.formatting import format_duration, gib, short_bytes
 from engine.core.jobs.gpu_view import GpuProcessRow, GpuScanner, GpuView
 
 KIND_WORDS = {
@@ -25,82 +25,126 @@ KIND_WORDS = {
 }
 
 
-def _gpu_lines(view: GpuView) -> list[str]:
-    lines = []
+GPU_COLUMNS = (
+    Column("GPU", right=True),
+    Column("NAME", shrink=2, min_width=8),
+    Column("", whole=True, shrink=0),  # utilisation bar
+    Column("UTIL", right=True),
+    Column("", whole=True, shrink=1),  # memory bar
+    Column("MEMORY", right=True),
+    Column("TEMP", right=True),
+    Column("POWER", right=True),
+    Column("PROCESSES", shrink=3, min_width=5),
+)
+PROCESS_COLUMNS = (
+    Column("GPU", right=True),
+    Column("PID", right=True),
+    Column("USER", shrink=0, min_width=6),
+    Column("GPU MEM", right=True),
+    Column("CPU%", right=True),
+    Column("MEM", right=True),
+    Column("AGE", right=True),
+    Column("KIND"),
+)
+DETAIL_INDENT = " " * 5  # what a process is and its command, under its row
+
+
+def _gpu_rows(view: GpuView) -> tuple[list[tuple[object, ...]], list[str]]:
+    """(a table row per readable GPU, a sentence per GPU that cannot be read)."""
+    rows: list[tuple[object, ...]] = []
+    unreadable = []
     for gpu in view.gpus:
         if gpu.error is not None:
-            lines.append(f"GPU {gpu.index}  {gpu.name or '?'}: not available ({gpu.error})")
+            unreadable.append(f"GPU {gpu.index} {gpu.name or '?'}: not available ({gpu.error})")
             continue
         util = gpu.utilization_percent
         used, total = gpu.memory_used_bytes or 0, gpu.memory_total_bytes or 0
-        parts = [
-            f"GPU {gpu.index}  {gpu.name.removeprefix('NVIDIA ')[:20]:<20}",
-            f"util {bar(util or 0, 100, 10)} {util if util is not None else '?':>3}%",
-            f"mem {bar(used, total, 10)} {gib(used):>5}/{gib(total)} GiB",
-        ]
-        if gpu.temperature_c is not None:
-            parts.append(f"{gpu.temperature_c}°C")
-        if gpu.power_watts is not None:
-            parts.append(f"{gpu.power_watts:.0f} W")
         held = len(view.rows_of(gpu.index))
-        parts.append(f"{held} process{'es' if held != 1 else ''}" if held else "free")
-        lines.append("  ".join(parts))
-    return lines
+        rows.append(
+            (
+                gpu.index,
+                gpu.name.removeprefix("NVIDIA "),
+                bar(util or 0, 100, 10),
+                f"{util if util is not None else '?'}%",
+                bar(used, total, 10),
+                f"{gib(used)}/{gib(total)} GiB",
+                f"{gpu.temperature_c}°C" if gpu.temperature_c is not None else "-",
+                f"{gpu.power_watts:.0f} W" if gpu.power_watts is not None else "-",
+                f"{held} process{'es' if held != 1 else ''}" if held else "free",
+            )
+        )
+    return rows, unreadable
 
 
 def _memory_cell(row: GpuProcessRow) -> str:
+    if row.gpu_index is None:
+        return "-"  # a rank on the CPU: it holds no GPU memory to list
     if not row.listed:
         return "unlisted"
-    return format_bytes(row.gpu_memory_bytes)
+    return short_bytes(row.gpu_memory_bytes)
 
 
-def render_gpus(view: GpuView, width: int = 120) -> str:
-    """The GPUs, then one line per process on each (pid, user, GPU memory, CPU, host memory, age,
-    what it is, its command), then what could not be seen."""
+def render_gpus(view: GpuView, width: int | None) -> list[str]:
+    """The GPUs, then a line per process on each (GPU, pid, user, GPU memory, CPU, host memory,
+    age, kind) with what it is and its command under it, then what could not be seen; no line
+    wider than ``width`` (None: every cell whole)."""
     lines: list[str] = []
     if view.error is not None:
-        lines.append(f"GPUs not available: {view.error}")
+        lines += wrap_line(f"GPUs not available: {view.error}.", width, hang="  ")
     elif not view.gpus:
         lines.append("GPUs: NVML lists none on this machine.")
     else:
         driver = f", driver {view.driver_version}" if view.driver_version else ""
         lines.append(f"{len(view.gpus)} GPU{'s' if len(view.gpus) != 1 else ''}{driver}")
-        lines.extend(_gpu_lines(view))
+        rows, unreadable = _gpu_rows(view)
+        if rows:
+            lines += render_table(GPU_COLUMNS, rows, width)
+        for sentence in unreadable:
+            lines += wrap_line(sentence, width, hang="  ")
+    if view.host is not None:
+        lines += wrap_line(host_line(view.host, width), width, hang="  ")
     lines.append("")
     if not view.rows:
         lines.append(
-            "No process holds a GPU." if view.error is None else "No training process is running."
+            "No process holds a GPU."
+            if view.error is None
+            else "No ddptui rank runs on the CPU, and no process has a GPU device open."
         )
     else:
-        header = ("GPU", "PID", "USER", "GPU MEM", "CPU%", "MEM", "AGE", "KIND")
-        rows = [header]
-        for r in sorted(view.rows, key=_order):
-            rows.append(
+        shown = sorted(view.rows, key=_order)
+        table = render_table(
+            PROCESS_COLUMNS,
+            [
                 (
-                    "cpu" if r.gpu_index is None else str(r.gpu_index),
-                    str(r.pid),
+                    "cpu" if r.gpu_index is None else r.gpu_index,
+                    r.pid,
                     r.user,
                     _memory_cell(r),
                     f"{r.cpu_percent:.0f}" if r.cpu_percent is not None else "-",
-                    format_bytes(r.rss_bytes),
+                    short_bytes(r.rss_bytes),
                     format_duration(r.age_seconds),
                     KIND_WORDS.get(str(r.kind), str(r.kind)),
                 )
-            )
-        table_lines = aligned_columns(rows, right=(0, 1, 3, 4, 5, 6))
-        for cells, shown in zip(table_lines, [None, *sorted(view.rows, key=_order)], strict=True):
-            if shown is None:
-                lines.append(f"{cells}  WHAT / COMMAND")
-                continue
-            room = max(20, width - len(cells) - 2)
-            lines.append(f"{cells}  {short_command(shown.what, room)}")
-            if shown.command:
-                lines.append(f"{'':<{len(cells)}}  {short_command(shown.command, room)}")
+                for r in shown
+            ],
+            width,
+        )
+        lines.append(table[0])
+        room = None if width is None else max(20, width - len(DETAIL_INDENT))
+        for line, r in zip(table[1:], shown, strict=True):
+            lines.append(line)
+            lines += wrap_line(r.what, width, indent=DETAIL_INDENT, hang=DETAIL_INDENT + "  ")
+            if r.command:
+                command = r.command if room is None else short_command(r.command, room)
+                lines.append(DETAIL_INDENT + cell_text(command))
     if view.notes:
         lines.append("")
         lines.append("Not visible from here:")
-        lines.extend(f"  - {note}" for note in view.notes)
-    return "\n".join(lines).rstrip()
+        for note in view.notes:
+            lines += wrap_line(note, width, indent="  - ", hang="    ")
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
 
 
 def _order(row: GpuProcessRow) -> tuple[int, int]:
@@ -119,8 +163,9 @@ def _order(row: GpuProcessRow) -> tuple[int, int]:
     help="Seconds between redraws with --watch.",
 )
 @click.option("--count", type=click.IntRange(min=1), default=None, hidden=True)
+@wide_option
 def gpus_command(
-    runs_dir: Path, as_json: bool, watch: bool, interval: float, count: int | None
+    runs_dir: Path, as_json: bool, watch: bool, interval: float, count: int | None, wide: bool
 ) -> None:
     """Every GPU (utilisation, memory, temperature, power) and every process on it.
 
@@ -142,13 +187,13 @@ def gpus_command(
             if as_json:
                 click.echo(json.dumps(view.to_json(), indent=2))
             else:
-                width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 160
+                width = output_width(wide)
                 if watch and sys.stdout.isatty():
                     click.clear()
                 stamp = time.strftime("%H:%M:%S", time.localtime(view.scanned_at))
                 if watch:
                     click.echo(f"ddptui gpus · {stamp} · every {interval:g} s (Ctrl-C stops)")
-                click.echo(render_gpus(view, width))
+                click.echo("\n".join(render_gpus(view, width)))
             if not watch or (count is not None and shown >= count):
                 return
             time.sleep(interval)

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from ddptui.cli_table import Column, fit_line, output_width, render_table, wide_option
 from engine.core.common import strict_json
 from engine.core.host import gpus
 from engine.core.plan.preset_check import PresetCheck, check_presets
@@ -27,9 +28,17 @@ def preset_row(check: PresetCheck) -> dict[str, Any]:
     }
 
 
+PRESET_COLUMNS = (
+    Column(""),
+    Column("PRESET"),
+    Column("DESCRIPTION", shrink=0, min_width=20, wrap=True),
+)
+
+
 @click.command("presets")
+@wide_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable list.")
-def presets_command(as_json: bool) -> None:
+def presets_command(wide: bool, as_json: bool) -> None:
     """List bundled and user presets (~/.config/ddptui/presets or $DDPTUI_PRESETS), each with a
     one-line description and whether it can run here, and why not: `ok`, `no` (cannot run on
     this machine) or `bad` (the file itself is broken: not UTF-8, not TOML, a wrong key)."""
@@ -47,13 +56,18 @@ def presets_command(as_json: bool) -> None:
         if inventory.count
         else f"no GPU ({inventory.error or 'none found'})"
     )
-    click.echo(f"This machine: {machine}\n")
-    width = max(len(r["name"]) for r in rows) if rows else 10
+    width = output_width(wide)
+    click.echo(fit_line(f"This machine: {machine}", width))
+    click.echo("")
+    table = []
     for r in rows:
-        mark = "bad" if r["broken"] else "ok " if r["runnable"] else "no "
+        mark = "bad" if r["broken"] else "ok" if r["runnable"] else "no"
         user = "" if r["source"] == "bundled" else " [user]"
-        click.echo(f"{mark} {r['name']:<{width}}  {r['description']}{user}")
+        table.append((mark, r["name"], f"{r['description']}{user}"))
         if r["broken"]:
-            click.echo(f"    {'':<{width}}  broken preset file: {r['reason']}")
+            table.append(("", "", f"broken preset file: {r['reason']}"))
         elif not r["runnable"]:
-            click.echo(f"    {'':<{width}}  cannot run here: {r['reason']}")
+            table.append(("", "", f"cannot run here: {r['reason']}"))
+    # Names are what a user types: they keep their width; what follows wraps at word boundaries.
+    for line in render_table(PRESET_COLUMNS, table, width):
+        click.echo(line)

@@ -8,7 +8,6 @@ is not yours to stop): nothing was signalled.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import time
 from dataclasses import asdict
@@ -18,7 +17,8 @@ from typing import Any
 import click
 
 from ddptui import exit_codes
-from ddptui.cli_common import aligned_columns, fail, read_runs_dir_option
+from ddptui.cli_common import fail, read_runs_dir_option
+from ddptui.cli_table import Column, output_width, render_table, wide_option, wrap_line
 from ddptui.text_figures import short_command
 from engine.core.common import strict_json
 from engine.core.common.formatting import format_bytes, format_duration
@@ -63,53 +63,79 @@ def _job_header(job: TrainingJob) -> str:
     return f"{job.label}  [{job.state}] {job.reason}"
 
 
-def render_table(table: ProcessTable, width: int = 120) -> str:
+PROCESS_COLUMNS = (
+    Column("PID", right=True),
+    Column("USER", shrink=1, min_width=6),
+    Column("ROLE"),
+    Column("RANK", right=True),
+    Column("AGE", right=True),
+    Column("CPU%", right=True),
+    Column("RSS", right=True, shrink=3, min_width=0),
+    Column("GPU MEM", shrink=2, min_width=7),
+    Column("STATE"),
+    # The command keeps 24 columns while others give; past that it is the widest, and gives.
+    Column("COMMAND", shrink=0, min_width=24, fit=short_command),
+)
+HOLDER_COLUMNS = (
+    Column("PID", right=True),
+    Column("USER", shrink=1, min_width=4),
+    Column("GPUS"),
+    Column("WHAT", shrink=0, min_width=20, wrap=True),
+)
+
+
+def render_ps(table: ProcessTable, width: int | None) -> list[str]:
+    """``ddptui ps`` as lines no wider than ``width`` (None: every cell whole): each job's
+    heading and its processes, the processes holding a GPU that NVML does not list, and what
+    could not be seen."""
     lines: list[str] = []
     if not table.jobs:
         lines.append("No distributed-training processes found on this machine.")
     for job in table.jobs:
-        lines.append(_job_header(job))
+        lines += wrap_line(_job_header(job), width, hang="  ")
         if job.run_dir:
-            lines.append(f"  run directory: {job.run_dir}")
-        rows = [("PID", "USER", "ROLE", "RANK", "AGE", "CPU%", "RSS", "GPU MEM", "STATE")]
-        for p in job.processes:
-            rows.append(
-                (
-                    str(p.pid),
-                    p.user,
-                    p.role,
-                    _rank_cell(p),
-                    format_duration(p.age_seconds),
-                    f"{p.cpu_percent:.0f}" if p.cpu_percent is not None else "-",
-                    format_bytes(p.rss_bytes),
-                    _gpu_cell(p, table.gpu_error),
-                    p.state,
-                )
+            lines += wrap_line(f"run directory: {job.run_dir}", width, indent="  ", hang="    ")
+        rows = [
+            (
+                p.pid,
+                p.user,
+                p.role,
+                _rank_cell(p),
+                format_duration(p.age_seconds),
+                f"{p.cpu_percent:.0f}" if p.cpu_percent is not None else "-",
+                format_bytes(p.rss_bytes),
+                _gpu_cell(p, table.gpu_error),
+                p.state,
+                p.command,
             )
-        for cells, shown in zip(aligned_columns(rows), [None, *job.processes], strict=True):
-            tail = "COMMAND" if shown is None else shown.command
-            tail = short_command(tail, max(20, width - len(cells) - 4))
-            lines.append(f"  {cells}  {tail}")
-            if shown is not None and shown.note:
-                lines.append(f"  {'':<{len(cells)}}  ({shown.note})")
+            for p in job.processes
+        ]
+        lines += render_table(PROCESS_COLUMNS, rows, width, indent=2)
+        for p in job.processes:
+            if p.note:
+                lines += wrap_line(f"pid {p.pid}: {p.note}", width, indent="  ", hang="    ")
         lines.append("")
     if table.hidden_holders:
-        lines.extend(_hidden_lines(table, width))
+        lines += _hidden_lines(table, width)
         lines.append("")
     if table.notes:
         lines.append("Not visible from here:")
-        lines.extend(f"  - {note}" for note in table.notes)
-    return "\n".join(lines).rstrip()
+        for note in table.notes:
+            lines += wrap_line(note, width, indent="  - ", hang="    ")
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
 
 
-def _hidden_lines(table: ProcessTable, width: int) -> list[str]:
+def _hidden_lines(table: ProcessTable, width: int | None) -> list[str]:
     """Processes with a GPU device open that NVML does not list, with what each is."""
     title = (
         "GPU devices held open that NVML does not list"
         if table.gpu_error is None
         else "GPU devices held open (NVML not available to compare)"
     )
-    lines = [f"{title} (found by their open /dev/nvidia* files):"]
+    lines = wrap_line(f"{title} (found by their open /dev/nvidia* files):", width, hang="  ")
+    rows = []
     for h in table.hidden_holders:
         found = table.job_of(h.pid)
         what = (
@@ -119,10 +145,8 @@ def _hidden_lines(table: ProcessTable, width: int) -> list[str]:
         )
         if h.zombie:
             what += "; a zombie whose threads still hold it"
-        cards = ", ".join(f"GPU {m}" for m in h.minors)
-        text = f"  {h.pid:>7}  {h.user:<10} {cards}  {what}"
-        lines.append(text if len(text) <= width else text[: width - 1] + "…")
-    return lines
+        rows.append((h.pid, h.user, ", ".join(f"GPU {m}" for m in h.minors), what))
+    return lines + render_table(HOLDER_COLUMNS, rows, width, indent=2)
 
 
 # ---- ddptui ps -------------------------------------------------------------------------------
@@ -130,8 +154,9 @@ def _hidden_lines(table: ProcessTable, width: int) -> list[str]:
 
 @click.command("ps")
 @read_runs_dir_option
+@wide_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output for scripts.")
-def ps_command(runs_dir: Path, as_json: bool) -> None:
+def ps_command(runs_dir: Path, wide: bool, as_json: bool) -> None:
     """List the distributed-training processes on this machine, grouped into jobs.
 
     \b
@@ -149,8 +174,8 @@ def ps_command(runs_dir: Path, as_json: bool) -> None:
     if as_json:
         click.echo(strict_json.dumps(table.to_json(), indent=2))
         return
-    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 160
-    click.echo(render_table(table, width))
+    for line in render_ps(table, output_width(wide)):
+        click.echo(line)
 
 
 # ---- ddptui kill -----------------------------------------------------------------------------
@@ -189,11 +214,7 @@ def _kill_report(result: KillResult, grace: float) -> list[str]:
                 lines.append("  each node launcher stopped its ranks and checked its node")
             elif result.by_launcher:
                 lines.append("  its launcher stopped its ranks and wrote the summary")
-            lines.append(
-                f"  SIGTERM: {len(stop.terminated)} ended within the "
-                f"{result.grace_seconds or grace:g} s grace period; "
-                f"SIGKILL: {len(stop.killed)}; {stop.seconds:.1f} s in all"
-            )
+            lines.extend(_how_stopped(result, grace))
             if stop.survivors:
                 lines.append(f"  still alive after SIGKILL: {', '.join(map(str, stop.survivors))}")
             else:
@@ -208,6 +229,29 @@ def _kill_report(result: KillResult, grace: float) -> list[str]:
         lines.append(f"  {result.gpu_check}")
     if result.summary_written:
         lines.append("  summary.json: killed")
+    return lines
+
+
+def _how_stopped(result: KillResult, grace: float) -> list[str]:
+    """Which process ended on SIGTERM and which needed SIGKILL, each named (its role in the run,
+    else its pid), as the launcher's events or the killer's own stop say it."""
+    assert result.stop is not None
+    roles = {t.pid: t.role for t in result.targets}
+
+    def named(pids: tuple[int, ...]) -> str:
+        return ", ".join(
+            f"{roles[pid]} (pid {pid})" if roles.get(pid) not in (None, "marked") else f"pid {pid}"
+            for pid in pids
+        )
+
+    stop = result.stop
+    lines = []
+    if stop.terminated:
+        lines.append(f"  ended on SIGTERM: {named(stop.terminated)}")
+    if stop.killed:
+        given = result.grace_seconds or grace
+        lines.append(f"  needed SIGKILL, {given:g} s after SIGTERM: {named(stop.killed)}")
+    lines.append(f"  {stop.seconds:.1f} s in all")
     return lines
 
 
@@ -232,7 +276,8 @@ def _kill_report(result: KillResult, grace: float) -> list[str]:
 def kill_command(
     run_id: str, grace: float, all_users: bool, yes: bool, runs_dir: Path, as_json: bool
 ) -> None:
-    """Stop exactly the processes of run RUN_ID (an id or a unique prefix of one).
+    """Stop exactly the processes of run RUN_ID (its id or any unique part of one, such as its
+    random suffix, or a preset's name for that preset's newest run).
 
     \b
     Only what is provably the run's: processes carrying the run's marker (DDPTUI_RUN_ID), the
@@ -350,7 +395,8 @@ def clean_command(
     until removed) whose maker is gone and that no process has open or mapped, and the
     /tmp/torchelastic_* directories of torchrun agents that no live process refers to. Only
     your own are removed; the rest are listed with the reason they stay.
-    Exit codes: 0 done or nothing to do, 1 declined or a process survived, 2 bad input.
+    Exit codes: 0 done (a question declined after something was done included) or nothing to
+    do, 1 every question declined or a process survived, 2 bad input.
     """
     if all_users and os.getuid() != 0:
         fail("--all-users needs root: only root may stop other users' processes")
@@ -394,11 +440,14 @@ def clean_command(
             declined = True
             click.echo("Nothing removed.", err=as_json)
     ok = all(c.stop.ok for c in cleaned or ()) and (removal is None or removal.ok)
+    did = cleaned is not None or removal is not None
     if as_json:
         click.echo(strict_json.dumps(_clean_json(plan, cleaned, leftovers, removal), indent=2))
-    elif cleaned is not None or removal is not None:
+    elif did:
         say(f"done in {time.monotonic() - started:.1f} s")
-    sys.exit(exit_codes.OK if ok and not declined else exit_codes.FAILED)
+    # A question declined fails the command only when nothing was done: stopping the orphans and
+    # leaving their files is a clean that worked.
+    sys.exit(exit_codes.OK if ok and (did or not declined) else exit_codes.FAILED)
 
 
 def _cleaned_lines(cleaned: tuple[CleanedJob, ...]) -> list[str]:

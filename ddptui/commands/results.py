@@ -4,19 +4,26 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 import click
 
 from ddptui.cli_common import fail
+from ddptui.cli_table import (
+    Column,
+    echo_wrapped,
+    output_width,
+    render_table,
+    wide_option,
+    wrap_line,
+)
+from ddptui.speedup_text import chosen_format, format_option, pairs_lines, speedup_lines
 from engine.core.bench.result_history import (
     BenchRecord,
     HistoryError,
     ResultHistory,
     default_db_path,
 )
-from engine.core.bench.table_compare import comparison_markdown
-from engine.core.bench.table_render import FORMATS, markdown_table, render_table, table_markdown
+from engine.core.bench.table_compare import COMPARE_COLUMNS, compare_tables, comparison_markdown
 
 DB_OPTION = click.option(
     "--db",
@@ -62,14 +69,16 @@ def results_command(ctx: click.Context, db: Path | None) -> None:
 
 @results_command.command("list")
 @DB_OPTION
+@wide_option
 @click.pass_context
-def list_command(ctx: click.Context, db: Path | None) -> None:
+def list_command(ctx: click.Context, db: Path | None, wide: bool = False) -> None:
     """List recorded benches, newest first."""
     db = db if db is not None else ctx.obj
     path = db if db is not None else default_db_path()
-    click.echo(f"results history: {path} (--db or $DDPTUI_RESULTS_DB to use another)")
+    width = output_width(wide)
+    echo_wrapped(f"results history: {path} (--db or $DDPTUI_RESULTS_DB to use another)", width)
     if not path.exists():
-        click.echo("no benches recorded yet (the file does not exist); run `ddptui bench`")
+        echo_wrapped("no benches recorded yet (the file does not exist); run `ddptui bench`", width)
         return
     with _open(db) as history:
         listings = history.list()
@@ -77,70 +86,101 @@ def list_command(ctx: click.Context, db: Path | None) -> None:
         click.echo("no benches recorded yet")
         return
     rows = [
-        (
-            str(b.id),
-            _when(b.created),
-            b.title,
-            b.host,
-            b.gpus,
-            f"{b.completed_rows}/{b.rows}",
-        )
+        (str(b.id), _when(b.created), b.title, b.host, b.gpus, f"{b.completed_rows}/{b.rows}")
         for b in listings
     ]
-    for line in markdown_table(("id", "when", "bench", "host", "GPUs", "rows done"), rows):
+    headers = ("id", "when", "bench", "host", "GPUs", "rows done")
+    for line in pairs_lines(headers, rows, chosen_format(None, False), width, wrap=2):
         click.echo(line)
 
 
 @results_command.command("show")
 @click.argument("bench_id", type=int)
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="markdown", show_default=True)
+@format_option
+@wide_option
+@click.option("--json", "as_json", is_flag=True, help="The same as --format json.")
 @DB_OPTION
 @click.pass_context
-def show_command(ctx: click.Context, bench_id: int, fmt: str, db: Path | None) -> None:
+def show_command(
+    ctx: click.Context, bench_id: int, fmt: str | None, wide: bool, as_json: bool, db: Path | None
+) -> None:
     """Print bench BENCH_ID's table again, with the machine it ran on."""
     with _open(db if db is not None else ctx.obj) as history:
         record = _get(history, bench_id)
-    if fmt != "markdown":
-        click.echo(render_table(record.table, fmt), nl=False)
+    fmt = chosen_format(fmt, as_json)
+    if fmt in ("csv", "json"):
+        click.echo("\n".join(speedup_lines(record.table, fmt, None)))
         return
-    click.echo(f"# bench {record.id}: {record.title}, {_when(record.created)}\n")
-    click.echo(table_markdown(record.table), nl=False)
-    click.echo("\nMachine:\n")
-    for line in markdown_table(("", ""), record.machine.describe()):
-        click.echo(line)
+    width = output_width(wide)
+    heading = f"bench {record.id}: {record.title}, {_when(record.created)}"
+    lines = [*wrap_line(f"# {heading}" if fmt == "markdown" else heading, width), ""]
+    lines += speedup_lines(record.table, fmt, width)
+    lines += ["", "Machine:", ""]
+    lines += pairs_lines(("", ""), record.machine.describe(), fmt, width)
     if record.runs:
-        click.echo("\nRuns: " + ", ".join(f"{r.row_label}: {r.run_dir}" for r in record.runs))
+        lines.append("")
+        lines += wrap_line(
+            "Runs: " + ", ".join(f"{r.row_label}: {r.run_dir}" for r in record.runs),
+            width,
+            hang="  ",
+        )
+    click.echo("\n".join(lines))
+
+
+COMPARE_FITTING = {"row": Column("row", shrink=0, min_width=8)}
 
 
 @results_command.command("compare")
 @click.argument("a_id", type=int)
 @click.argument("b_id", type=int)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(("table", "markdown")),
+    default=None,
+    help="table: fitted to the terminal (the default on one); markdown (the default to a file or "
+    "a pipe).",
+)
+@wide_option
 @DB_OPTION
 @click.pass_context
-def compare_command(ctx: click.Context, a_id: int, b_id: int, db: Path | None) -> None:
+def compare_command(
+    ctx: click.Context, a_id: int, b_id: int, fmt: str | None, wide: bool, db: Path | None
+) -> None:
     """Two benches side by side: A = A_ID, B = B_ID; rows are matched by label."""
     with _open(db if db is not None else ctx.obj) as history:
         a = _get(history, a_id)
         b = _get(history, b_id)
-    click.echo(f"# A = bench {a.id} ({a.title}, {_when(a.created)})")
-    click.echo(f"# B = bench {b.id} ({b.title}, {_when(b.created)})\n")
-    machines: list[Any] = [
-        (name, value_a, value_b, "" if value_a == value_b else "differs")
+    fmt = chosen_format(fmt, False)
+    width = output_width(wide)
+    mark = "# " if fmt == "markdown" else ""
+    lines = wrap_line(f"{mark}A = bench {a.id} ({a.title}, {_when(a.created)})", width)
+    lines += wrap_line(f"{mark}B = bench {b.id} ({b.title}, {_when(b.created)})", width)
+    lines.append("")
+    machines = [
+        (name, value_a, value_b, "same" if value_a == value_b else "differs")
         for (name, value_a), (_, value_b) in zip(
             a.machine.describe(), b.machine.describe(), strict=True
         )
     ]
-    for line in markdown_table(("machine", "A", "B", ""), machines):
-        click.echo(line)
-    click.echo("")
-    for line in comparison_markdown(a.table, b.table):
-        click.echo(line)
-    click.echo(
-        "\n- B vs A is B's images/s over A's, minus 1; speedups are each bench's own, over its "
-        "own baseline."
-    )
+    lines += pairs_lines(("machine", "A", "B", "A vs B"), machines, fmt, width, wrap=(1, 2))
+    lines.append("")
+    compared = [c.cells() for c in compare_tables(a.table, b.table)]
+    if fmt == "markdown":
+        lines += comparison_markdown(a.table, b.table)
+    else:
+        columns = [COMPARE_FITTING.get(h, Column(h, right=True)) for h in COMPARE_COLUMNS]
+        lines += render_table(columns, compared, width)
+    lines.append("")
+    notes = [
+        "B vs A is B's images/s over A's, minus 1; speedups are each bench's own, over its own "
+        "baseline."
+    ]
     if a.table.baseline != b.table.baseline:
-        click.echo(
-            f"- The baselines differ (A: {a.table.baseline!r}, B: {b.table.baseline!r}), so the "
+        notes.append(
+            f"The baselines differ (A: {a.table.baseline!r}, B: {b.table.baseline!r}), so the "
             "speedup columns are not comparable."
         )
+    for note in notes:
+        lines += wrap_line(note, width, indent="- ", hang="  ")
+    click.echo("\n".join(lines))

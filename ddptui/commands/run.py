@@ -22,6 +22,7 @@ from ddptui.script_target import script_config
 from ddptui.terminal_progress import ProgressPrinter, follow_with_progress, result_line
 from engine.core.common import strict_json
 from engine.core.common.statuses import RunStatus
+from engine.core.config.faults import FAULT_EFFECTS
 from engine.core.config.presets import load_preset
 from engine.core.config.schema import ConfigError, RunConfig
 from engine.core.config.toml_io import apply_overrides
@@ -80,9 +81,9 @@ def run_config(
     "faults",
     multiple=True,
     metavar="KIND:RANK:STEP",
-    help="Inject a fault for testing on RANK at global STEP (repeatable): crash (raise), exit "
-    "(os._exit), hang, slow, oom (allocate until the kernel's OOM killer ends the rank) or "
-    "kill-launcher (SIGKILL the launcher).",
+    help="Inject a fault for testing on RANK at global STEP (repeatable): "
+    + "; ".join(f"{kind} ({effect})" for kind, effect in FAULT_EFFECTS.items())
+    + ".",
 )
 @click.option(
     "--json",

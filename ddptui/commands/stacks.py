@@ -11,6 +11,14 @@ import click
 
 from ddptui import exit_codes
 from ddptui.cli_common import fail, read_runs_dir_option
+from ddptui.cli_table import (
+    cell_text,
+    cut_middle,
+    echo_wrapped,
+    fit_line,
+    output_width,
+    wide_option,
+)
 from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
 from engine.core.common import strict_json
 from engine.core.ops.backends import LOCAL, backend_of
@@ -39,7 +47,7 @@ def _process_stack(pid: int) -> StackSnapshot:
     activity, detail, frame = read_activity(stack, distributed=True)
     rank = RankDiagnosis(
         rank=-1, pid=pid, activity=activity, detail=detail, frame=frame,
-        method=stack.method, stack=stack.text,
+        method=stack.method, stack=stack.text, threads=stack.threads,
     )  # fmt: skip
     return StackSnapshot(time=0.0, reason=f"pid {pid} ({stack.process_state})", ranks=(rank,))
 
@@ -53,12 +61,31 @@ def _as_json(snapshot: StackSnapshot, run_id: str | None) -> dict[str, Any]:
     return data
 
 
+NATIVE_HINT = "--native shows them"
+
+
+def _print(lines: list[str], width: int | None) -> None:
+    """Stack lines fitted to the terminal: a frame keeps its function and its file:line (the
+    middle of its path gives way); a sentence wraps."""
+    for line in lines:
+        if width is None or len(line) <= width:
+            click.echo(fit_line(line, None))
+        elif line.startswith("    "):
+            click.echo(cut_middle(cell_text(line), width))
+        else:
+            echo_wrapped(line, width, indent="", hang="      ")
+
+
 @click.command("stacks")
 @click.argument("run_id", required=False)
 @click.option("--pid", type=int, help="Any Python process of yours, instead of a run (py-spy).")
+@click.option("--native", is_flag=True, help="Every native (C/C++) frame, not folded to a count.")
 @read_runs_dir_option
+@wide_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable: culprit_rank and ranks.")
-def stacks_command(run_id: str | None, pid: int | None, runs_dir: Path, as_json: bool) -> None:
+def stacks_command(
+    run_id: str | None, pid: int | None, native: bool, runs_dir: Path, wide: bool, as_json: bool
+) -> None:
     """Every rank's stack: a fresh snapshot of a running run (py-spy with native frames where it
     may attach, else the faulthandler dump every rank registers), or the last one stored for an
     ended run. Says what each rank was doing (stepping in its own code, waiting on its peers in a
@@ -67,7 +94,7 @@ def stacks_command(run_id: str | None, pid: int | None, runs_dir: Path, as_json:
 
     \b
     Examples:
-      ddptui stacks 20261203-1228                 # a run id or a unique prefix
+      ddptui stacks 3f9a                          # any unique part of a run id
       ddptui stacks 20261203-1228 --json          # {"culprit_rank": 1, "ranks": [...]}
       ddptui stacks --pid 4242                    # a foreign job's process (from ddptui ps)
 
@@ -80,7 +107,8 @@ def stacks_command(run_id: str | None, pid: int | None, runs_dir: Path, as_json:
         if as_json:
             click.echo(strict_json.dumps(_as_json(snapshot, None), indent=2))
         else:
-            click.echo("\n".join(diagnosis_lines(snapshot, full=True)))
+            shown = diagnosis_lines(snapshot, full=True, native=native, fold_hint=NATIVE_HINT)
+            _print(shown, output_width(wide))
         return
     assert run_id is not None
     try:
@@ -99,10 +127,10 @@ def stacks_command(run_id: str | None, pid: int | None, runs_dir: Path, as_json:
     if as_json:
         click.echo(strict_json.dumps(_as_json(stored, run_dir.run_id), indent=2))
         return
-    lines = diagnosis_lines(stored, full=True)
+    lines = diagnosis_lines(stored, full=True, native=native, fold_hint=NATIVE_HINT)
     if taken is None:
         lines.insert(0, f"run {run_dir.run_id} is {state.status}: its last stored snapshot")
     dumps = flight_recorder_lines(run_dir)
     if dumps:
         lines += ["", *dumps]
-    click.echo("\n".join(lines))
+    _print(lines, output_width(wide))

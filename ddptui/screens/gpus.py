@@ -1,9 +1,10 @@
 """GPUs: every GPU of the machine (utilisation and memory bars with their history, temperature,
 power) over every process on them, named for what it is: a ddptui run's rank, a foreign job's
 rank, an orphaned job's process, a DataLoader worker, or unknown, including processes NVML does
-not list that hold a GPU device open. Select one and stop it (``t``) or its whole job (``T``)
-after a confirmation; this user's processes only, unless root turns on all users (``a``,
-confirmed).
+not list that hold a GPU device open, under a line of the host's CPU, memory and swap. ``f``
+filters the list (pid, user, kind, job, command). Select one and stop it (``t``) or its whole
+job (``T``) after a confirmation that picks the signal (SIGTERM then SIGKILL, SIGINT, or SIGKILL
+now); this user's processes only, unless root turns on all users (``a``, confirmed).
 
 Without NVML the first line says why and the ranks of ddptui runs on the CPU are listed.
 The NVML sample comes from the app (every ``gpu_poll_seconds``); the process scan is a thread
@@ -12,16 +13,18 @@ worker every ``list_poll_seconds`` that posts ``GpusScanned``.
 
 from __future__ import annotations
 
+import textwrap
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.console import Group
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widget import Widget
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Footer, Header, Input, Static
 
+from ddptui import text_figures
 from ddptui.actions import KILL_GRACE_SECONDS
 from ddptui.messages import GpusScanned, StopFinished
 from ddptui.screens.base import PollingScreen
@@ -35,7 +38,9 @@ from engine.core.procs.process_identity import ProcessRef
 if TYPE_CHECKING:
     from ddptui.gpu_history import GpuHistory
 
-HINT = "↑↓ select · t stop process · T stop its job · , . sort · / reverse"
+HINT = "↑↓ select · t stop process · T stop its job · f filter · , . sort · / reverse"
+# The signals a stop may send, each a key of the stop dialog: (key, label, answer).
+SIGNAL_CHOICES = [("y", "Stop", "stop"), ("i", "SIGINT", "SIGINT"), ("k", "SIGKILL", "SIGKILL")]
 
 
 class GpuBars(Widget):
@@ -56,17 +61,21 @@ class GpuBars(Widget):
             self.styles.height = count
         self.refresh()
 
+    def on_resize(self) -> None:  # a wrapped sentence takes more lines on a narrower terminal
+        self.show(self.inventory, self.held)
+
     def _lines(self, width: int) -> list[Text]:
         inventory = self.inventory
         if inventory is None:
             return [Text("GPUs: sampling NVML…", style="dim")]
-        if inventory.error is not None:
+        if inventory.error is not None:  # a sentence: wrapped at words, never cut
+            sentence = (
+                f"GPUs not available: {inventory.error}. Showing the ranks of ddptui runs on the "
+                "CPU."
+            )
             return [
-                Text(
-                    f"GPUs not available: {inventory.error}. Showing the ranks of ddptui runs "
-                    "on the CPU.",
-                    style="yellow",
-                )
+                Text(line, style="yellow")
+                for line in textwrap.wrap(sentence, max(20, width), break_on_hyphens=False)
             ]
         if not inventory.gpus:
             return [Text("GPUs: NVML lists none on this machine.", style="yellow")]
@@ -90,6 +99,7 @@ class GpusScreen(AllUsersToggle, PollingScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("t", "stop(False)", "Stop"),
         Binding("T", "stop(True)", "Job"),
+        Binding("f", "filter", "Filter"),
         Binding("a", "all_users", "All"),
         Binding("comma", "sort(-1)", "Sort", show=False),
         Binding("full_stop", "sort(1)", "Sort", show=False),
@@ -107,13 +117,21 @@ class GpusScreen(AllUsersToggle, PollingScreen):
         yield Header()
         yield Static("", id="gpus-head")
         yield GpuBars(self.ddptui.gpu_history, id="gpu-bars")
+        yield Static("", id="gpus-host", markup=False)
         yield Static(HINT, id="gpus-hint")
+        yield Input(
+            placeholder="filter: pid, user, kind, job or command (esc clears)",
+            id="gpus-filter",
+            compact=True,
+        )
         yield GpuProcessList(id="gpu-procs")
         yield Static("", id="gpus-detail")
-        yield Footer()
+        yield Footer()  # fmt: skip
 
     def on_mount(self) -> None:
         self.sub_title = "GPUs"
+        self.query_one("#gpus-host").display = False
+        self.query_one("#gpus-filter").display = False
         self.watch(self.ddptui, "gpu_inventory", self._gpus_changed)
 
     def on_screen_resume(self) -> None:
@@ -145,7 +163,18 @@ class GpusScreen(AllUsersToggle, PollingScreen):
         self.view = message.view
         self._show_head()
         self._show_bars()
+        self._show_host()
         self.query_one(GpuProcessList).rows = message.view.rows
+
+    def _show_host(self) -> None:
+        host = self.view.host if self.view is not None else None
+        line = self.query_one("#gpus-host", Static)
+        line.display = host is not None
+        if host is not None:
+            text = Text(text_figures.host_line(host, self.size.width or 80), style="dim")
+            text.no_wrap, text.overflow = True, "ellipsis"
+            line.styles.height = 1
+            line.update(text)
 
     def _show_head(self) -> None:
         view = self.view
@@ -159,6 +188,9 @@ class GpusScreen(AllUsersToggle, PollingScreen):
             parts.append((f"{len(view.rows)} processes", ""))
             if hidden:
                 parts.append((f"{hidden} unlisted by NVML", "yellow"))
+        shown = self.query_one(GpuProcessList).filter_text
+        if shown:
+            parts.append((f"filter {shown!r} (f: change)", "yellow"))
         if self.root():
             parts.append(
                 ("stops: ALL USERS", "bold red")
@@ -194,6 +226,33 @@ class GpusScreen(AllUsersToggle, PollingScreen):
         detail = self.query_one("#gpus-detail", Static)
         detail.styles.height = max(1, len(lines))
         detail.update(Group(*lines))
+
+    # -- filtering -------------------------------------------------------------------------------
+
+    def action_filter(self) -> None:
+        """Show the filter field (as nvitop filters its list); typing narrows the list at once,
+        Enter goes back to the list keeping it, Escape clears it."""
+        field = self.query_one("#gpus-filter", Input)
+        field.display = True
+        field.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "gpus-filter":
+            self.query_one(GpuProcessList).filter_text = event.value.strip()
+            self._show_head()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "gpus-filter":
+            event.input.display = bool(event.value.strip())
+            self.query_one(GpuProcessList).focus()
+
+    def on_key(self, event: events.Key) -> None:
+        field = self.query_one("#gpus-filter", Input)
+        if event.key == "escape" and field.has_focus:
+            event.stop()
+            field.value = ""
+            field.display = False
+            self.query_one(GpuProcessList).focus()
 
     # -- sorting ---------------------------------------------------------------------------------
 
@@ -241,20 +300,21 @@ class GpusScreen(AllUsersToggle, PollingScreen):
             )
             return
         body = (
-            f"{what}\n\nEach gets SIGTERM, then SIGKILL after {KILL_GRACE_SECONDS:.0f} s; its "
-            "child processes too."
+            f"{what}\n\nStop: SIGTERM, then SIGKILL after {KILL_GRACE_SECONDS:.0f} s, child "
+            "processes too. Or one signal: SIGINT (as Ctrl-C), or SIGKILL now."
         )
         if others:
             body += f"\nThis includes processes of {', '.join(sorted(others))}."
 
         def chosen(answer: str | None) -> None:
-            if answer == "stop":
-                self.stopping = True
-                self.report = "stopping…"
-                self._show_detail(self.query_one(GpuProcessList).selected)
-                self.stop(refs, bool(others))
+            if answer is None:
+                return
+            self.stopping = True
+            self.report = "stopping…" if answer == "stop" else f"sending {answer}…"
+            self._show_detail(self.query_one(GpuProcessList).selected)
+            self.stop(refs, bool(others), answer)
 
-        self.app.push_screen(ConfirmDialog(title, body, [("y", "Stop", "stop")]), chosen)
+        self.app.push_screen(ConfirmDialog(title, body, SIGNAL_CHOICES), chosen)
 
     def _other_users(self, refs: tuple[ProcessRef, ...]) -> set[str]:
         pids = {r.pid for r in refs}
@@ -268,9 +328,14 @@ class GpusScreen(AllUsersToggle, PollingScreen):
         return users
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="stop")
-    def stop(self, refs: tuple[ProcessRef, ...], all_users: bool) -> None:
+    def stop(self, refs: tuple[ProcessRef, ...], all_users: bool, how: str = "stop") -> None:
+        """``how``: "stop" (SIGTERM, SIGKILL after the grace), or one signal's name to send."""
+        actions = self.ddptui.actions
         try:
-            outcome = self.ddptui.actions.stop_processes(refs, KILL_GRACE_SECONDS, all_users)
+            if how == "stop":
+                outcome = actions.stop_processes(refs, KILL_GRACE_SECONDS, all_users)
+            else:
+                outcome = actions.signal_processes(refs, how, all_users)
         except Exception as err:
             self.post_message(StopFinished(False, f"stop failed: {err}"))
             return

@@ -33,6 +33,7 @@ from ddptui.widgets.run_summary import CHARTS_FROM, RunSummaryPanel
 from engine.core.common import formatting
 from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.host.gpus import GpuInventory
+from engine.core.runs.observer import RunState
 from engine.core.runs.rundir import RunDir
 
 STATUS_STYLES = {
@@ -202,6 +203,7 @@ class RunScreen(PollingScreen):
         table.epochs = 0 if run.script else run.epochs
         table.steps_only = bool(run.script) and not any(r.images_per_s for r in run.ranks)
         table.ranks = run.ranks
+        table.culprit = self._culprit(run)
         if table.selected is None and run.ranks:
             table.selected = view.log_rank
         panel = self.query_one(GpuPanel)
@@ -221,7 +223,11 @@ class RunScreen(PollingScreen):
             summary.show(run, charts=self._room_for_charts())
         title = f"logs/rank-{view.log_rank}.log" if view.log_rank is not None else "log"
         self.query_one(LogTail).show(
-            f"── {title} (j: next rank) ──", view.log_lines, run.failure, run.notices
+            f"── {title} (j: next rank) ──",
+            view.log_lines,
+            run.failure,
+            run.notices,
+            said_above=ended,  # the summary names the root cause: the log pins its traceback
         )
         kill = self.query_one("#kill", Button)
         if kill.display != stoppable(run.status):
@@ -264,11 +270,17 @@ class RunScreen(PollingScreen):
             head.append(f" · ETA ~{formatting.format_duration(run.eta)}")
         if run.accuracy is not None:
             head.append(f" · acc {run.accuracy:.1%}")
-        if run.reason:
+        if run.reason and not run.final:  # an ended run's summary says why, once
             head.append(f" · {run.reason}", style="dim")
         if run.script and not run.metrics_reported:
             head.append(" · steps only (ddptui.report adds loss, accuracy, img/s)", style="dim")
         self.query_one("#run-title", Static).update(head, layout=False)
+
+    @staticmethod
+    def _culprit(run: RunState) -> int | None:
+        """The rank the others wait for, while ranks are stuck and a snapshot names one."""
+        stuck = any(r.state in (RankStatus.STALLED, RankStatus.STOPPED) for r in run.ranks)
+        return run.diagnosis.culprit_rank if stuck and run.diagnosis is not None else None
 
     def _show_diagnosis(self) -> None:
         """Where the stuck ranks are, from the latest stack snapshot, while a rank is stalled or
@@ -285,7 +297,7 @@ class RunScreen(PollingScreen):
         text = Text("stacks: ", style="bold yellow")
         text.append(snapshot.summary_line())
         if snapshot.culprit is not None:
-            text.append(f" · culprit {snapshot.culprit.who}", style="bold")
+            text.append(f" · culprit {snapshot.culprit.who} ◀", style="bold")
         text.append(" · s: full stacks", style="dim")
         widget.display = True
         widget.update(text)
@@ -347,7 +359,11 @@ class RunScreen(PollingScreen):
         self.ddptui.action_show("runs")
 
     def action_cycle(self, step: int) -> None:
-        self.ddptui.cycle_run(f"run:{self.run_dir.run_id}", step)
+        if not self.ddptui.cycle_run(f"run:{self.run_dir.run_id}", step):
+            self.notify(
+                "This is the only run open: [ and ] move between open runs (open another from "
+                "the Runs screen, r)."
+            )
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "kill":

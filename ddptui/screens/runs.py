@@ -1,5 +1,12 @@
 """Past and running runs from the runs directory, newest first; Enter opens one (re-attaching to a
-run that is still going)."""
+run that is still going), ``delete`` removes an ended one after a confirmation, ``f`` shows only
+the runs in one state.
+
+The list comes from one ``RunCatalog`` (through ``ddptui.watch.RunLister``) in a thread worker: an
+ended run is read once, then only its summary's identity is checked; a going run is observed at
+each poll. The rows are redrawn only when a listing changed; a going run's time goes on counting
+at every poll all the same.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +14,39 @@ import time
 from typing import ClassVar
 
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Footer, Header, Static
 
-from ddptui.messages import RunsListed
+from ddptui.messages import RunsListed, RunsRemoved
 from ddptui.screens.base import PollingScreen
 from ddptui.screens.run import STATUS_STYLES
 from ddptui.watch import RunLister, RunListing
+from ddptui.widgets.confirm import ConfirmDialog
 from ddptui.widgets.fitted_table import FittedTable
 from engine.core.common import formatting
+from engine.core.common.statuses import RunStatus
 from engine.core.runs.rundir import RunDir
+
+# What ``f`` steps through: every run, then the runs in one state (going: something of it runs).
+GOING = "going"
+FILTERS: tuple[str, ...] = (
+    "",
+    GOING,
+    RunStatus.COMPLETED,
+    RunStatus.FAILED,
+    RunStatus.KILLED,
+    RunStatus.LOST,
+)
+
+
+def shown_by(run: RunListing, state: str) -> bool:
+    if not state:
+        return True
+    if state == GOING:
+        return run.status.live
+    return run.status == state
 
 
 class RunsTable(FittedTable):
@@ -29,12 +58,17 @@ class RunsTable(FittedTable):
 class RunsScreen(PollingScreen):
     PROBLEM_AT = "#runs-head"
     BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("delete", "remove", "Delete"),
+        Binding("f", "filter", "Filter"),
         Binding("f5", "refresh", "Refresh", show=False),
     ]
 
     def __init__(self) -> None:
         super().__init__()
-        self.runs: list[RunListing] = []
+        self.runs: list[RunListing] = []  # every run, newest first
+        self.state = ""  # the state shown ("": every run)
+        self.removing = False
+        self._shown: list[RunListing] = []
         self._lister: RunLister | None = None
 
     def compose(self) -> ComposeResult:
@@ -63,32 +97,50 @@ class RunsScreen(PollingScreen):
         self.post_read("runs directory", self._lister.list, RunsListed)
 
     def on_runs_listed(self, message: RunsListed) -> None:
-        app = self.ddptui
-        open_ids = {name.removeprefix("run:") for name in app.run_screen_names}
-        going = sum(1 for r in message.runs if r.status.active)
-        self.query_one("#runs-head", Static).update(
-            Text.assemble(
-                (f"{len(message.runs)} runs in {app.runs_dir}", "bold"),
-                f" · {going} going · Enter opens (re-attaches to a running one)",
-            )
-        )
-        if message.runs == self.runs:
-            return
         self.runs = message.runs
+        self._show()
+
+    def _show(self) -> None:
+        """The head line, then the rows: redrawn when what they show changed, else only the
+        time of the runs still going."""
+        app = self.ddptui
+        shown = [r for r in self.runs if shown_by(r, self.state)]
+        going = sum(1 for r in self.runs if r.status.active)
+        head = Text.assemble(
+            (f"{len(self.runs)} runs in {app.runs_dir}", "bold"), f" · {going} going"
+        )
+        if self.state:
+            head.append(f" · showing {self.state} ({len(shown)}; f: next state)", style="yellow")
+        else:
+            head.append(" · Enter opens (re-attaches to a running one)")
+        self.query_one("#runs-head", Static).update(head)
         table = self.query_one(DataTable)
+        if shown == self._shown:
+            for run in shown:
+                if run.status.active and run.run_id in table.rows:
+                    table.update_cell(run.run_id, "time", self._elapsed(run))
+            return
+        self._shown = shown
+        self._fill(table, shown)
+
+    def _elapsed(self, run: RunListing) -> str:
+        if run.elapsed is not None:
+            return formatting.format_duration(run.elapsed)
+        if run.status.active and run.created:  # its clock runs while it is silent too
+            return formatting.format_duration(self.ddptui.clock() - run.created)
+        return "-"
+
+    def _fill(self, table: DataTable[object], shown: list[RunListing]) -> None:
+        open_ids = {name.removeprefix("run:") for name in self.ddptui.run_screen_names}
         keep = None
         if table.row_count:
             keep = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
         table.clear()
-        now = app.clock()
-        for run in message.runs:
+        for run in shown:
             marker = "▸ " if run.run_id in open_ids else "  "
             started = (
                 time.strftime("%m-%d %H:%M", time.localtime(run.created)) if run.created else "-"
             )
-            elapsed = formatting.format_duration(run.elapsed) if run.elapsed is not None else "-"
-            if run.status.active and run.elapsed is None:
-                elapsed = formatting.format_duration(now - run.created)
             said = f"{run.status} ({run.waiting_for})" if run.waiting_for else str(run.status)
             status = Text(said, style=STATUS_STYLES.get(run.status, ""))
             devices = run.devices or "-"
@@ -99,27 +151,75 @@ class RunsScreen(PollingScreen):
                 status,
                 devices,
                 started,
-                elapsed,
+                self._elapsed(run),
                 f"{run.accuracy:.1%}" if run.accuracy is not None else "-",
                 key=run.run_id,
             )
         if keep is not None and keep in table.rows:
             table.move_cursor(row=table.get_row_index(keep))
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        event.stop()
-        if event.row_key.value is not None:
-            self._open(event.row_key.value)
+    # -- actions ---------------------------------------------------------------------------------
 
-    def action_open(self) -> None:
+    def _highlighted(self) -> RunListing | None:
         table = self.query_one(DataTable)
         if not table.row_count:
-            return
+            return None
         key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-        if key is not None:
-            self._open(key)
+        return next((r for r in self.runs if r.run_id == key), None)
 
-    def _open(self, run_id: str) -> None:
-        run = next((r for r in self.runs if r.run_id == run_id), None)
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        run = next((r for r in self.runs if r.run_id == event.row_key.value), None)
         if run is not None:
             self.ddptui.open_run(RunDir(run.path))
+
+    def action_open(self) -> None:
+        run = self._highlighted()
+        if run is not None:
+            self.ddptui.open_run(RunDir(run.path))
+
+    def action_filter(self) -> None:
+        self.state = FILTERS[(FILTERS.index(self.state) + 1) % len(FILTERS)]
+        self._show()
+
+    def action_remove(self) -> None:
+        run = self._highlighted()
+        if run is None:
+            self.notify("No run selected.")
+            return
+        if self.removing:
+            self.notify("A removal is already in progress.")
+            return
+        if run.status.live:
+            self.notify(
+                f"{run.run_id} is {run.status}: stop it first (open it, then k).",
+                severity="warning",
+            )
+            return
+        dialog = ConfirmDialog(
+            f"Remove run {run.run_id}?",
+            f"Its directory {run.path} goes, with its logs, events, stacks and checkpoint. "
+            "Benches recorded from it keep their figures.",
+            [("y", "Remove", "remove")],
+        )
+
+        def chosen(answer: str | None) -> None:
+            if answer == "remove":
+                self.removing = True
+                self.remove_run(RunDir(run.path))
+
+        self.app.push_screen(dialog, chosen)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="remove")
+    def remove_run(self, run_dir: RunDir) -> None:
+        try:
+            outcome = self.ddptui.actions.remove_runs([run_dir])
+        except Exception as err:
+            self.post_message(RunsRemoved(False, f"could not remove {run_dir.run_id}: {err}"))
+            return
+        self.post_message(RunsRemoved(outcome.ok, outcome.report))
+
+    def on_runs_removed(self, message: RunsRemoved) -> None:
+        self.removing = False
+        self.notify(message.report, severity="information" if message.ok else "error")
+        self.poll()

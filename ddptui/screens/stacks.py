@@ -1,10 +1,11 @@
 """Every rank's stack for one run: what each rank was doing, which rank the others wait for, and
-the full stacks, culprit first. Opens on the run's last snapshot; ``t`` takes a fresh one of a
-live run (in a thread worker: py-spy may take a second per rank)."""
+the full stacks, culprit first, each rank's main thread first with its native frames folded to a
+count (``n`` shows them). Opens on the run's last snapshot; ``t`` takes a fresh one of a live run
+(in a thread worker: py-spy may take a second per rank)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual import work
@@ -19,13 +20,11 @@ from ddptui.stack_report import diagnosis_lines
 from engine.core.runs.rundir import RunDir
 from engine.core.stacks.snapshot import StackSnapshot
 
-if TYPE_CHECKING:
-    pass
-
 
 class StacksScreen(DdptuiScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("t", "take", "Take now"),
+        Binding("n", "native", "Native"),
         Binding("escape", "back", "Back"),
     ]
 
@@ -34,6 +33,7 @@ class StacksScreen(DdptuiScreen):
         self.run_dir = run_dir
         self.snapshot = snapshot
         self.taking = False
+        self.native = False  # native frames folded to a count, as `ddptui stacks` prints them
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -55,7 +55,10 @@ class StacksScreen(DdptuiScreen):
             body = ""
         else:
             head.append(snapshot.summary_line(), style="bold")
-            body = "\n".join(diagnosis_lines(snapshot, full=True))
+            hint = "n shows them"
+            body = "\n".join(
+                diagnosis_lines(snapshot, full=True, native=self.native, fold_hint=hint)
+            )
         if note:
             head.append(f" · {note}", style="yellow")
         self.query_one("#stacks-head", Static).update(head)
@@ -82,6 +85,10 @@ class StacksScreen(DdptuiScreen):
         if message.snapshot is not None:
             self.snapshot = message.snapshot
         self._show(message.problem)
+
+    def action_native(self) -> None:
+        self.native = not self.native
+        self._show()
 
     def action_back(self) -> None:
         self.app.pop_screen()

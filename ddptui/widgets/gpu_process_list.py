@@ -1,6 +1,7 @@
 """The processes on the GPUs, one line each, with a cursor: GPU, pid, user, GPU memory, CPU, host
 memory, age, what it is and its command (the script name kept; the middle elided). Sorted by a
-column the keys pick (as nvitop does: ``,`` and ``.`` move the sort column, ``/`` reverses it).
+column the keys pick (as nvitop does: ``,`` and ``.`` move the sort column, ``/`` reverses it),
+and narrowed to the rows a filter's text is in.
 
 Fixed-width text lines, not a DataTable: it redraws every scan, and measuring a table's cells
 cost more than the rest of the screen."""
@@ -57,9 +58,19 @@ def _gpu(row: GpuProcessRow) -> int:
 
 
 def memory_cell(row: GpuProcessRow) -> str:
+    if row.gpu_index is None:
+        return "-"  # a rank on the CPU: no GPU memory to list ("unlisted" is for hidden holders)
     if not row.listed:
         return "unlisted"
     return formatting.short_bytes(row.gpu_memory_bytes)
+
+
+def matches(row: GpuProcessRow, text: str) -> bool:
+    """Whether the filter ``text`` is in the row's pid, user, kind, job, what or command."""
+    if not text:
+        return True
+    fields = (str(row.pid), row.user, str(row.kind), row.job_label, row.what, row.command)
+    return text.casefold() in " ".join(fields).casefold()
 
 
 def cells(row: GpuProcessRow) -> tuple[str, ...]:
@@ -92,6 +103,8 @@ class GpuProcessList(Widget, can_focus=True):
     ]
 
     rows: reactive[tuple[GpuProcessRow, ...]] = reactive(())
+    # Only rows whose pid, user, kind, job, what or command contain it (case-insensitive).
+    filter_text: reactive[str] = reactive("")
     sort: reactive[str] = reactive("gpu")
     reverse: reactive[bool] = reactive(False)
     cursor: reactive[int] = reactive(0)
@@ -110,7 +123,8 @@ class GpuProcessList(Widget, can_focus=True):
 
     def ordered(self) -> list[GpuProcessRow]:
         key = next(c[4] for c in COLUMNS if c[0] == self.sort)
-        return sorted(self.rows, key=key, reverse=self.reverse)
+        shown = [r for r in self.rows if matches(r, self.filter_text)]
+        return sorted(shown, key=key, reverse=self.reverse)
 
     @property
     def selected(self) -> GpuProcessRow | None:
@@ -138,6 +152,9 @@ class GpuProcessList(Widget, can_focus=True):
             else None
         )
         self._reorder(previous)
+
+    def watch_filter_text(self) -> None:
+        self._reorder(self.selected)
 
     def watch_sort(self) -> None:
         self._reorder(self.selected)
@@ -196,7 +213,7 @@ class GpuProcessList(Widget, can_focus=True):
                 style = ""
                 if COLUMNS[i][0] == "kind":
                     style = KIND_STYLES.get(row.kind, "")
-                elif COLUMNS[i][0] == "gpu mem" and not row.listed:
+                elif COLUMNS[i][0] == "gpu mem" and not row.listed and row.gpu_index is not None:
                     style = "yellow"
                 elif COLUMNS[i][0] == "user" and not row.own:
                     style = "dim"

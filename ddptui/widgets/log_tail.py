@@ -57,6 +57,7 @@ class LogTail(Vertical):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._failure: Failure | None = None
+        self._said_above = False
         self._notices: tuple[str, ...] = ()
         self._body: tuple[str, tuple[str, ...]] | None = None
 
@@ -72,10 +73,14 @@ class LogTail(Vertical):
         lines: tuple[str, ...],
         failure: Failure | None,
         notices: tuple[str, ...] = (),
+        *,
+        said_above: bool = False,
     ) -> None:
-        if failure != self._failure:
-            self._failure = failure
-            self._show_failure(failure)
+        """The log's last lines under the root cause of a failure; ``said_above``: the root cause
+        is already said on the screen (an ended run's summary), so only its traceback is pinned."""
+        if (failure, said_above) != (self._failure, self._said_above):
+            self._failure, self._said_above = failure, said_above
+            self._show_failure(failure, said_above)
         shown_notices = notices[-NOTICES:]
         if shown_notices != self._notices:
             self._notices = shown_notices
@@ -92,17 +97,20 @@ class LogTail(Vertical):
         if (title, lines) != self._body:
             self._show_body(title, lines)
 
-    def _show_failure(self, failure: Failure | None) -> None:
+    def _show_failure(self, failure: Failure | None, said_above: bool) -> None:
         view = self.query_one("#failure", Static)
-        if failure is None:
+        tb = [line for line in (failure.traceback if failure else "").splitlines() if line.strip()]
+        if failure is None or (said_above and not tb):
             view.styles.height = 0
             view.update("")
             return
         who = failure.who if failure.rank is not None else "the run"  # "rank 1 on n2" across nodes
-        head = Text(f"root cause: {who} failed: ", style="bold red")
-        head.append(failure_message(failure), style="red")
+        if said_above:
+            head = Text(f"{who}'s traceback:", style="bold red")
+        else:
+            head = Text(f"root cause: {who} failed: ", style="bold red")
+            head.append(failure_message(failure), style="red")
         parts = [head]
-        tb = [line for line in failure.traceback.rstrip().splitlines() if line.strip()]
         if len(tb) > TRACEBACK_LINES:
             parts.append(Text(f"  … {len(tb) - TRACEBACK_LINES} traceback lines above", "dim"))
         parts.extend(Text(line, style="red") for line in tb[-TRACEBACK_LINES:])

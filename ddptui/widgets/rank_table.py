@@ -1,5 +1,5 @@
 """One row per rank: rank, device, pid, epoch, a steps bar, loss, images/s, age of its last report,
-state. Renders fixed-width lines (cheap to redraw a few times a second); up / down pick the rank
+state (the culprit of a stuck run marked ◀). Renders fixed-width lines (cheap to redraw a few times a second); up / down pick the rank
 whose log the run screen shows. Folded (a small terminal, or ``f``), it is one line per state
 naming its ranks, so many ranks leave the log tail some room."""
 
@@ -32,6 +32,7 @@ HEADERS = ("rank", "device", "pid", "epoch", "steps", "loss", "img/s", "last", "
 RIGHT = (True, False, True, True, True, True, True, True, False)
 STEPS = HEADERS.index("steps")
 WIDE_FROM = 110  # terminals this wide also get a "why" column
+CULPRIT_MARK = " ◀"  # after the state of the rank the others wait for (the diagnosis says so)
 
 
 class RankTable(Widget, can_focus=True):
@@ -56,6 +57,9 @@ class RankTable(Widget, can_focus=True):
     now: reactive[float] = reactive(0.0)
     selected: reactive[int | None] = reactive(None)
     folded: reactive[bool] = reactive(False)
+    # The rank the others wait for (the latest stack snapshot's culprit), marked while ranks are
+    # stuck: stalled ranks otherwise look alike.
+    culprit: reactive[int | None] = reactive(None)
 
     class RankSelected(Message):
         def __init__(self, rank: int) -> None:
@@ -110,7 +114,11 @@ class RankTable(Widget, can_focus=True):
             line = Text(no_wrap=True, overflow="ellipsis")
             line.append(f"{state!s:<9}", style=STATE_STYLES.get(state, ""))
             line.append(f" {len(ranks):>3}  ranks ")
-            line.append(" ".join(str(r.rank) for r in ranks), style="bold")
+            line.append(
+                " ".join(f"{r.rank}{CULPRIT_MARK}" if r.rank == self.culprit else str(r.rank)
+                         for r in ranks),
+                style="bold",
+            )  # fmt: skip
             why = next((r.reason for r in ranks if r.reason), "")
             if why:
                 line.append(f"  {why}", style="dim")
@@ -159,7 +167,7 @@ class RankTable(Widget, can_focus=True):
                 text_figures.loss(r.loss),
                 _steps_per_s(r) if self.steps_only else text_figures.rate(r.images_per_s),
                 last,
-                str(r.state),
+                f"{r.state}{CULPRIT_MARK}" if r.rank == self.culprit else str(r.state),
             ]
             if across:
                 cells.insert(1, r.node or "?")

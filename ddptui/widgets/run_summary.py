@@ -87,21 +87,24 @@ def series(run: RunState) -> dict[str, list[float]]:
 
 
 def sparkline_line(run: RunState, width: int) -> Text:
-    """The three curves as sparklines with their first and last values, on one line."""
+    """The three curves as sparklines between their first and last values, on one line: each
+    covers every epoch (``resample``: more epochs than room, and a point is the mean of several),
+    so its first and last values are the ones it draws."""
     line = Text(no_wrap=True, overflow="ellipsis")
     curves = [(name, values) for name, values in series(run).items() if values]
     if not curves:
         return line
-    room = max(4, min(24, (width - 26 * len(curves)) // len(curves)))
-    for i, (name, values) in enumerate(curves):
+    ends = [f" {_short(values[0])}→{_short(values[-1])}" for _, values in curves]
+    labels = sum(len(name) + 1 + len(end) for (name, _), end in zip(curves, ends, strict=True))
+    room = max(4, min(24, (width - labels - 2 * (len(curves) - 1)) // len(curves)))
+    for i, ((name, values), end) in enumerate(zip(curves, ends, strict=True)):
         if i:
             line.append("  ")
         line.append(f"{name} ", style="bold")
-        top = max(values) or 1.0
-        line.append(
-            text_figures.sparkline(values, min(room, max(2, len(values))), top), style="cyan"
-        )
-        line.append(f" {_short(values[0])}→{_short(values[-1])}", style="dim")
+        points = text_figures.resample(values, room)
+        top = max(points) or 1.0
+        line.append(text_figures.sparkline(points, max(2, len(points)), top), style="cyan")
+        line.append(end, style="dim")
     return line
 
 

@@ -347,8 +347,10 @@ def train_one_epoch(setup: RankSetup, epoch: int, first_global_step: int) -> Ran
         if step + 1 == warmup:
             steady_start = synchronized_clock(setup.device)
 
-        # step_done first: every step is counted; the epoch's last step is always reported.
-        if setup.step_reports.step_done(images=batch_images) or step + 1 == steps:
+        # step_done first: every step is counted. The epoch's last step is always reported, and
+        # the run's first: where its loss began (a summary warns when it ends far above).
+        due = setup.step_reports.step_done(images=batch_images)
+        if due or step + 1 == steps or global_step == 0:
             setup.divergence.check(steps)
             setup.step_reports.report(
                 epoch=epoch,

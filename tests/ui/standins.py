@@ -16,6 +16,7 @@ from ddptui.app import DdptuiApp
 from engine.core.common.statuses import JobKind, JobState, ProcessRole
 from engine.core.config.schema import RunConfig
 from engine.core.host.gpus import GpuInventory
+from engine.core.host.host_usage import HostUsage
 from engine.core.jobs.gpu_join import join_gpus
 from engine.core.jobs.gpu_view import GpuView, build_gpu_view
 from engine.core.jobs.process_table import (
@@ -296,6 +297,18 @@ def eight_gpu_table() -> ProcessTable:
 LEAK_COMMAND = "python /home/ana/scratch/leak_check.py --hold-gpu 6"
 
 
+# The eight-GPU machine's host: 64 cores a third busy, 200 of 512 GiB in use, no swap used.
+EIGHT_GPU_HOST = HostUsage(
+    cpu_percent=33.0,
+    cores=64,
+    memory_used_bytes=200 * 2**30,
+    memory_total_bytes=512 * 2**30,
+    swap_used_bytes=0,
+    swap_total_bytes=8 * 2**30,
+    load_average=21.5,
+)
+
+
 def eight_gpu_view(inventory: GpuInventory) -> GpuView:
     """What the GPUs screen shows of the eight-GPU machine, through the real join."""
     table = eight_gpu_table()
@@ -310,6 +323,7 @@ def eight_gpu_view(inventory: GpuInventory) -> GpuView:
         commands={8800: LEAK_COMMAND},
         uid=ANA,
         now=NOW,
+        host=EIGHT_GPU_HOST,
     )
 
 
@@ -327,6 +341,7 @@ class StandInActions(EngineActions):
         self.on_slurm: list[bool] = []  # whether each start asked for Slurm
         # Slurm as this stand-in answers: its partitions, or None for "no Slurm here".
         self.partitions: list[tuple[str, bool, int, str]] | None = None
+        self.signalled: list[tuple[str, tuple[int, ...], bool]] = []
 
     def start_run(self, config: RunConfig, gpu_count: int, *, slurm: bool = False) -> Any:
         self.started.append(config)
@@ -385,6 +400,10 @@ class StandInActions(EngineActions):
         self.stopped.append((tuple(r.pid for r in refs), all_users))
         n = len(refs)
         return Outcome(True, f"stopped {n} process{'es' if n != 1 else ''}; none left")
+
+    def signal_processes(self, refs: Any, signal_name: str, all_users: bool = False) -> Outcome:
+        self.signalled.append((signal_name, tuple(r.pid for r in refs), all_users))
+        return Outcome(True, f"sent {signal_name} to {len(refs)} process(es)")
 
     def list_benches(self) -> list[Any]:
         return []

@@ -189,6 +189,86 @@ async def test_stop_a_whole_job_after_a_confirmation(
         assert actions.stopped == [((5100, 5110), False)]
 
 
+async def test_the_host_line_says_cpu_memory_and_swap(
+    make_app: Callable[..., DdptuiApp], eight: None
+) -> None:
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        screen = await open_gpus(pilot, app)
+        assert text_of(screen.query_one("#gpus-host")).strip() == (
+            "host CPU 33% of 64 · mem 200.0/512.0G · swap 0.0/8.0G · load 21.50"
+        )
+
+
+async def test_f_filters_the_processes_and_the_footer_shows_it(
+    make_app: Callable[..., DdptuiApp], eight: None
+) -> None:
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        screen = await open_gpus(pilot, app)
+        procs = screen.query_one(GpuProcessList)
+        shown = {k for k, b in app.active_bindings.items() if b.binding.show and b.enabled}
+        assert "f" in shown  # the footer offers it (/ is the sort order's)
+        await pilot.press("f", "s", "w", "e", "e", "p")  # the orphaned sweep job
+        await settle(pilot)
+        assert [r.pid for r in procs.ordered()] == [5100, 5110]
+        assert "filter 'sweep' (f: change)" in text_of(screen.query_one("#gpus-head"))
+        await pilot.press("enter")  # back to the list, the filter kept
+        await settle(pilot)
+        assert procs.has_focus and [r.pid for r in procs.ordered()] == [5100, 5110]
+        await pilot.press("f", "backspace", "backspace", "backspace", "backspace", "backspace")
+        await pilot.press("b", "o")  # by user
+        await settle(pilot)
+        assert [r.pid for r in procs.ordered()] == [7200, 7201, 7202]
+        await pilot.press("escape")  # cleared
+        await settle(pilot)
+        assert len(procs.ordered()) == 8 and procs.has_focus
+        assert "filter" not in text_of(screen.query_one("#gpus-head"))
+
+
+async def test_stopping_offers_a_choice_of_signal(
+    make_app: Callable[..., DdptuiApp], eight: None, root: None
+) -> None:
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        screen = await open_gpus(pilot, app)
+        actions = app.actions
+        assert isinstance(actions, StandInActions)
+        select(screen, 6100)
+        await pilot.press("t")
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmDialog)
+        assert [c[:2] for c in app.screen.choices] == [
+            ("y", "Stop"), ("i", "SIGINT"), ("k", "SIGKILL"),
+        ]  # fmt: skip
+        await pilot.press("i")
+        await settle(pilot, lambda: bool(actions.signalled))
+        assert actions.signalled == [("SIGINT", (6100,), False)] and actions.stopped == []
+        select(screen, 6101)
+        await pilot.press("T", "k")  # its whole job, SIGKILL now
+        await settle(pilot, lambda: len(actions.signalled) == 2)
+        assert actions.signalled[1] == ("SIGKILL", (6090, 6100, 6101), False)
+
+
+async def test_signalling_real_processes_by_pid_and_start_time(pen: ProcessPen) -> None:
+    import signal as signals
+
+    from engine.core.procs.stopping import signal_refs
+
+    sleeper = pen.python()
+    ref = ProcessRef(sleeper.pid, psutil.Process(sleeper.pid).create_time())
+    reused = ProcessRef(sleeper.pid, ref.start_time - 100)  # its pid, another start: not it
+    left = signal_refs([reused], signals.SIGINT)
+    assert (left.sent, left.gone) == ((), (sleeper.pid,)) and left.skipped == (
+        f"pid {sleeper.pid} now belongs to another process: left alone",
+    )
+    assert sleeper.poll() is None
+    done = signal_refs([ref], signals.SIGINT)
+    assert done.sent == (sleeper.pid,) and done.signal == "SIGINT"
+    assert sleeper.wait(timeout=10) != 0  # KeyboardInterrupt ended it
+    assert gone(sleeper.pid, ref.start_time)
+
+
 async def test_the_app_opens_on_the_gpus_screen(
     make_app: Callable[..., DdptuiApp], eight: None
 ) -> None:
@@ -200,14 +280,21 @@ async def test_the_app_opens_on_the_gpus_screen(
         assert isinstance(app.screen, GpusScreen)
 
 
-async def test_without_nvml_one_line_says_why(make_app: Callable[..., DdptuiApp]) -> None:
-    with standin_nvml(fail_init="Driver Not Loaded"):
+async def test_without_nvml_a_sentence_says_why_whole_at_80_columns(
+    make_app: Callable[..., DdptuiApp],
+) -> None:
+    why = "Driver Not Loaded: the NVIDIA kernel module is not loaded on this machine"
+    with standin_nvml(fail_init=why):
         app = make_app()
         async with app.run_test(size=SMALL) as pilot:
             screen = await open_gpus(pilot, app)
-            bars = text_of(screen.query_one(GpuBars)).strip().splitlines()
-            assert len(bars) == 1
-            assert bars[0].startswith("GPUs not available: NVML: Driver Not Loaded.")
+            bars = screen.query_one(GpuBars)
+            lines = [line.rstrip() for line in text_of(bars).strip().splitlines()]
+            assert bars.size.height == len(lines) == 2  # wrapped, not cut at 80 columns
+            assert all(len(line) <= 80 for line in lines)
+            assert " ".join(lines) == (
+                f"GPUs not available: NVML: {why}. Showing the ranks of ddptui runs on the CPU."
+            )
 
 
 # ---- real processes --------------------------------------------------------------------------

@@ -234,5 +234,7 @@ def tail_lines(
         return ()
     lines = data.decode("utf-8", errors="replace").splitlines()
     if size > max_bytes and lines:
-        lines = lines[1:]  # the first line is probably cut
+        # The first line read is cut: dropped, unless it is the only one (a last line longer than
+        # what is read, with no newline yet): then its end, marked as cut, is the log's tail.
+        lines = lines[1:] if len(lines) > 1 else ["…" + lines[0]]
     return tuple(line.rstrip() for line in lines[-count:])

@@ -6,16 +6,18 @@ from dataclasses import dataclass
 
 from engine.core.common.config_error import ConfigError
 
-FAULT_KINDS = (
-    "crash",
-    "exit",
-    "hang",
-    "hang-collective",
-    "sigstop",
-    "slow",
-    "oom",
-    "kill-launcher",
-)
+# Each kind and what it does, in a few words (``ddptui run --help`` lists them all from here).
+FAULT_EFFECTS = {
+    "crash": "raise an error",
+    "exit": "os._exit(3)",
+    "hang": "block forever before the step's forward",
+    "hang-collective": "block forever before the step's backward, its peers in the all-reduce",
+    "sigstop": "stop itself with SIGSTOP: alive, running nothing until SIGCONT",
+    "slow": "sleep every step from then on",
+    "oom": "allocate until the kernel's OOM killer ends the rank",
+    "kill-launcher": "SIGKILL the launcher",
+}
+FAULT_KINDS = tuple(FAULT_EFFECTS)
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,15 @@ def list_presets() -> list[PresetFile]:
 
 
 def find_preset(name_or_path: str) -> PresetFile:
+    suffix = Path(name_or_path).suffix
+    if suffix and suffix != ".toml" and (os.sep in name_or_path or Path(name_or_path).is_file()):
+        what = "a shell script" if suffix == ".sh" else f"a {suffix} file"
+        raise ConfigError(
+            f"{what}, not a preset (.toml) nor a Python script (.py, or -m package.module); "
+            "give ddptui the preset, or the Python script it should run",
+            where=name_or_path,
+            reason=f"{what}, not a preset or a Python script",
+        )
     if name_or_path.endswith(".toml") or os.sep in name_or_path:
         path = Path(name_or_path).expanduser()
         if not path.is_file():

@@ -20,6 +20,7 @@ import psutil
 
 from engine.core.common.statuses import HolderKind, JobKind, JobState, ProcessRole
 from engine.core.host.gpus import GpuInventory, GpuSample, sample_gpus
+from engine.core.host.host_usage import HostSampler, HostUsage
 from engine.core.jobs.process_table import (
     ProcessScanner,
     ProcessTable,
@@ -71,6 +72,7 @@ class GpuView:
     notes: tuple[str, ...] = ()
     scanned_at: float = 0.0
     table: ProcessTable | None = field(default=None, repr=False, compare=False)
+    host: HostUsage | None = None  # the host's CPU, memory and swap at the scan
 
     def rows_of(self, gpu_index: int | None) -> tuple[GpuProcessRow, ...]:
         return tuple(r for r in self.rows if r.gpu_index == gpu_index)
@@ -90,6 +92,7 @@ class GpuView:
             "gpus": [_gpu_json(g, self.rows_of(g.index)) for g in self.gpus],
             "processes": [_row_json(r) for r in self.rows],
             "notes": list(self.notes),
+            "host": self.host.to_json() if self.host else None,
         }
 
 
@@ -218,6 +221,7 @@ def build_gpu_view(
     commands: dict[int, str] | None = None,
     uid: int | None = None,
     now: float | None = None,
+    host: HostUsage | None = None,
 ) -> GpuView:
     """The rows of a process scan's GPU holdings (``ProcessTable.gpu_holdings``), with the card
     figures of ``inventory``, the NVML sample the scan was joined with.
@@ -267,6 +271,10 @@ def build_gpu_view(
             for p in job.live_processes:
                 if p.role == ProcessRole.RANK and p.pid not in shown:
                     rows.append(_job_row(None, job, p, None, False))
+        placed = {r.job_key for r in rows}
+        unplaced = [job for job in table.jobs if job.key not in placed]
+        if unplaced and inventory.error is not None:
+            notes.append(unplaced_jobs_note(unplaced))
     return GpuView(
         gpus=inventory.gpus,
         rows=tuple(rows),
@@ -275,6 +283,17 @@ def build_gpu_view(
         notes=tuple(notes),
         scanned_at=now,
         table=table,
+        host=host,
+    )
+
+
+def unplaced_jobs_note(jobs: list[TrainingJob]) -> str:
+    """The sentence for training jobs that run here but that no NVML can place on a GPU."""
+    labels = ", ".join(job.label for job in jobs[:3]) + (", …" if len(jobs) > 3 else "")
+    count = f"{len(jobs)} training job{'s' if len(jobs) != 1 else ''}"
+    return (
+        f"{count} running here {'is' if len(jobs) == 1 else 'are'} not listed, since without "
+        f"NVML the GPU a process uses cannot be told ({labels}); `ddptui ps` lists every job."
     )
 
 
@@ -286,14 +305,23 @@ class GpuScanner:
     def __init__(self, runs_dir: Path | None = None, device_glob: str | None = None) -> None:
         self.scanner = ProcessScanner(runs_dir, device_glob=device_glob or DEFAULT_DEVICE_GLOB)
         self.probe = ProcessProbe()
+        self.host = HostSampler()
 
     def scan(self, inventory: GpuInventory | None = None, cpu_interval: float = 0.0) -> GpuView:
+        if not self.host.primed:  # so the first scan's host CPU covers the scan
+            self.host.sample()
         inventory = sample_gpus() if inventory is None else inventory
         table = self.scanner.scan(gpus=inventory, cpu_interval=cpu_interval)
         outside = [
             h.pid for h in table.holders.holders if table.job_of(h.pid) is None and h.any_card
         ]
-        return build_gpu_view(inventory, table, probe=self.probe, commands=_commands(outside))
+        return build_gpu_view(
+            inventory,
+            table,
+            probe=self.probe,
+            commands=_commands(outside),
+            host=self.host.sample(),
+        )
 
 
 def _commands(pids: list[int]) -> dict[int, str]:

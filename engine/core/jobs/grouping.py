@@ -121,8 +121,8 @@ def _ours_by_marker(grouping: _Grouping, runs_dir: Path | None) -> None:
             continue
         key, label = f"ddptui:{run_id}", f"ddptui run {run_id}"
         job = grouping.add(key, JobKind.DDPTUI, label, p.pid, ProcessRole.CHILD)
-        if job.run_id is None:
-            job.run_id = run_id
+        job.run_id = run_id
+        if job.run_dir is None:  # any member that carries the run directory names it
             job.run_dir = locate_run(run_id, env, runs_dir)
 
 
@@ -163,10 +163,12 @@ def _foreign_by_environment(grouping: _Grouping) -> None:
         master = f"{env.get('MASTER_ADDR', '?')}:{env.get('MASTER_PORT', '?')}"
         if "TORCHELASTIC_RUN_ID" in env:
             rid = env["TORCHELASTIC_RUN_ID"]
+            # torchrun's run id is "none" unless --rdzv-id (or --standalone) gave one: no name
+            named = f" {rid!r}" if rid and rid != "none" else ""
             key, kind, label = (
                 f"elastic:{rid}@{master}",
                 JobKind.ELASTIC,
-                f"torchrun job {rid!r} at {master}",
+                f"torchrun job{named} at {master}",
             )
         elif "MASTER_ADDR" in env and "MASTER_PORT" in env:
             key, kind, label = f"env:{master}", JobKind.ENV, f"job at {master}"

@@ -34,7 +34,7 @@ from engine.core.procs.device_holders import (
     scan_device_holders,
 )
 from engine.core.procs.process_identity import ProcessProbe, ProcessRef
-from engine.core.procs.process_scan import ProcessInfo, env_int, snapshot_processes
+from engine.core.procs.process_scan import ProcessInfo, env_int, is_python, snapshot_processes
 from engine.core.runs.observer import RunObserver
 from engine.core.runs.rundir import RunDir
 
@@ -326,8 +326,11 @@ def _count(n: int, word: str) -> str:
 
 
 def _visibility_notes(procs: dict[int, ProcessInfo]) -> list[str]:
+    """What the scan could not see, one sentence each. Only Python interpreters count: a process
+    whose environment cannot be read matters only if it could be a training process (a
+    container's init, unreadable on every scan, is not one)."""
     notes = []
-    unread = [p for p in procs.values() if p.environ is None and p.cmdline]
+    unread = [p for p in procs.values() if p.environ is None and p.cmdline and is_python(p)]
     others = [p for p in unread if p.uid != os.getuid()]
     protected = [p for p in unread if p.uid == os.getuid()]
     if others:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from engine.core.common.disk_space import write_failure
-from engine.core.common.run_environment import RUN_MARKER_ENV
+from engine.core.common.run_environment import RUN_DIR_ENV, RUN_MARKER_ENV
 from engine.core.common.run_files import SpaceReserve, open_private, write_atomic
 from engine.core.common.statuses import RunStatus
 from engine.core.config.schema import RunConfig
@@ -168,6 +168,13 @@ def start_run(
             start_new_session=True,
             # The launcher carries the run marker from its first instruction: `ddptui kill` and
             # `clean` stop only processes that carry it.
-            env={**os.environ, "PYTHONUNBUFFERED": "1", RUN_MARKER_ENV: run_dir.run_id},
+            # The marker and the run directory: what proves the launcher the run's, and where
+            # `ddptui ps` finds its run.json wherever --runs-dir points.
+            env={
+                **os.environ,
+                "PYTHONUNBUFFERED": "1",
+                RUN_MARKER_ENV: run_dir.run_id,
+                RUN_DIR_ENV: str(run_dir.path.resolve()),
+            },
         )
     return StartedRun(run_dir=run_dir, plan=plan, process=process, resources=resources)

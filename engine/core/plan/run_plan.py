@@ -3,7 +3,8 @@
 Plain Python. ``plan_run`` resolves the device set, the world size, the global batch, the backend
 and the learning rate, and refuses (ConfigError, one sentence with the reason) any combination that
 cannot run here: fp16 or dataparallel without CUDA, a batch DataParallel cannot split evenly, a
-missing CIFAR-10 directory, more GPUs than the machine has.
+batch larger than a rank's share of the training images, a missing CIFAR-10 directory, more GPUs
+than the machine has.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from engine.core.config.schema import RunConfig
 from engine.core.config.user_code import check_user_code
 
 CIFAR_DIRNAME = "cifar-10-batches-py"
+CIFAR_TRAIN_IMAGES = 50_000
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,33 @@ def check_dataset(config: RunConfig) -> None:
             "reachable, or use --data synthetic",
             key="data.root",
             reason="CIFAR-10 is not on disk",
+        )
+
+
+def train_images(config: RunConfig) -> int | None:
+    """How many training images the data set has; None for data of the user's own (a factory's,
+    or a script's), whose size is known only once it runs."""
+    if config.script.given or config.data.factory:
+        return None
+    return CIFAR_TRAIN_IMAGES if config.data.dataset == "cifar10" else config.data.train_size
+
+
+def check_batch_fits(config: RunConfig, replicas: int) -> None:
+    """Each replica's share of the training images (a DistributedSampler's, full batches only)
+    must hold one batch, or an epoch has no step: refused here, before any rank starts."""
+    images = train_images(config)
+    batch = config.training.batch_size
+    if images is None:
+        return
+    share = images // replicas
+    if batch > share:
+        each = f"each of the {replicas} ranks gets" if replicas > 1 else "the run has"
+        raise ConfigError(
+            f"training.batch_size {batch} is more than the {share} training images {each} per "
+            f"epoch ({images} in all), so an epoch would have no full batch; use a batch of at "
+            f"most {share} or more data",
+            key="training.batch_size",
+            reason=f"batch {batch} is more than the {share} images a rank gets",
         )
 
 
@@ -115,6 +144,7 @@ def plan_run(config: RunConfig, gpu_count: int) -> RunPlan:
                 reason="ddp.sync_batchnorm needs CUDA",
             )
     check_dataset(config)
+    check_batch_fits(config, world_size if strategy == "ddp" else 1)
     lr = config.optimizer.lr
     if config.optimizer.lr_scaling == "linear":
         lr = lr * global_batch / config.optimizer.reference_batch

@@ -150,6 +150,20 @@ def marked_processes(run_id: str, *, exclude: frozenset[int] = frozenset()) -> l
     return found
 
 
+def live_run_markers() -> dict[str, list[int]]:
+    """Run id -> the live processes carrying that run's marker, found in one pass over every
+    process this user can read (zombies left out)."""
+    found: dict[str, list[int]] = {}
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            marker = proc.environ().get(RUN_MARKER_ENV)
+            if marker and not process_ended(proc):
+                found.setdefault(marker, []).append(proc.pid)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
 @dataclass(frozen=True)
 class ProcessUsage:
     cpu_percent: float | None  # of one core, since the previous reading; None on the first

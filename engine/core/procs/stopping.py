@@ -272,6 +272,47 @@ def stop_refs(
     return result, tuple(skipped)
 
 
+@dataclass(frozen=True)
+class SignalResult:
+    """What ``signal_refs`` did: which processes got the signal, which were gone, which were
+    refused (pid, why); and the sentences for those left alone."""
+
+    signal: str
+    sent: tuple[int, ...] = ()
+    gone: tuple[int, ...] = ()
+    refused: tuple[tuple[int, str], ...] = ()
+    skipped: tuple[str, ...] = ()
+
+
+def signal_refs(
+    refs: Iterable[ProcessRef], sig: signal.Signals, *, all_users: bool = False
+) -> SignalResult:
+    """Send one signal (SIGINT, SIGKILL, ...) to the processes ``refs`` name, each looked up again
+    by pid and start time first, refused as ``stop_processes`` refuses (another user's, unless
+    root allowed all users; this process and its ancestors); no wait, no follow-up. The GPUs
+    screen's choice of signal sends through this."""
+    protected = protected_pids()
+    sent: list[int] = []
+    gone: list[int] = []
+    refused: list[tuple[int, str]] = []
+    skipped: list[str] = []
+    for ref in refs:
+        state, proc = lookup(ref)
+        if state == ProcessState.REUSED:
+            skipped.append(f"pid {ref.pid} now belongs to another process: left alone")
+        if proc is None or not state.alive:
+            gone.append(ref.pid)
+            continue
+        why = refusal(proc, allow_other_users=all_users, protected=protected)
+        if why:
+            refused.append((ref.pid, why))
+        elif signal_process(proc, sig):
+            sent.append(ref.pid)
+        else:
+            gone.append(ref.pid)
+    return SignalResult(sig.name, tuple(sent), tuple(gone), tuple(refused), tuple(skipped))
+
+
 def may_stop_other_users() -> bool:
     """Only root may stop other users' processes (and only when asked to)."""
     return os.geteuid() == 0

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import socket
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -365,31 +367,76 @@ def _read_only(path: Path) -> bool:
         return False
 
 
+# run ids as ``new_run_id`` makes them: the preset's name between the time and the random suffix
+_RUN_ID_SHAPE = re.compile(r"^\d{8}-\d{6}-(?P<preset>.+)-[0-9a-f]{4}$")
+CANDIDATES_SHOWN = 10
+
+
+def preset_of_run_id(run_id: str) -> str | None:
+    """The preset name inside a run id ``new_run_id`` made, else None."""
+    shape = _RUN_ID_SHAPE.match(run_id)
+    return shape.group("preset") if shape else None
+
+
 def find_run(runs_dir: Path, run_id: str) -> RunDir:
-    """A run by id (or a unique prefix of one) under ``runs_dir``; RunDirError names what is
-    missing, or why ``run_id`` is no run id at all."""
+    """A run under ``runs_dir`` by its id or any unique part of one (a prefix of its date, its
+    random suffix), or by a preset's name: that preset's newest run. RunDirError names what is
+    missing, lists the runs an ambiguous part matches, or says why ``run_id`` is no run id."""
     check_run_id(run_id)
     check_runs_dir(runs_dir)
     exact = runs_dir / run_id
-    if (exact / "run.json").exists() or (exact / "config.toml").exists():
+    if _is_run(exact):
         return RunDir(exact)
     if runs_dir.is_dir():
-        matches = sorted(p for p in _entries(runs_dir) if p.is_dir() and p.name.startswith(run_id))
+        names = sorted(p.name for p in _entries(runs_dir) if run_id in p.name)
+        of_preset = [n for n in names if preset_of_run_id(n) == run_id and _is_run(runs_dir / n)]
+        if of_preset:  # ids sort by their start time: the last is the newest
+            return RunDir(runs_dir / of_preset[-1])
+        matches = [n for n in names if _is_run(runs_dir / n)]
         if len(matches) == 1:
-            return RunDir(matches[0])
+            return RunDir(runs_dir / matches[0])
         if len(matches) > 1:
+            shown = [f"  {n}" for n in matches[-CANDIDATES_SHOWN:]]
+            more = len(matches) - len(shown)
             raise RunDirError(
-                f"run id {run_id!r} matches {len(matches)} runs in {runs_dir}; give more of it"
+                "\n".join(
+                    [
+                        f"{run_id!r} matches {len(matches)} runs in {runs_dir}; give more of one "
+                        f"of these ids{f' (the newest {len(shown)} of them)' if more else ''}:",
+                        *shown,
+                    ]
+                )
             )
     raise RunDirError(f"no run {run_id!r} in {runs_dir}")
 
 
+def _is_run(path: Path) -> bool:
+    return (path / "run.json").exists() or (path / "config.toml").exists()
+
+
 def list_runs(runs_dir: Path) -> list[RunDir]:
     """Run directories under ``runs_dir``, oldest first; RunDirError when it cannot be read."""
+    return [RunDir(runs_dir / name) for name in run_names(runs_dir)]
+
+
+def run_names(runs_dir: Path, known: Collection[str] = ()) -> list[str]:
+    """The names of the run directories under ``runs_dir`` (those with a config.toml), oldest
+    first; a name in ``known`` is taken for a run without looking (a poller's runs stay runs).
+    RunDirError when the directory cannot be read."""
     check_runs_dir(runs_dir)
     if not runs_dir.is_dir():
         return []
-    return [RunDir(p) for p in sorted(_entries(runs_dir)) if (p / "config.toml").exists()]
+    try:
+        names = sorted(os.listdir(runs_dir))
+    except OSError as err:
+        raise RunDirError(f"--runs-dir {runs_dir} cannot be listed ({err.strerror})") from None
+    # Names and os.path, not a Path a file: this runs at every listing, over every run there is.
+    where = os.fspath(runs_dir)
+    return [
+        name
+        for name in names
+        if name in known or os.path.exists(os.path.join(where, name, "config.toml"))
+    ]
 
 
 def _entries(runs_dir: Path) -> list[Path]:

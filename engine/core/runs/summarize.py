@@ -54,17 +54,40 @@ def epoch_figures(rank0_events: list[Event]) -> list[EpochFigures]:
     return figures
 
 
-def figure_warnings(epochs: list[EpochFigures]) -> tuple[str, ...]:
-    """Sentences for figures that are not numbers: a loss that became NaN or infinite in a run
-    that went on (``training.on_divergence = "warn"``)."""
+# A last epoch's loss this many times the first step's: the run diverged, even if it stayed finite.
+DIVERGED_LOSS_FACTOR = 3.0
+
+
+def figure_warnings(
+    epochs: list[EpochFigures], first_loss: tuple[float, int] | None = None
+) -> tuple[str, ...]:
+    """Sentences for figures a reader must not trust: a loss that became NaN or infinite in a run
+    that went on (``training.on_divergence = "warn"``), or a loss that ended far above where it
+    began (``first_loss``: rank 0's first reported loss and its global step): the model diverged
+    while its loss stayed a number, and its accuracy means nothing."""
+    warnings = []
     bad = [e.epoch + 1 for e in epochs if not math.isfinite(e.train_loss)]
-    if not bad:
-        return ()
-    which = ", ".join(map(str, bad))
-    return (
-        f"the training loss was not finite in epoch {which} (training.on_divergence = warn): "
-        "the model diverged and its figures mean little",
-    )
+    if bad:
+        which = ", ".join(map(str, bad))
+        warnings.append(
+            f"the training loss was not finite in epoch {which} (training.on_divergence = warn): "
+            "the model diverged and its figures mean little"
+        )
+    last = epochs[-1].train_loss if epochs else None
+    began, at = first_loss if first_loss is not None else (None, 0)
+    if (
+        began is not None
+        and last is not None
+        and math.isfinite(last)
+        and 0 < began < math.inf
+        and last > DIVERGED_LOSS_FACTOR * began
+    ):
+        warnings.append(
+            f"the training loss ended far above where it began ({began:.3g} at step {at}, "
+            f"{last:.3g} over epoch {epochs[-1].epoch + 1}): the model diverged (a learning rate "
+            "too high?) and its figures mean little"
+        )
+    return tuple(warnings)
 
 
 def root_failure_of(run_dir: RunDir, status: RunStatus) -> Failure | None:
@@ -131,7 +154,20 @@ def build_summary(
         reason=reason,
         diagnosis=latest_snapshot(run_dir.path),
         global_steps=_last_global_step(rank0),
-        warnings=figure_warnings(epochs),
+        warnings=figure_warnings(epochs, _first_loss(rank0)),
+    )
+
+
+def _first_loss(rank0_events: list[Event]) -> tuple[float, int] | None:
+    """The loss rank 0 reported first, and at which global step: where the training began (the
+    engine's loop reports the run's first step)."""
+    return next(
+        (
+            (e.loss, e.global_step)
+            for e in rank0_events
+            if isinstance(e, StepProgress) and e.loss is not None
+        ),
+        None,
     )
 
 

@@ -30,7 +30,7 @@ from engine.core.common.run_environment import STACK_DUMP_SIGNAL
 from engine.core.common.run_files import open_in_run
 from engine.core.common.statuses import ProcessState
 from engine.core.procs.process_identity import ProcessRef, lookup
-from engine.core.stacks.snapshot import Frame, ThreadStack
+from engine.core.stacks.snapshot import Frame, ThreadStack, ordered_threads, thread_lines
 
 PY_SPY_TIMEOUT_SECONDS = 5.0  # per attempt: with native frames, then without
 DUMP_WAIT_SECONDS = 5.0  # for faulthandler to write the dump after the signal
@@ -115,13 +115,11 @@ def parse_py_spy_json(data: Any, pid: int) -> tuple[ThreadStack, ...]:
 
 
 def format_threads(threads: tuple[ThreadStack, ...]) -> str:
-    """Threads as text, innermost frame last within each thread (as a Python traceback reads)."""
+    """Threads as text, the main thread first, innermost frame last within each thread (as a
+    Python traceback reads)."""
     lines = []
-    for t in threads:
-        lines.append(f"{t.name}{' (main)' if t.main else ''}:")
-        for f in reversed(t.frames):
-            where = f"{f.filename}:{f.line}" if f.line is not None else f.filename
-            lines.append(f"    {f.function} ({where})")
+    for t in ordered_threads(threads):
+        lines += thread_lines(t)
     return "\n".join(lines)
 
 

@@ -180,6 +180,7 @@ def diagnose(
                 problem=stack.problem,
                 last_event_time=target.last_event_time,
                 node=target.node,
+                threads=stack.threads,
             )
         )
     return tuple(found)

@@ -73,9 +73,39 @@ class ThreadStack:
         )
 
 
+def ordered_threads(threads: tuple[ThreadStack, ...]) -> tuple[ThreadStack, ...]:
+    """The main thread first (what a reader looks for), the others in the order they came."""
+    return tuple(sorted(threads, key=lambda t: not t.main))
+
+
+def thread_lines(thread: ThreadStack, *, native: bool = True, fold_hint: str = "") -> list[str]:
+    """One thread as text: its name, then its frames outermost first (as a traceback reads).
+    Without ``native``, each run of native frames is one line saying how many were folded
+    (and ``fold_hint``: how to see them)."""
+    lines = [f"{thread.name}{' (main)' if thread.main else ''}:"]
+    folded = 0
+    for f in reversed(thread.frames):
+        if f.native and not native:
+            folded += 1
+            continue
+        if folded:
+            lines.append(_folded_line(folded, fold_hint))
+            folded = 0
+        where = f"{f.filename}:{f.line}" if f.line is not None else f.filename
+        lines.append(f"    {f.function} ({where})")
+    if folded:
+        lines.append(_folded_line(folded, fold_hint))
+    return lines
+
+
+def _folded_line(count: int, hint: str) -> str:
+    frames = "native frame" if count == 1 else "native frames"
+    return f"    … {count} {frames}" + (f" ({hint})" if hint else "")
+
+
 @dataclass(frozen=True)
 class RankDiagnosis:
-    rank: int
+    rank: int  # -1: a process that is no run's rank (``ddptui stacks --pid``)
     pid: int | None
     activity: RankActivity
     detail: str = ""  # "in backward (all-reduce)", "in all_reduce", "waiting for its data"
@@ -85,11 +115,25 @@ class RankDiagnosis:
     problem: str = ""  # why there is no stack
     last_event_time: float | None = None
     node: str = ""  # the node it runs on, in a run across nodes
+    threads: tuple[ThreadStack, ...] = ()  # the stack's threads (() in older snapshots)
 
     @property
     def who(self) -> str:
-        """ "rank 1", or "rank 1 on n2" in a run across nodes."""
+        """ "rank 2", "rank 1 on n2" in a run across nodes, or "pid 4242" for a process that is
+        no run's rank."""
+        if self.rank < 0:
+            return f"pid {self.pid}"
         return f"rank {self.rank} on {self.node}" if self.node else f"rank {self.rank}"
+
+    def stack_lines(self, *, native: bool = True, fold_hint: str = "") -> list[str]:
+        """The full stack as text lines, the main thread first (``thread_lines``); a snapshot
+        that kept no threads: its text as it was taken."""
+        if not self.threads:
+            return self.stack.rstrip().splitlines()
+        lines: list[str] = []
+        for thread in ordered_threads(self.threads):
+            lines += thread_lines(thread, native=native, fold_hint=fold_hint)
+        return lines
 
     def describe(self) -> str:
         """One phrase: "rank 0 stuck at faults.py:42 in hang"."""
@@ -123,6 +167,7 @@ class RankDiagnosis:
             "last_event_time": self.last_event_time,
             **({"node": self.node} if self.node else {}),  # a run across nodes only
             "describe": self.describe(),
+            "threads": [t.to_json() for t in self.threads],
         }
 
     @classmethod
@@ -139,6 +184,7 @@ class RankDiagnosis:
             problem=str(data.get("problem", "")),
             last_event_time=data.get("last_event_time"),
             node=str(data.get("node") or ""),
+            threads=tuple(ThreadStack.from_json(t) for t in data.get("threads") or ()),
         )
 
 
