@@ -268,7 +268,11 @@ def test_ddptui_run_prints_the_guards_warnings(
         run_id = "the-run"
         warnings = check.warnings
 
-    monkeypatch.setattr(run_command, "start_run", lambda config, runs_dir: Started())
+    class Backend:  # starts nothing
+        def start(self, config: object, runs_dir: Path) -> Started:
+            return Started()
+
+    monkeypatch.setattr(run_command, "backend_named", lambda slurm: Backend())
     result = CliRunner().invoke(main, ["run", "cpu-demo", "--detach", "--runs-dir", str(runs_dir)])
     assert result.exit_code == 0, result.output
     assert result.stdout == "the-run\n"

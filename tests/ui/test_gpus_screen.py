@@ -8,6 +8,7 @@ file made here open (standing in for /dev/nvidia<N>), and a stand-in NVML lists 
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -318,8 +319,8 @@ def gone(pid: int, start: float) -> bool:
     return find_process(ProcessRef(pid, start)) is None
 
 
-ORPHAN_ENV = {
-    "TORCHELASTIC_RUN_ID": "real-orphan",
+ORPHAN_ENV = {  # a job id of this test process's own: another suite's stand-ins are not in its job
+    "TORCHELASTIC_RUN_ID": f"real-orphan-{os.getpid()}",
     "WORLD_SIZE": "2",
     "MASTER_ADDR": "127.0.0.1",
     "MASTER_PORT": "29941",
