@@ -78,7 +78,7 @@ class EngineActions:
         from engine.core.jobs.process_table import ProcessScanner
 
         if self._scanner is None:
-            self._scanner = ProcessScanner(self.runs_dir, self.device_glob)
+            self._scanner = ProcessScanner(self.device_glob)
         table: ProcessTable = self._scanner.scan(cpu_interval=0.0)
         return table
 
@@ -87,7 +87,7 @@ class EngineActions:
         from engine.core.jobs.gpu_view import GpuScanner
 
         if self._gpu_scanner is None:
-            self._gpu_scanner = GpuScanner(self.runs_dir, self.device_glob)
+            self._gpu_scanner = GpuScanner(self.device_glob)
         view: GpuView = self._gpu_scanner.scan(inventory)
         return view
 
@@ -106,7 +106,7 @@ class EngineActions:
         from engine.core.jobs.clean import clean_orphans, plan_clean
         from engine.core.jobs.process_table import scan_processes
 
-        plan = plan_clean(scan_processes(self.runs_dir, cpu_interval=0.0), all_users=all_users)
+        plan = plan_clean(scan_processes(cpu_interval=0.0), all_users=all_users)
         cleaned = clean_orphans(plan, grace, all_users=all_users)
         stopped = sum(len(c.stop.stopped) for c in cleaned)
         left = [pid for c in cleaned for pid in c.stop.survivors]

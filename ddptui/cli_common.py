@@ -57,8 +57,14 @@ def runs_dir_option(*, write: bool, description: str) -> Callable[[Any], Any]:
     )
 
 
-# For the commands that read runs (runs, show, ps, kill, clean, gpus, stacks).
+# For the commands that read runs by id (runs, show, kill, stacks).
 read_runs_dir_option = runs_dir_option(write=False, description="Where run directories are.")
+
+# ps, clean and gpus find each run from its processes, wherever its directory lies, so a runs
+# directory changes nothing there; --runs-dir is still accepted, for the scripts that pass it.
+unused_runs_dir_option = click.option(
+    "--runs-dir", type=click.Path(path_type=Path), default=None, hidden=True, expose_value=False
+)
 
 
 def aligned_columns(rows: Sequence[Sequence[str]], right: Collection[int] = ()) -> list[str]:

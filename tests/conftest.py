@@ -147,3 +147,21 @@ def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.core.host import gpus
 
     monkeypatch.setattr(gpus, "gpu_count", lambda: 0)
+
+
+@pytest.fixture
+def other_user() -> Iterator[str]:
+    """A user made for this test (root only), removed afterwards."""
+    import secrets
+    import subprocess
+
+    name = f"ddptui-t{secrets.token_hex(3)}"
+    subprocess.run(
+        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        yield name
+    finally:
+        subprocess.run(["userdel", name], check=False, capture_output=True)

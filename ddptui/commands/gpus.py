@@ -7,11 +7,10 @@ import json
 import shutil
 import sys
 import time
-from pathlib import Path
 
 import click
 
-from ddptui.cli_common import aligned_columns, read_runs_dir_option
+from ddptui.cli_common import aligned_columns, unused_runs_dir_option
 from ddptui.text_figures import bar, short_command
 from engine.core.common.formatting import format_bytes, format_duration, gib
 from engine.core.jobs.gpu_view import GpuProcessRow, GpuScanner, GpuView
@@ -108,7 +107,7 @@ def _order(row: GpuProcessRow) -> tuple[int, int]:
 
 
 @click.command("gpus")
-@read_runs_dir_option
+@unused_runs_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output for scripts.")
 @click.option("--watch", is_flag=True, help="Redraw every --interval seconds until Ctrl-C.")
 @click.option(
@@ -119,9 +118,7 @@ def _order(row: GpuProcessRow) -> tuple[int, int]:
     help="Seconds between redraws with --watch.",
 )
 @click.option("--count", type=click.IntRange(min=1), default=None, hidden=True)
-def gpus_command(
-    runs_dir: Path, as_json: bool, watch: bool, interval: float, count: int | None
-) -> None:
+def gpus_command(as_json: bool, watch: bool, interval: float, count: int | None) -> None:
     """Every GPU (utilisation, memory, temperature, power) and every process on it.
 
     \b
@@ -133,7 +130,7 @@ def gpus_command(
     and the ranks of ddptui runs on the CPU are listed. `ddptui ps` groups the same processes
     into jobs; `ddptui clean` stops orphaned ones.
     """
-    scanner = GpuScanner(runs_dir)
+    scanner = GpuScanner()
     shown = 0
     try:
         while True:

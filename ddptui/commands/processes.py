@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from ddptui import exit_codes
-from ddptui.cli_common import aligned_columns, fail, read_runs_dir_option
+from ddptui.cli_common import aligned_columns, fail, read_runs_dir_option, unused_runs_dir_option
 from ddptui.text_figures import short_command
 from engine.core.common import strict_json
 from engine.core.common.formatting import format_bytes, format_duration
@@ -128,13 +128,14 @@ def _hidden_lines(table: ProcessTable, width: int) -> list[str]:
 
 
 @click.command("ps")
-@read_runs_dir_option
+@unused_runs_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output for scripts.")
-def ps_command(runs_dir: Path, as_json: bool) -> None:
+def ps_command(as_json: bool) -> None:
     """List the distributed-training processes on this machine, grouped into jobs.
 
     \b
-    Ours are found by their run marker (DDPTUI_RUN_ID); foreign ones (torchrun,
+    Ours are found by their run marker (DDPTUI_RUN_ID and DDPTUI_RUN_DIR, so wherever their
+    run directory lies); foreign ones (torchrun,
     torch.distributed.launch, torch.multiprocessing.spawn) by their environment (RANK /
     LOCAL_RANK with WORLD_SIZE, MASTER_ADDR + MASTER_PORT, TORCHELASTIC_RUN_ID) or as a Python
     interpreter with torch loaded whose command line is a launcher's; never by name alone.
@@ -144,7 +145,7 @@ def ps_command(runs_dir: Path, as_json: bool) -> None:
     stopped (SIGSTOP or Ctrl-Z: `kill -CONT PID` resumes it) or zombie. What cannot be seen (another user's process, a GPU pid from another namespace)
     is listed at the end. `ddptui clean` stops the orphaned jobs.
     """
-    table = scan_processes(runs_dir)
+    table = scan_processes()
     if as_json:
         click.echo(strict_json.dumps(table.to_json(), indent=2))
         return
@@ -162,9 +163,16 @@ def _kill_report(result: KillResult, grace: float) -> list[str]:
             f"run {result.run_id} already finished ({result.status_before}); nothing to stop."
         )
     elif result.outcome == KillOutcome.NOTHING_RUNNING:
+        recorded = (
+            "recorded it as killed"
+            if result.summary_written
+            else f"its summary was not written: {result.unwritten}"
+            if result.unwritten
+            else "its summary was already there"
+        )
         lines.append(
             f"run {result.run_id}: no process of it is left (state was {result.status_before}); "
-            "recorded it as killed."
+            f"{recorded}."
         )
     else:
         roles = ", ".join(f"{t.role} (pid {t.pid})" for t in result.targets)
@@ -196,6 +204,8 @@ def _kill_report(result: KillResult, grace: float) -> list[str]:
         lines.append(f"  {result.gpu_check}")
     if result.summary_written:
         lines.append("  summary.json: killed")
+    elif result.unwritten and result.outcome == KillOutcome.STOPPED:
+        lines.append(f"  summary.json not written: {result.unwritten}")
     return lines
 
 
@@ -314,7 +324,7 @@ def _leftover_lines(plan: LeftoverPlan) -> list[str]:
     show_default=True,
     help="Seconds between SIGTERM and SIGKILL.",
 )
-@read_runs_dir_option
+@unused_runs_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable plan and result.")
 @click.option("--shm-dir", type=click.Path(path_type=Path), default=DEFAULT_SHM_DIR, hidden=True)
 @click.option("--tmp-dir", type=click.Path(path_type=Path), default=None, hidden=True)
@@ -323,7 +333,6 @@ def clean_command(
     dry_run: bool,
     all_users: bool,
     grace: float,
-    runs_dir: Path,
     as_json: bool,
     shm_dir: Path,
     tmp_dir: Path | None,
@@ -348,7 +357,7 @@ def clean_command(
             click.echo(line)
 
     started = time.monotonic()
-    plan = plan_clean(scan_processes(runs_dir, cpu_interval=0.0), all_users=all_users)
+    plan = plan_clean(scan_processes(cpu_interval=0.0), all_users=all_users)
     if not plan.jobs:
         say("No orphaned jobs to stop.")
     for line in _plan_lines(plan):

@@ -16,10 +16,9 @@ from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
 from engine.core.common import strict_json
 from engine.core.common.formatting import format_duration
 from engine.core.config.schema import ConfigError
-from engine.core.config.toml_io import load_config
 from engine.core.runs.observer import RunState, observe_run
 from engine.core.runs.rank_states import RankState, Thresholds
-from engine.core.runs.rundir import RunDirError, find_run, list_runs
+from engine.core.runs.rundir import RunDir, RunDirError, find_run, list_runs
 from engine.core.runs.summary import RunSummary
 
 
@@ -104,9 +103,8 @@ def _rank_rows(ranks: tuple[RankState, ...], now: float) -> list[str]:
 
 
 def _config_lines(progress: RunState) -> list[str]:
-    path = progress.path / "config.toml"
     try:
-        c = load_config(path)
+        c = RunDir(progress.path).load_config()
     except ConfigError as err:
         return [f"config     {err}"]
     faults = f", faults {', '.join(c.faults)}" if c.faults else ""

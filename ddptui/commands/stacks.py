@@ -88,6 +88,13 @@ def stacks_command(run_id: str | None, pid: int | None, runs_dir: Path, as_json:
         fail(str(err))
     state = observe_run(run_dir)
     taken = snapshot_run(run_dir, reason="on demand") if not state.final else None
+    if taken is not None and not taken.proved:
+        why = "; ".join(r.problem for r in taken.ranks)
+        fail(
+            f"run {run_dir.run_id}: none of its ranks is provably the run's, so none was asked "
+            f"for its stack ({why})",
+            exit_codes.FAILED,
+        )
     if taken is not None:
         request_flight_recorder_dumps(run_dir)
     stored = taken or state.diagnosis

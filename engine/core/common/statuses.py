@@ -90,6 +90,8 @@ class RankActivity(Vocabulary):
     FAILED = "failed"  # it reported an error and is on its way out
     GONE = "gone"  # no such process any more
     UNKNOWN = "unknown"  # no stack could be taken
+    # its process is not provably the run's (engine.core.procs.run_proof): never signalled or read
+    NOT_PROVED = "not provably the run's"
 
 
 class JobState(Vocabulary):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from engine.core.common.statuses import RunStatus
 from engine.core.ops.run_start import StartedRun
-from engine.core.procs.process_identity import marked_processes
+from engine.core.procs.run_proof import RunMarker, marked_processes
 from engine.core.runs.observer import RunObserver, RunState
 
 # How long ranks may take to end after their launcher did, before the run is left unsettled
@@ -71,7 +71,9 @@ def follow_run(
             state = observer.observe()
         # and whatever else the run started (multiprocessing's resource tracker, a DataLoader
         # worker): `ddptui run` returns when nothing of the run is left, where it can tell
-        while marked_processes(started.run_id) and time.monotonic() < deadline:
+        while (
+            marked_processes(RunMarker.of_dir(started.run_dir.path)) and time.monotonic() < deadline
+        ):
             time.sleep(poll_seconds)
         if state.status == RunStatus.LOST and not started.run_dir.summary_path.exists():
             observer.settle = True  # the launcher's exit status is known here: write it down

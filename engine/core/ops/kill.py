@@ -21,20 +21,17 @@ from dataclasses import dataclass
 import psutil
 
 from engine.core.common.config_error import ConfigError
-from engine.core.common.run_files import user_name
+from engine.core.common.run_files import refuse_writing, user_name
 from engine.core.common.statuses import KillOutcome, ProcessState, RunStatus
-from engine.core.config.toml_io import load_config
 from engine.core.ops.run_snapshot import snapshot_run
 from engine.core.procs.process_identity import (
     ProcessRef,
     identify,
-    lookup,
-    marked_processes,
-    marker_mismatch,
     process_ended,
     state_of,
     user_of,
 )
+from engine.core.procs.run_proof import RunMarker, directory_owner, marked_processes, prove
 from engine.core.procs.stopping import (
     POLL_SECONDS,
     KillRefused,
@@ -75,6 +72,7 @@ class KillResult:
     skipped: tuple[str, ...] = ()  # one sentence each: a pid left alone and why
     gpu_check: str = ""
     summary_written: bool = False
+    unwritten: str = ""  # why the killer could not write the summary (another user's directory)
     stacks: StackSnapshot | None = None  # every rank's stack, taken before anything was signalled
     by_launcher: bool = False  # the run's live launcher stopped its ranks and wrote the summary
     grace_seconds: float = 0.0  # between SIGTERM and SIGKILL, as the ranks were given it
@@ -103,48 +101,51 @@ def check_run_owner(run_dir: RunDir, *, allow_other_users: bool) -> None:
         )
 
 
-def _named_process(ref: ProcessRef, role: str, run_id: str) -> tuple[psutil.Process | None, str]:
-    """The live process run.json names for ``role``, or None and (when it is not simply gone)
-    the sentence saying why it is left alone."""
-    state, proc = lookup(ref)
-    if state == ProcessState.UNREADABLE:
-        return None, f"pid {ref.pid} ({role}) cannot be inspected"
-    if state == ProcessState.REUSED:
+def _named_process(
+    ref: ProcessRef, role: str, marker: RunMarker, owner_uid: int | None
+) -> tuple[psutil.Process | None, str]:
+    """The live process run.json names for ``role``, proved to be the run's
+    (``engine.core.procs.run_proof.prove``), or None and (when it is not simply gone) the
+    sentence saying why it is left alone."""
+    proc, why = prove(ref, marker, owner_uid)
+    if not why:
+        return proc, ""
+    if why.endswith("now belongs to another process"):
         now = identify(ref.pid)
-        since = (
-            f", started {time.strftime('%H:%M:%S', time.localtime(now.start_time))}" if now else ""
-        )
-        return None, (
-            f"pid {ref.pid} ({role} in run.json) now belongs to another process{since}: left alone"
-        )
-    if proc is None or not state.alive:
-        return None, ""
-    foreign = marker_mismatch(proc, run_id)
-    if foreign:
-        return None, f"{foreign} ({role} in run.json): left alone"
-    return proc, ""
+        if now is not None:
+            why += f", started {time.strftime('%H:%M:%S', time.localtime(now.start_time))}"
+    return None, f"{why} ({role} in run.json): left alone"
+
+
+def _owner_to_prove(run_dir: RunDir, allow_other_users: bool) -> int | None:
+    """Whose processes may be the run's: the run directory's owner's, anyone's when root asked
+    for every user's."""
+    return None if allow_other_users else directory_owner(run_dir.path)
 
 
 def run_targets(
-    run_dir: RunDir, protected: set[int] | None = None
+    run_dir: RunDir, protected: set[int] | None = None, *, allow_other_users: bool = False
 ) -> tuple[list[tuple[psutil.Process, str]], list[str]]:
     """The live processes that are provably the run's (not yet descendants), each with its role:
-    the launcher and ranks run.json names (pid and start time) that also carry the run's marker,
-    and every other process carrying the marker. A sentence for each pid run.json names that is
-    left alone (another process now has its pid, or it does not carry the marker)."""
+    the launcher and ranks run.json names (pid and start time) that also carry the run's marker
+    (its id *and* this run directory) and belong to the run directory's owner, and every other
+    process carrying that marker. A run of the same id in another directory is another run. A
+    sentence for each pid run.json names that is left alone."""
     protected = protected_pids() if protected is None else protected
     info = run_dir.read_run_info()  # RunDirError: the caller says so and stops
+    marker = RunMarker.of_dir(run_dir.path)
+    owner = _owner_to_prove(run_dir, allow_other_users)
     found: dict[int, tuple[psutil.Process, str]] = {}
     skipped: list[str] = []
     named = [(info.launcher, "launcher")] if info.launcher is not None else []
     named += [(ref, f"rank {rank}") for rank, ref in info.ranked()]
     for ref, role in named:
-        proc, why = _named_process(ref, role, run_dir.run_id)
+        proc, why = _named_process(ref, role, marker, owner)
         if why:
             skipped.append(why)
         if proc is not None:
             found[proc.pid] = (proc, role)
-    for proc in marked_processes(run_dir.run_id, exclude=frozenset(protected)):
+    for proc in marked_processes(marker, owner_uid=owner, exclude=frozenset(protected)):
         found.setdefault(proc.pid, (proc, "marked"))
     return list(found.values()), skipped
 
@@ -162,7 +163,7 @@ def _status_before(run_dir: RunDir) -> RunStatus:
 def _launcher_grace(run_dir: RunDir) -> float | None:
     """The grace period the run's launcher gives its ranks (its preset's supervision)."""
     try:
-        return load_config(run_dir.config_path).supervision.failure_grace_seconds
+        return run_dir.load_config().supervision.failure_grace_seconds
     except (ConfigError, OSError):
         return None
 
@@ -211,7 +212,7 @@ def _stop_run(
     """Stop the run's processes: through its live launcher where it has one, else (or when it does
     not finish in time) directly, then whatever carrying the marker is left. Returns what was
     stopped and how, whether the launcher did it, and the grace the ranks were given."""
-    marker = run_dir.run_id
+    marker = RunMarker.of_dir(run_dir.path)
     launcher = next((p for p, role in found if role == "launcher"), None)
     result, by_launcher, given = StopResult(), False, grace
     if launcher is not None and state_of(launcher) == ProcessState.RUNNING:  # it can act
@@ -228,7 +229,11 @@ def _stop_run(
     # a last look for marked processes that slipped through (started while we were stopping)
     late = [
         p
-        for p in marked_processes(marker, exclude=frozenset(protected))
+        for p in marked_processes(
+            marker,
+            owner_uid=_owner_to_prove(run_dir, allow_other_users),
+            exclude=frozenset(protected),
+        )
         if p.pid not in result.stopped
     ]
     if late:
@@ -257,6 +262,7 @@ def _nothing_left(
         status_before=status_before,
         skipped=tuple(skipped),
         summary_written=written,
+        unwritten="" if finished else refuse_writing(run_dir.path),
     )
 
 
@@ -282,7 +288,7 @@ def kill_run(
     check_run_owner(run_dir, allow_other_users=allow_other_users)
     status_before = _status_before(run_dir)
     protected = protected_pids()
-    found, skipped = run_targets(run_dir, protected)
+    found, skipped = run_targets(run_dir, protected, allow_other_users=allow_other_users)
     if not found:
         return _nothing_left(run_dir, status_before, skipped, reason)
     for proc, role in found:
@@ -292,7 +298,11 @@ def kill_run(
     targets = tuple(Target(p.pid, p.create_time(), role, user_of(p)) for p, role in found)
     finished = status_before.final
     # The evidence of why the run was stuck dies with it: take every rank's stack first.
-    stacks = None if finished else snapshot_run(run_dir, reason="before kill")
+    stacks = (
+        None
+        if finished
+        else snapshot_run(run_dir, reason="before kill", all_users=allow_other_users)
+    )
     result, by_launcher, given = _stop_run(
         run_dir, found, grace, allow_other_users=allow_other_users, protected=protected
     )
@@ -313,6 +323,7 @@ def kill_run(
         skipped=tuple(skipped),
         gpu_check=gpu_memory_left(pids) if check_gpu else "",
         summary_written=written,
+        unwritten="" if finished or by_launcher else refuse_writing(run_dir.path),
         stacks=stacks,
         by_launcher=by_launcher,
         grace_seconds=given,

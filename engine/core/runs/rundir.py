@@ -29,15 +29,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.core.common.config_error import ConfigError
 from engine.core.common.run_environment import RUN_MARKER_ENV, STACKS_DIR
 from engine.core.common.run_files import (
+    CONFIG_MAX_BYTES,
     DIR_MODE,
     PRIVATE_DIR_MODE,
+    UnsafeRunFile,
     make_dirs,
+    read_run_bytes,
+    read_run_text,
     user_name,
     write_json_atomic,
 )
 from engine.core.common.statuses import RunStatus
+from engine.core.config.schema import RunConfig
+from engine.core.config.toml_io import config_from_text
 from engine.core.host.oom_evidence import OomBaseline
 from engine.core.procs.process_identity import ProcessRef
 from engine.core.runs.summary import RunSummary
@@ -59,11 +66,15 @@ def new_run_id(preset: str) -> str:
     return f"{stamp}-{preset}-{secrets.token_hex(2)}"
 
 
-def _read_versioned_json(path: Path, what: str) -> dict[str, Any]:
+def _read_versioned_json(run_path: Path, path: Path, what: str) -> dict[str, Any]:
+    """A JSON file of the run directory ``run_path``, read through no planted link, only when it
+    is the run directory owner's and within ``JSON_MAX_BYTES`` (else RunDirError naming why)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_run_bytes(run_path, path).decode("utf-8"))
     except FileNotFoundError:
         raise RunDirError(f"{path}: no {what} here") from None
+    except UnsafeRunFile as err:
+        raise RunDirError(str(err)) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise RunDirError(f"{path}: {what} is corrupt ({err})") from None
     if not isinstance(data, dict):
@@ -261,12 +272,27 @@ class RunDir:
         make_dirs(self.events_dir, DIR_MODE)
         make_dirs(self.logs_dir, PRIVATE_DIR_MODE)
 
+    # config.toml
+    def load_config(self) -> RunConfig:
+        """The run's config.toml, read as every run file is (no planted link, the owner's file,
+        at most ``CONFIG_MAX_BYTES``); ConfigError names the file and what is wrong."""
+        where = str(self.config_path)
+        try:
+            text = read_run_text(self.path, self.config_path, CONFIG_MAX_BYTES)
+        except FileNotFoundError:
+            raise ConfigError("no such config file", where=where) from None
+        except OSError as err:
+            raise ConfigError(
+                f"cannot be read ({err})", where=where, reason="cannot be read"
+            ) from None
+        return config_from_text(text, where=where, name=None)
+
     # run.json
     def write_run_info(self, info: RunInfo) -> None:
         write_json_atomic(self.run_json_path, info.to_json())
 
     def read_run_info(self) -> RunInfo:
-        data = _read_versioned_json(self.run_json_path, "run.json")
+        data = _read_versioned_json(self.path, self.run_json_path, "run.json")
         try:
             return RunInfo.from_json(data)
         except (KeyError, TypeError, ValueError) as err:
@@ -277,11 +303,11 @@ class RunDir:
         write_json_atomic(self.summary_path, {"schema": RUN_SCHEMA_VERSION, **summary.to_json()})
 
     def read_summary(self) -> RunSummary | None:
-        """The summary, or None while the run has not finished; RunDirError when it is corrupt
-        or from a newer ddptui."""
-        if not self.summary_path.exists():
+        """The summary, or None while the run has not finished; RunDirError when it is corrupt,
+        from a newer ddptui, too large, or not a file of the run directory's owner."""
+        if not os.path.lexists(self.summary_path):
             return None
-        data = _read_versioned_json(self.summary_path, "summary.json")
+        data = _read_versioned_json(self.path, self.summary_path, "summary.json")
         try:
             return RunSummary.from_json(data)
         except (KeyError, TypeError, ValueError) as err:
@@ -356,10 +382,15 @@ def find_run(runs_dir: Path, run_id: str) -> RunDir:
     check_run_id(run_id)
     check_runs_dir(runs_dir)
     exact = runs_dir / run_id
+    if exact.is_symlink():
+        raise RunDirError(
+            f"{exact} is a symbolic link ({os.readlink(exact)}): a run directory is never "
+            "followed through one"
+        )
     if (exact / "run.json").exists() or (exact / "config.toml").exists():
         return RunDir(exact)
     if runs_dir.is_dir():
-        matches = sorted(p for p in _entries(runs_dir) if p.is_dir() and p.name.startswith(run_id))
+        matches = sorted(p for p in _run_entries(runs_dir) if p.name.startswith(run_id))
         if len(matches) == 1:
             return RunDir(matches[0])
         if len(matches) > 1:
@@ -374,12 +405,14 @@ def list_runs(runs_dir: Path) -> list[RunDir]:
     check_runs_dir(runs_dir)
     if not runs_dir.is_dir():
         return []
-    return [RunDir(p) for p in sorted(_entries(runs_dir)) if (p / "config.toml").exists()]
+    return [RunDir(p) for p in sorted(_run_entries(runs_dir)) if (p / "config.toml").exists()]
 
 
-def _entries(runs_dir: Path) -> list[Path]:
+def _run_entries(runs_dir: Path) -> list[Path]:
+    """The directories in ``runs_dir``; a symbolic link there is no run directory (it could point
+    at any directory of the machine, /root included)."""
     try:
-        return list(runs_dir.iterdir())
+        return [p for p in runs_dir.iterdir() if not p.is_symlink() and p.is_dir()]
     except OSError as err:
         raise RunDirError(f"--runs-dir {runs_dir} cannot be listed ({err.strerror})") from None
 
@@ -390,7 +423,7 @@ def run_dir_owner(run_dir: RunDir) -> str | None:
     me = os.getuid()
     for path in (run_dir.path, run_dir.run_json_path):
         try:
-            uid = path.lstat().st_uid if path != run_dir.path else path.stat().st_uid
+            uid = path.lstat().st_uid
         except OSError:
             continue
         if uid != me:

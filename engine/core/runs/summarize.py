@@ -11,7 +11,6 @@ import time
 
 from engine.core.common.statuses import RunStatus
 from engine.core.config.devices import DevicePlan
-from engine.core.config.toml_io import load_config
 from engine.core.runs.events import (
     EpochEnded,
     Evaluation,
@@ -91,7 +90,7 @@ def build_summary(
     Works on whatever the run left: a run killed before rank 0 wrote anything gets a summary with
     no epochs. ``failure`` defaults to the root cause the events show when ``status`` is failed.
     """
-    config = load_config(run_dir.config_path)
+    config = run_dir.load_config()
     try:
         info: RunInfo | None = run_dir.read_run_info()
     except RunDirError:  # a summary must be written even next to a broken run.json

@@ -71,6 +71,8 @@ class RankTarget:
     ref: ProcessRef
     last_event_time: float | None = None
     error: str = ""  # the error it reported, when it failed
+    # why its process is not provably the run's: then it is neither signalled nor read
+    refused: str = ""
 
 
 # ---- reading a stack -------------------------------------------------------------------------
@@ -164,7 +166,11 @@ def diagnose(
     for rank in sorted(stacks):
         target, stack = stacks[rank]
         activity, detail, frame = read_activity(stack, distributed=distributed)
-        if target.error and activity != RankActivity.GONE:  # the victim, not the one it waited for
+        if target.refused:
+            activity = RankActivity.NOT_PROVED
+        elif (
+            target.error and activity != RankActivity.GONE
+        ):  # the victim, not the one it waited for
             activity, detail = RankActivity.FAILED, _shorten(target.error, 100)
         found.append(
             RankDiagnosis(
@@ -199,6 +205,8 @@ def take_snapshot(
     directory = stacks_dir(run_dir_path)
 
     def one(target: RankTarget) -> tuple[RankTarget, ProcessStack]:
+        if target.refused:
+            return target, ProcessStack(target.ref.pid, problem=target.refused)
         dump = directory / faulthandler_file_name(target.ref.pid)
         return target, capture_stack(target.ref, dump, use_py_spy=use_py_spy)
 

@@ -19,7 +19,12 @@ from typing import Any
 
 from engine.core.common import strict_json
 from engine.core.common.run_environment import STACKS_DIR
-from engine.core.common.run_files import PRIVATE_DIR_MODE, open_private, read_run_text
+from engine.core.common.run_files import (
+    PRIVATE_DIR_MODE,
+    open_private,
+    read_run_text,
+    refuse_writing,
+)
 from engine.core.common.statuses import RankActivity
 
 SNAPSHOT_SUFFIX = ".json"
@@ -104,6 +109,8 @@ class RankDiagnosis:
                 if self.detail
                 else f"rank {self.rank} failed"
             )
+        if self.activity == RankActivity.NOT_PROVED:
+            return f"rank {self.rank}: left alone ({self.problem})"
         return f"rank {self.rank}: no stack ({self.problem or 'unknown'})"
 
     def to_json(self) -> dict[str, Any]:
@@ -147,6 +154,11 @@ class StackSnapshot:
     path: str = ""  # where it is stored ("" until saved)
 
     @property
+    def proved(self) -> int:
+        """How many of its ranks proved to be the run's (the others were left alone)."""
+        return sum(r.activity != RankActivity.NOT_PROVED for r in self.ranks)
+
+    @property
     def culprit(self) -> RankDiagnosis | None:
         return next((r for r in self.ranks if r.rank == self.culprit_rank), None)
 
@@ -188,7 +200,10 @@ def stacks_dir(run_dir_path: Path) -> Path:
 
 def save_snapshot(run_dir_path: Path, snapshot: StackSnapshot) -> StackSnapshot:
     """Write it as ``stacks/<time>-<reason>.json`` (private to this user); on a disk that refuses,
-    the snapshot is returned unsaved."""
+    or in another user's run directory (only its owner writes there), the snapshot is returned
+    unsaved."""
+    if refuse_writing(Path(run_dir_path)):
+        return snapshot
     directory = stacks_dir(run_dir_path)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(snapshot.time))
     micro = f"{snapshot.time % 1:.6f}"[2:]
