@@ -19,7 +19,7 @@ from typing import Any, TextIO
 import click
 
 from ddptui import exit_codes
-from ddptui.cli_common import fail
+from ddptui.cli_common import echo, fail
 from ddptui.run_options import collect_overrides, override_options
 from ddptui.terminal_progress import ProgressPrinter, follow_with_progress
 from engine.core.bench.bench_runner import BenchState, Follow, run_rows
@@ -191,8 +191,8 @@ def _print_table(table: SpeedupTable, fmt: str, out: Path | None) -> None:
     text = render_table(table, fmt)
     if out is not None:
         out.write_text(text, encoding="utf-8")
-        click.echo(f"table written to {out}", err=True)
-    click.echo(text, nl=False)
+        echo(f"table written to {out}", err=True)
+    echo(text, nl=False)
 
 
 def _creatable(path: Path) -> bool:
@@ -214,21 +214,21 @@ def _record(
 ) -> ResultHistory | None:
     """Add the bench to the history; returns the open history for the caller to close."""
     if state.interrupted:
-        click.echo("not recorded in the results history: the bench was interrupted", err=True)
+        echo("not recorded in the results history: the bench was interrupted", err=True)
         return history
     if not state.runs:
-        click.echo("not recorded in the results history: no row ran on this machine", err=True)
+        echo("not recorded in the results history: no row ran on this machine", err=True)
         return history
     if history is None:
         try:
             history = ResultHistory(db_path)
         except HistoryError as err:
-            click.echo(f"ddptui: not recorded in the results history: {err}", err=True)
+            echo(f"ddptui: not recorded in the results history: {err}", err=True)
             return None
     bench_id = history.record(
         title=_title(suite), command=command, machine=machine, table=table, runs=state.runs
     )
-    click.echo(
+    echo(
         f"recorded as bench {bench_id} in {history.path} (ddptui results show {bench_id})",
         err=True,
     )

@@ -10,7 +10,7 @@ import time
 
 import click
 
-from ddptui.cli_common import aligned_columns, unused_runs_dir_option
+from ddptui.cli_common import aligned_columns, echo, unused_runs_dir_option
 from ddptui.text_figures import bar, short_command
 from engine.core.common.formatting import format_bytes, format_duration, gib
 from engine.core.jobs.gpu_view import GpuProcessRow, GpuScanner, GpuView
@@ -144,8 +144,8 @@ def gpus_command(as_json: bool, watch: bool, interval: float, count: int | None)
                     click.clear()
                 stamp = time.strftime("%H:%M:%S", time.localtime(view.scanned_at))
                 if watch:
-                    click.echo(f"ddptui gpus · {stamp} · every {interval:g} s (Ctrl-C stops)")
-                click.echo(render_gpus(view, width))
+                    echo(f"ddptui gpus · {stamp} · every {interval:g} s (Ctrl-C stops)")
+                echo(render_gpus(view, width))
             if not watch or (count is not None and shown >= count):
                 return
             time.sleep(interval)

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from ddptui.cli_common import echo
 from engine.core.common import strict_json
 from engine.core.host import gpus
 from engine.core.plan.preset_check import PresetCheck, check_presets
@@ -47,13 +48,13 @@ def presets_command(as_json: bool) -> None:
         if inventory.count
         else f"no GPU ({inventory.error or 'none found'})"
     )
-    click.echo(f"This machine: {machine}\n")
+    echo(f"This machine: {machine}\n")
     width = max(len(r["name"]) for r in rows) if rows else 10
     for r in rows:
         mark = "bad" if r["broken"] else "ok " if r["runnable"] else "no "
         user = "" if r["source"] == "bundled" else " [user]"
-        click.echo(f"{mark} {r['name']:<{width}}  {r['description']}{user}")
+        echo(f"{mark} {r['name']:<{width}}  {r['description']}{user}")
         if r["broken"]:
-            click.echo(f"    {'':<{width}}  broken preset file: {r['reason']}")
+            echo(f"    {'':<{width}}  broken preset file: {r['reason']}")
         elif not r["runnable"]:
-            click.echo(f"    {'':<{width}}  cannot run here: {r['reason']}")
+            echo(f"    {'':<{width}}  cannot run here: {r['reason']}")

@@ -18,7 +18,13 @@ from typing import Any
 import click
 
 from ddptui import exit_codes
-from ddptui.cli_common import aligned_columns, fail, read_runs_dir_option, unused_runs_dir_option
+from ddptui.cli_common import (
+    aligned_columns,
+    echo,
+    fail,
+    read_runs_dir_option,
+    unused_runs_dir_option,
+)
 from ddptui.text_figures import short_command
 from engine.core.common import strict_json
 from engine.core.common.formatting import format_bytes, format_duration
@@ -150,7 +156,7 @@ def ps_command(as_json: bool) -> None:
         click.echo(strict_json.dumps(table.to_json(), indent=2))
         return
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 160
-    click.echo(render_table(table, width))
+    echo(render_table(table, width))
 
 
 # ---- ddptui kill -----------------------------------------------------------------------------
@@ -260,7 +266,7 @@ def kill_command(
     if as_json:
         click.echo(strict_json.dumps(_kill_json(result), indent=2))
     else:
-        click.echo("\n".join(_kill_report(result, grace)))
+        echo("\n".join(_kill_report(result, grace)))
     sys.exit(exit_codes.OK if result.ok else exit_codes.FAILED)
 
 
@@ -271,7 +277,7 @@ def _confirm_or_stop(question: str, *, err: bool) -> None:
     except click.Abort:
         agreed = False
     if not agreed:
-        click.echo("Nothing stopped.", err=err)
+        echo("Nothing stopped.", err=err)
         sys.exit(exit_codes.FAILED)
 
 
@@ -354,7 +360,7 @@ def clean_command(
 
     def say(line: str) -> None:
         if not as_json:
-            click.echo(line)
+            echo(line)
 
     started = time.monotonic()
     plan = plan_clean(scan_processes(cpu_interval=0.0), all_users=all_users)

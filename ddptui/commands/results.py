@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ddptui.cli_common import fail
+from ddptui.cli_common import echo, fail
 from engine.core.bench.result_history import (
     BenchRecord,
     HistoryError,
@@ -67,14 +67,14 @@ def list_command(ctx: click.Context, db: Path | None) -> None:
     """List recorded benches, newest first."""
     db = db if db is not None else ctx.obj
     path = db if db is not None else default_db_path()
-    click.echo(f"results history: {path} (--db or $DDPTUI_RESULTS_DB to use another)")
+    echo(f"results history: {path} (--db or $DDPTUI_RESULTS_DB to use another)")
     if not path.exists():
-        click.echo("no benches recorded yet (the file does not exist); run `ddptui bench`")
+        echo("no benches recorded yet (the file does not exist); run `ddptui bench`")
         return
     with _open(db) as history:
         listings = history.list()
     if not listings:
-        click.echo("no benches recorded yet")
+        echo("no benches recorded yet")
         return
     rows = [
         (
@@ -88,7 +88,7 @@ def list_command(ctx: click.Context, db: Path | None) -> None:
         for b in listings
     ]
     for line in markdown_table(("id", "when", "bench", "host", "GPUs", "rows done"), rows):
-        click.echo(line)
+        echo(line)
 
 
 @results_command.command("show")
@@ -101,15 +101,15 @@ def show_command(ctx: click.Context, bench_id: int, fmt: str, db: Path | None) -
     with _open(db if db is not None else ctx.obj) as history:
         record = _get(history, bench_id)
     if fmt != "markdown":
-        click.echo(render_table(record.table, fmt), nl=False)
+        echo(render_table(record.table, fmt), nl=False)
         return
-    click.echo(f"# bench {record.id}: {record.title}, {_when(record.created)}\n")
-    click.echo(table_markdown(record.table), nl=False)
-    click.echo("\nMachine:\n")
+    echo(f"# bench {record.id}: {record.title}, {_when(record.created)}\n")
+    echo(table_markdown(record.table), nl=False)
+    echo("\nMachine:\n")
     for line in markdown_table(("", ""), record.machine.describe()):
-        click.echo(line)
+        echo(line)
     if record.runs:
-        click.echo("\nRuns: " + ", ".join(f"{r.row_label}: {r.run_dir}" for r in record.runs))
+        echo("\nRuns: " + ", ".join(f"{r.row_label}: {r.run_dir}" for r in record.runs))
 
 
 @results_command.command("compare")
@@ -122,8 +122,8 @@ def compare_command(ctx: click.Context, a_id: int, b_id: int, db: Path | None) -
     with _open(db if db is not None else ctx.obj) as history:
         a = _get(history, a_id)
         b = _get(history, b_id)
-    click.echo(f"# A = bench {a.id} ({a.title}, {_when(a.created)})")
-    click.echo(f"# B = bench {b.id} ({b.title}, {_when(b.created)})\n")
+    echo(f"# A = bench {a.id} ({a.title}, {_when(a.created)})")
+    echo(f"# B = bench {b.id} ({b.title}, {_when(b.created)})\n")
     machines: list[Any] = [
         (name, value_a, value_b, "" if value_a == value_b else "differs")
         for (name, value_a), (_, value_b) in zip(
@@ -131,16 +131,16 @@ def compare_command(ctx: click.Context, a_id: int, b_id: int, db: Path | None) -
         )
     ]
     for line in markdown_table(("machine", "A", "B", ""), machines):
-        click.echo(line)
-    click.echo("")
+        echo(line)
+    echo("")
     for line in comparison_markdown(a.table, b.table):
-        click.echo(line)
-    click.echo(
+        echo(line)
+    echo(
         "\n- B vs A is B's images/s over A's, minus 1; speedups are each bench's own, over its "
         "own baseline."
     )
     if a.table.baseline != b.table.baseline:
-        click.echo(
+        echo(
             f"- The baselines differ (A: {a.table.baseline!r}, B: {b.table.baseline!r}), so the "
             "speedup columns are not comparable."
         )

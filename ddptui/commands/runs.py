@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from ddptui.cli_common import aligned_columns, fail, read_runs_dir_option
+from ddptui.cli_common import aligned_columns, echo, fail, read_runs_dir_option
 from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
 from engine.core.common import strict_json
 from engine.core.common.formatting import format_duration
@@ -50,7 +50,7 @@ def runs_command(runs_dir: Path, as_json: bool) -> None:
         return
     if not runs:
         where = "" if runs_dir.is_dir() else " (it does not exist)"
-        click.echo(f"No runs in {runs_dir}{where}.")
+        echo(f"No runs in {runs_dir}{where}.")
         return
     rows = [("RUN ID", "PRESET", "STATE", "AGE", "DEVICES", "RANKS", "STALLED / STRAGGLING")]
     for r in runs:
@@ -66,13 +66,13 @@ def runs_command(runs_dir: Path, as_json: bool) -> None:
             )
         )
     for line in aligned_columns(rows):
-        click.echo(line.rstrip())
+        echo(line.rstrip())
     problems = [r for r in runs if r.problem]
     for r in problems:
-        click.echo(f"  {r.run_id}: {r.problem}")
+        echo(f"  {r.run_id}: {r.problem}")
     for r in runs:
         if r.unsaved:
-            click.echo(f"  {r.run_id}: note: {r.unsaved}")
+            echo(f"  {r.run_id}: note: {r.unsaved}")
 
 
 def _num(value: float | None, spec: str) -> str:
@@ -196,8 +196,8 @@ def show_command(run_id: str, runs_dir: Path, as_json: bool) -> None:
         fr = flight_recorder_lines(run_dir)
         if fr:
             lines += ["", *fr]
-        click.echo("\n".join(lines))
+        echo("\n".join(lines))
     if progress.unsaved:
-        click.echo(f"ddptui: note: {progress.unsaved}", err=True)
+        echo(f"ddptui: note: {progress.unsaved}", err=True)
     if progress.problem:
         fail(progress.problem)

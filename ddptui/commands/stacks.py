@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from ddptui import exit_codes
-from ddptui.cli_common import fail, read_runs_dir_option
+from ddptui.cli_common import echo, fail, read_runs_dir_option
 from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
 from engine.core.common import strict_json
 from engine.core.ops.run_snapshot import request_flight_recorder_dumps, snapshot_run
@@ -79,7 +79,7 @@ def stacks_command(run_id: str | None, pid: int | None, runs_dir: Path, as_json:
         if as_json:
             click.echo(strict_json.dumps(_as_json(snapshot, None), indent=2))
         else:
-            click.echo("\n".join(diagnosis_lines(snapshot, full=True)))
+            echo("\n".join(diagnosis_lines(snapshot, full=True)))
         return
     assert run_id is not None
     try:
@@ -110,4 +110,4 @@ def stacks_command(run_id: str | None, pid: int | None, runs_dir: Path, as_json:
     dumps = flight_recorder_lines(run_dir)
     if dumps:
         lines += ["", *dumps]
-    click.echo("\n".join(lines))
+    echo("\n".join(lines))
