@@ -63,9 +63,10 @@ class EngineActions:
 
     def kill_run(self, run_dir: RunDir, grace: float = KILL_GRACE_SECONDS) -> Outcome:
         """The job-scoped kill (``engine.core.procs.stopping``): every process of this run, nothing else."""
+        from engine.core.common.statuses import StopRequester
         from engine.core.ops.kill import kill_run
 
-        result = kill_run(run_dir, grace, reason="stopped from the ddptui app")
+        result = kill_run(run_dir, grace, by=StopRequester.UI)
         return Outcome(ok=result.ok, report=describe_kill(result))
 
     def take_stacks(self, run_dir: RunDir) -> StackSnapshot | None:

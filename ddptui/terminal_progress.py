@@ -158,14 +158,15 @@ def result_line(summary: RunSummary, run_dir: RunDir) -> str:
     figures.append(f"elapsed {summary.elapsed_seconds:.1f} s")
     text = f"{head}: " + ", ".join(figures)
     if summary.failure is not None:
-        where = f"rank {summary.failure.rank}" if summary.failure.rank is not None else "launcher"
-        text += f"\n  root cause ({where}): {summary.failure.error}"
+        text += f"\n  root cause ({summary.failure.who}): {summary.failure.error}"
         if summary.ranks:
             text += "\n  " + ", ".join(r.describe() for r in summary.ranks)
     elif summary.reason:
         text += f"\n  {summary.reason}"
     for warning in summary.warnings:
         text += f"\n  warning: {warning}"
+    for leftover in summary.leftovers:
+        text += f"\n  leftover: {leftover}"
     if summary.diagnosis is not None and summary.status != RunStatus.COMPLETED:
         text += "\n  " + "\n  ".join(diagnosis_lines(summary.diagnosis))
     for line in flight_recorder_lines(run_dir):

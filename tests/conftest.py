@@ -60,7 +60,7 @@ def process_reaper(
 
 
 # Faults that make a rank stop reporting: a stall is expected of a run with one of these.
-STALLING_FAULTS = ("hang", "hang-collective", "sigstop")
+STALLING_FAULTS = ("hang", "hang-collective", "hang-setup", "hang-eval", "sigstop")
 
 
 def false_stalls(runs: Path) -> list[str]:
@@ -165,3 +165,25 @@ def other_user() -> Iterator[str]:
         yield name
     finally:
         subprocess.run(["userdel", name], check=False, capture_output=True)
+
+
+@pytest.fixture
+def script_runs() -> Iterator[Any]:
+    """Script runs (tests/fixtures/user_script.py) started with `ddptui run --detach`, every
+    process of each ended afterwards."""
+    from tests.fixtures.live_runs import ScriptRuns
+
+    runs = ScriptRuns()
+    yield runs
+    runs.close()
+
+
+@pytest.fixture
+def byo_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user's package of tests/fixtures/byo on the Python path, as PYTHONPATH puts it (for
+    the CLIs started here too)."""
+    from tests.fixtures.repo import REPO_ROOT
+
+    byo = REPO_ROOT / "tests" / "fixtures" / "byo"
+    monkeypatch.setenv("PYTHONPATH", str(byo))
+    monkeypatch.syspath_prepend(str(byo))

@@ -4,65 +4,21 @@ the cross-user cases with a user made for the test."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
 from engine.core.common.statuses import RunStatus
-from engine.core.runs.rundir import RunDir
-from tests.fixtures.live_runs import ddptui, run_processes
+from tests.fixtures.live_runs import ScriptRuns, ddptui
 from tests.fixtures.made_runs import ProcessPen, make_run, marker_env, ref_of
-from tests.fixtures.repo import REPO_ROOT
 from tests.fixtures.waiting import wait_for
 
-SCRIPT = str(REPO_ROOT / "tests" / "fixtures" / "user_script.py")
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (to make a user)")
-
-
-class ScriptRuns:
-    """Script runs started with `ddptui run --detach`, every process of each ended afterwards."""
-
-    def __init__(self) -> None:
-        self.started: list[RunDir] = []
-
-    def start(self, runs_dir: Path, *script_args: str) -> RunDir:
-        done = ddptui(
-            "run", SCRIPT, "--devices", "cpu:2", "--runs-dir", str(runs_dir), "--detach",
-            "--", *script_args,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr
-        run_dir = RunDir(runs_dir / done.stdout.strip().splitlines()[-1])
-        self.started.append(run_dir)
-        assert wait_for(lambda: _ranks_recorded(run_dir), timeout=30), "no ranks in run.json"
-        return run_dir
-
-    def close(self) -> None:
-        leftovers = [p for r in self.started for p in run_processes(r)]
-        for p in leftovers:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        psutil.wait_procs(leftovers, timeout=5)
-
-
-def _ranks_recorded(run_dir: RunDir) -> bool:
-    try:
-        return len(run_dir.read_run_info().ranks) == 2
-    except Exception:
-        return False
-
-
-@pytest.fixture
-def script_runs() -> Iterator[ScriptRuns]:
-    runs = ScriptRuns()
-    yield runs
-    runs.close()
 
 
 def give_to(path: Path, user: str) -> None:

@@ -6,6 +6,7 @@ while a run goes on, after it ended, and after the UI that started it is gone.
 
 from __future__ import annotations
 
+import shlex
 import time
 from pathlib import Path
 
@@ -82,7 +83,8 @@ def _num(value: float | None, spec: str) -> str:
 def _rank_rows(ranks: tuple[RankState, ...], now: float) -> list[str]:
     rows = [("RANK", "PID", "STATE", "EPOCH", "STEP", "LOSS", "IMG/S", "LAST EVENT", "NOTE")]
     for r in ranks:
-        step = "-" if r.step is None else f"{r.step}/{r.steps if r.steps is not None else '?'}"
+        # a script's steps in an epoch are known only where a progress bar said them
+        step = "-" if r.step is None else f"{r.step}/{r.steps}" if r.steps else str(r.step)
         last = (
             "-" if r.last_event_time is None else f"{format_duration(now - r.last_event_time)} ago"
         )
@@ -107,6 +109,13 @@ def _config_lines(progress: RunState) -> list[str]:
         c = RunDir(progress.path).load_config()
     except ConfigError as err:
         return [f"config     {err}"]
+    if c.script.given:  # the script has its own epochs, batch, model and data
+        args = f" {shlex.join(c.script.args)}" if c.script.args else ""
+        return [
+            f"script     {c.script.label}{args}",
+            "           one process per device, started like torchrun",
+            f"supervise  {Thresholds.of(c).describe()}",
+        ]
     faults = f", faults {', '.join(c.faults)}" if c.faults else ""
     steps = f", {c.training.max_steps} steps/epoch" if c.training.max_steps else ""
     return [
@@ -130,7 +139,14 @@ def _summary_lines(summary: RunSummary) -> list[str]:
             f"loss {e.train_loss:.4f}"
             + (f", test accuracy {100 * acc:.1f}%" if acc is not None else "")
         )
+    if summary.strategy == "script":
+        if summary.global_steps is not None:
+            lines.append(f"steps      {summary.global_steps:,} optimizer steps on rank 0")
+        said = [f"{k} {v:g}" for k, v in summary.reported.items() if isinstance(v, (int, float))]
+        if said:
+            lines.append(f"reported   {', '.join(said)} (rank 0's last ddptui.report)")
     lines.extend(f"warning    {w}" for w in summary.warnings)
+    lines.extend(f"leftover   {w}" for w in summary.leftovers)
     failure = summary.failure
     if failure:
         how = []
@@ -138,7 +154,7 @@ def _summary_lines(summary: RunSummary) -> list[str]:
             how.append(f"exit code {failure.exitcode}")
         if failure.signal:
             how.append(failure.signal)
-        who = f"rank {failure.rank}" if failure.rank is not None else "the launcher"
+        who = failure.who
         lines.append(
             f"failure    {who}" + (f" ({', '.join(how)})" if how else "") + f": {failure.error}"
         )

@@ -98,7 +98,7 @@ class LogTail(Vertical):
             view.styles.height = 0
             view.update("")
             return
-        who = f"rank {failure.rank}" if failure.rank is not None else "the run"
+        who = "the run" if failure.who == "the launcher" else failure.who
         head = Text(f"root cause: {who} failed: ", style="bold red")
         head.append(failure_message(failure), style="red")
         parts = [head]

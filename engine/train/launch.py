@@ -50,6 +50,7 @@ from engine.core.host.oom_evidence import oom_baseline
 from engine.core.plan.resource_guard import check_resources
 from engine.core.plan.run_plan import RunPlan, plan_run
 from engine.core.procs.process_identity import ProcessRef
+from engine.core.procs.run_leftovers import end_leftovers
 from engine.core.procs.run_proof import RunMarker
 from engine.core.procs.stopping import stop_processes
 from engine.core.runs.events import (
@@ -317,7 +318,11 @@ def launch(
             ranks=tuple(ProcessRef(p.pid, _create_time(p)) for p in processes.values()),
             global_ranks=tuple(processes),
         )
-        write_final_state(run_dir, final, build_summary(run_dir, status, failure, reason), events)
+        summary = build_summary(run_dir, status, failure, reason)
+        leftovers = end_leftovers(
+            RunMarker.of_dir(run_dir.path), leave=config.supervision.leftovers == "leave"
+        )
+        write_final_state(run_dir, final, replace(summary, leftovers=leftovers), events)
     return status
 
 

@@ -11,6 +11,8 @@ FAULT_KINDS = (
     "exit",
     "hang",
     "hang-collective",
+    "hang-setup",
+    "hang-eval",
     "sigstop",
     "slow",
     "oom",
@@ -23,7 +25,9 @@ class Fault:
     # What each kind does is in engine.train.faults (one function each).
     kind: str
     rank: int
-    step: int  # global step (counted from 0 across epochs) at which it fires
+    # global step (counted from 0 across epochs) at which it fires; the epoch (from 0) whose
+    # evaluation a hang-eval blocks; nothing for a hang-setup (it blocks the rank's setup)
+    step: int
 
 
 def parse_fault(text: str) -> Fault:

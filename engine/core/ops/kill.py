@@ -22,7 +22,7 @@ import psutil
 
 from engine.core.common.config_error import ConfigError
 from engine.core.common.run_files import refuse_writing, user_name
-from engine.core.common.statuses import KillOutcome, ProcessState, RunStatus
+from engine.core.common.statuses import KillOutcome, ProcessState, RunStatus, StopRequester
 from engine.core.ops.run_snapshot import snapshot_run
 from engine.core.procs.process_identity import (
     ProcessRef,
@@ -46,6 +46,7 @@ from engine.core.procs.stopping import (
 from engine.core.runs.events import StopSignalled, read_events
 from engine.core.runs.rundir import RunDir, RunDirError, run_dir_owner
 from engine.core.runs.settle import record_killed
+from engine.core.runs.stop_request import request_stop
 from engine.core.stacks.snapshot import StackSnapshot
 
 # How long past its grace period a launcher may take to finish its stop: its SIGKILL, reaping its
@@ -179,13 +180,19 @@ def _killed_by_launcher(run_dir: RunDir, since: float) -> set[int]:
 
 
 def ask_launcher_to_stop(
-    run_dir: RunDir, launcher: psutil.Process, members: list[psutil.Process], wait: float
+    run_dir: RunDir,
+    launcher: psutil.Process,
+    members: list[psutil.Process],
+    wait: float,
+    by: StopRequester = StopRequester.KILL,
 ) -> tuple[StopResult, bool]:
-    """SIGTERM to the launcher only, then wait up to ``wait`` seconds for it to end. Returns what
-    of ``members`` (and their descendants) ended meanwhile and how, as the launcher's events tell
-    it, and whether the launcher finished its stop (it ended and summary.json is there)."""
+    """Leave word who asks (``engine.core.runs.stop_request``), SIGTERM to the launcher only, then
+    wait up to ``wait`` seconds for it to end. Returns what of ``members`` (and their descendants)
+    ended meanwhile and how, as the launcher's events tell it, and whether the launcher finished
+    its stop (it ended and summary.json is there)."""
     watched = {p.pid: p for p in [*members, *descendants(members)]}
     asked, started = time.time(), time.monotonic()
+    request_stop(run_dir, by)
     if not signal_process(launcher, signal.SIGTERM):
         return StopResult(), False
     deadline = started + wait
@@ -208,6 +215,7 @@ def _stop_run(
     *,
     allow_other_users: bool,
     protected: set[int],
+    by: StopRequester,
 ) -> tuple[StopResult, bool, float]:
     """Stop the run's processes: through its live launcher where it has one, else (or when it does
     not finish in time) directly, then whatever carrying the marker is left. Returns what was
@@ -218,7 +226,9 @@ def _stop_run(
     if launcher is not None and state_of(launcher) == ProcessState.RUNNING:  # it can act
         launcher_grace = _launcher_grace(run_dir)
         wait = max(grace, launcher_grace or grace) + LAUNCHER_STOP_MARGIN_SECONDS
-        result, by_launcher = ask_launcher_to_stop(run_dir, launcher, [p for p, _ in found], wait)
+        result, by_launcher = ask_launcher_to_stop(
+            run_dir, launcher, [p for p, _ in found], wait, by
+        )
         if by_launcher and launcher_grace is not None:
             given = launcher_grace
     rest = [p for p, _ in found if p.pid not in result.stopped and not process_ended(p)]
@@ -246,15 +256,15 @@ def _stop_run(
 
 
 def _nothing_left(
-    run_dir: RunDir, status_before: RunStatus, skipped: list[str], reason: str
+    run_dir: RunDir, status_before: RunStatus, skipped: list[str], by: StopRequester
 ) -> KillResult:
     """Nothing of the run runs: a finished run is left as it is, an unfinished one is recorded as
     killed (its launcher ended without a summary)."""
     finished = status_before.final
     written = not finished and record_killed(
         run_dir,
-        reason
-        or "ddptui kill found no process left: the launcher had ended without writing a summary",
+        f"{by.sentence}, which found no process left: the launcher had ended without writing a "
+        "summary",
     )
     return KillResult(
         run_id=run_dir.run_id,
@@ -272,7 +282,7 @@ def kill_run(
     *,
     allow_other_users: bool = False,
     check_gpu: bool = True,
-    reason: str = "",
+    by: StopRequester = StopRequester.KILL,
 ) -> KillResult:
     """Stop exactly the processes of one run: the launcher and ranks run.json names (pid and start
     time), every process carrying its run marker, and all their descendants carrying it too; a
@@ -283,14 +293,15 @@ def kill_run(
     target is another user's, or a target is this process's own ancestor) before signalling
     anything. A finished run with nothing left is reported as such and left alone; a finished
     run's leftovers are stopped without touching its summary. Otherwise summary.json ends up with
-    status ``killed``: the launcher's, or (``reason``) the killer's when the launcher could not.
+    status ``killed``, saying who asked (``by``): the launcher's, or the killer's when the
+    launcher could not write it.
     """
     check_run_owner(run_dir, allow_other_users=allow_other_users)
     status_before = _status_before(run_dir)
     protected = protected_pids()
     found, skipped = run_targets(run_dir, protected, allow_other_users=allow_other_users)
     if not found:
-        return _nothing_left(run_dir, status_before, skipped, reason)
+        return _nothing_left(run_dir, status_before, skipped, by)
     for proc, role in found:
         why = refusal(proc, allow_other_users=allow_other_users, protected=protected)
         if why:
@@ -304,15 +315,13 @@ def kill_run(
         else snapshot_run(run_dir, reason="before kill", all_users=allow_other_users)
     )
     result, by_launcher, given = _stop_run(
-        run_dir, found, grace, allow_other_users=allow_other_users, protected=protected
+        run_dir, found, grace, allow_other_users=allow_other_users, protected=protected, by=by
     )
     pids = [t.pid for t in targets] + list(result.stopped)
     written = (
         not finished
         and not by_launcher
-        and record_killed(
-            run_dir, reason or f"stopped by ddptui kill (SIGTERM, SIGKILL after {grace:g} s)"
-        )
+        and record_killed(run_dir, f"{by.sentence} (SIGTERM, SIGKILL after {grace:g} s)")
     )
     return KillResult(
         run_id=run_dir.run_id,

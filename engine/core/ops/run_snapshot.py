@@ -9,12 +9,15 @@ when it last reported, as the run observer reads them; the snapshot itself is
 from __future__ import annotations
 
 import os
+import signal
 import stat
 
 from engine.core.common.run_files import refuse_writing
+from engine.core.common.statuses import RankStatus
 from engine.core.procs.process_identity import ProcessProbe
 from engine.core.procs.run_proof import RunMarker, directory_owner, prove
 from engine.core.runs.observer import RunObserver
+from engine.core.runs.rank_states import RankState
 from engine.core.runs.rundir import RunDir
 from engine.core.stacks.diagnosis import RankTarget, take_snapshot
 from engine.core.stacks.snapshot import StackSnapshot
@@ -40,14 +43,23 @@ def snapshot_run(
     info = state.info
     if info is None or not info.ranks or not any(probe.alive(r) for r in info.ranks):
         return None
-    reported = {r.rank: r.last_event_time for r in state.ranks}
+    ranks = {r.rank: r for r in state.ranks}
     marker = RunMarker.of_dir(run_dir.path)
     owner = None if all_users else directory_owner(run_dir.path)
     targets = []
     for rank, ref in info.ranked():
         _, why = prove(ref, marker, owner)
-        refused = f"not provably the run's: {why}" if why else ""
-        targets.append(RankTarget(rank, ref, reported.get(rank), refused=refused))
+        seen = ranks.get(rank)
+        targets.append(
+            RankTarget(
+                rank,
+                ref,
+                seen.last_event_time if seen else None,
+                seen.error if seen else "",
+                refused=f"not provably the run's: {why}" if why else "",
+                exitcode=_ended(seen),
+            )
+        )
     return take_snapshot(
         run_dir.path,
         targets,
@@ -55,6 +67,20 @@ def snapshot_run(
         distributed=info.world_size > 1,
         save=save and any(not t.refused for t in targets),
     )
+
+
+def _ended(rank: RankState | None) -> int | None:
+    """How a rank ended, as a wait status, once the events say it did (else None)."""
+    if rank is None:
+        return None
+    if rank.state == RankStatus.DONE:
+        return 0
+    if rank.signal is not None:
+        try:
+            return -signal.Signals[rank.signal].value
+        except KeyError:
+            return -1
+    return rank.exitcode
 
 
 def request_flight_recorder_dumps(run_dir: RunDir) -> int:

@@ -191,11 +191,14 @@ class RankExited(Event):
 
 @dataclass(frozen=True)
 class RankStalled(Event):
-    """The launcher saw no event from this rank for ``silent_seconds``."""
+    """The launcher saw no event from this rank for ``silent_seconds``; ``why`` is what its stacks
+    showed when a probe found it stalled before any silence rule (``engine.core.stacks.stall_probe``),
+    "" when a silence rule did."""
 
     type: ClassVar[str] = "rank_stalled"
     rank: int
     silent_seconds: float
+    why: str = ""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from engine.core.runs.events import (
     EpochEnded,
     Evaluation,
     Event,
+    MetricsReported,
     RankStarted,
     RunStarted,
     StepProgress,
@@ -127,7 +128,17 @@ def build_summary(
         diagnosis=latest_snapshot(run_dir.path),
         global_steps=_last_global_step(rank0),
         warnings=figure_warnings(epochs),
+        reported=_last_reported(rank0),
     )
+
+
+def _last_reported(rank0_events: list[Event]) -> dict[str, float]:
+    """What rank 0 of a script last reported of each figure (``ddptui.report``)."""
+    found: dict[str, float] = {}
+    for e in rank0_events:
+        if isinstance(e, MetricsReported):
+            found.update(e.metrics)
+    return found
 
 
 def _last_global_step(rank0_events: list[Event]) -> int | None:

@@ -103,6 +103,10 @@ class RankDiagnosis:
             return f"rank {self.rank} stopped by a signal (SIGSTOP){resume}"
         if self.activity == RankActivity.GONE:
             return f"rank {self.rank} is gone"
+        if self.activity == RankActivity.FINISHED:
+            return f"rank {self.rank} finished (exited 0)"
+        if self.activity == RankActivity.CRASHED:
+            return f"rank {self.rank} crashed ({self.detail})"
         if self.activity == RankActivity.FAILED:
             return (
                 f"rank {self.rank} failed ({self.detail})"
