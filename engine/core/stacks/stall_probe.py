@@ -24,7 +24,7 @@ from engine.core.common.statuses import RankActivity
 from engine.core.stacks.diagnosis import RankTarget, take_snapshot
 from engine.core.stacks.snapshot import StackSnapshot, save_snapshot
 
-CONFIRM_SECONDS = 6.0  # between the two snapshots of one probe
+CONFIRM_SECONDS = 4.0  # between the two snapshots of one probe
 IDLE_CPU_SECONDS = 0.25  # a blocked rank and its children use less than this in CONFIRM_SECONDS
 IDLE_IO_BYTES = 256 << 10  # ... and read and write less than this
 
