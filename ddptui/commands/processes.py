@@ -239,9 +239,11 @@ def kill_command(
     """Stop exactly the processes of run RUN_ID (an id or a unique prefix of one).
 
     \b
-    Only what is provably the run's: processes carrying the run's marker (DDPTUI_RUN_ID), the
-    launcher and ranks run.json names also by pid and start time (so a reused pid or a process
-    run.json merely names is never hit), and their children carrying the marker too: SIGTERM,
+    Only what is provably the run's: processes whose own environment carries the run's marker
+    (DDPTUI_RUN_ID and this run directory as DDPTUI_RUN_DIR: a run of the same id elsewhere is
+    another run), owned by the run directory's owner, the launcher and ranks run.json names also
+    by pid and start time (so a reused pid or a process run.json merely names is never hit), and
+    their children carrying the marker too: SIGTERM,
     SIGKILL after --grace seconds, then a check that none is left (and, with NVML, that their
     GPU memory was released). summary.json records the run as killed. A finished run is left
     alone. Another user's run directory is refused; as root, --all-users stops it after asking.

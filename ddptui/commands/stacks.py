@@ -60,9 +60,12 @@ def _as_json(snapshot: StackSnapshot, run_id: str | None) -> dict[str, Any]:
 def stacks_command(run_id: str | None, pid: int | None, runs_dir: Path, as_json: bool) -> None:
     """Every rank's stack: a fresh snapshot of a running run (py-spy with native frames where it
     may attach, else the faulthandler dump every rank registers), or the last one stored for an
-    ended run. Says what each rank was doing (stepping in its own code, waiting on its peers in a
-    collective or in backward, stopped by a signal, gone) and names the culprit: the rank the
-    others wait for.
+    ended run. Only a rank proved to be the run's is asked (its own environment carries the run's
+    marker and this run directory, its pid and start time are run.json's, and it belongs to the
+    run directory's owner); any other is listed as left alone. Says what each rank was doing
+    (stepping in its own code, waiting on its peers in a collective or in backward, stopped by a
+    signal, failed, crashed, finished, gone) and names a culprit only on evidence: the rank the
+    others wait for, or the one that crashed or failed first.
 
     \b
     Examples:
@@ -70,7 +73,8 @@ def stacks_command(run_id: str | None, pid: int | None, runs_dir: Path, as_json:
       ddptui stacks 20261203-1228 --json          # {"culprit_rank": 1, "ranks": [...]}
       ddptui stacks --pid 4242                    # a foreign job's process (from ddptui ps)
 
-    Exit codes: 0 shown, 1 no stack could be taken, 2 bad input.
+    Exit codes: 0 shown, 1 no stack could be taken (or no rank proved to be the run's), 2 bad
+    input.
     """
     if (run_id is None) == (pid is None):
         fail("give a RUN_ID or --pid PID (one of them)")

@@ -3,7 +3,9 @@
 A rank silent past its pace (``RankState.probe_after``, in any phase) is probed
 (``engine.core.stacks.stall_probe.probe_stall``: two stack snapshots, its peers waiting on it,
 idle at one line); a verdict counts only if the rank said nothing since the probe began. A rank
-still silent after a probe that found nothing is probed again every ``REPEAT_SECONDS``.
+still silent after a probe that found nothing is probed again, soon at first (a rank that was
+busy starting may hang a moment later), then ever less often (a long slow phase is probed a few
+times a minute at most): ``FIRST_REPEAT_SECONDS``, doubling up to ``LAST_REPEAT_SECONDS``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from engine.core.runs.rank_states import RankState
 from engine.core.stacks.diagnosis import RankTarget
 from engine.core.stacks.stall_probe import StallVerdict, probe_stall
 
-REPEAT_SECONDS = 20.0  # between probes of one rank that stays silent
+FIRST_REPEAT_SECONDS = 6.0  # from one probe's start to the next, while the rank stays silent
+LAST_REPEAT_SECONDS = 60.0
 
 
 class SilenceProbes:
@@ -28,7 +31,8 @@ class SilenceProbes:
         self._cancelled = threading.Event()
         self._closed = False
         self._done: list[tuple[StallVerdict, float | None]] = []  # (verdict, last event then)
-        self._last_probe: dict[int, tuple[float | None, float]] = {}  # rank: (last event, when)
+        # rank: (its last event, when it was last probed, probes since it last spoke)
+        self._last_probe: dict[int, tuple[float | None, float, int]] = {}
 
     @property
     def busy(self) -> bool:
@@ -47,10 +51,13 @@ class SilenceProbes:
                 continue
             if state.silent_seconds < state.probe_after:
                 continue
-            heard, when = self._last_probe.get(rank, (None, -REPEAT_SECONDS))
-            if heard == state.last_event_time and now - when < REPEAT_SECONDS:
+            heard, when, tries = self._last_probe.get(rank, (None, 0.0, 0))
+            if heard != state.last_event_time:  # it spoke since: a fresh silence
+                tries = 0
+            wait = min(LAST_REPEAT_SECONDS, FIRST_REPEAT_SECONDS * 2 ** max(0, tries - 2))
+            if tries and now - when < wait:
                 continue
-            self._last_probe[rank] = (state.last_event_time, now)
+            self._last_probe[rank] = (state.last_event_time, now, tries + 1)
             self._start(rank, state.last_event_time, targets())
             return
 
