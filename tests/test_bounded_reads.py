@@ -30,12 +30,14 @@ def give_to(path: Path, user: str) -> None:
 
 def peak_memory_of(*args: str) -> tuple[subprocess.CompletedProcess[str], int]:
     """Run `ddptui ARGS` and return it with its peak resident memory in bytes."""
+    # VmHWM: this very program's peak (ru_maxrss would carry over its parent's, across exec)
     code = (
-        "import resource, runpy, sys\n"
+        "import runpy, sys\n"
         "sys.argv = ['ddptui', *sys.argv[1:]]\n"
         "try:\n    runpy.run_module('ddptui', run_name='__main__')\n"
         "finally:\n"
-        "    print('PEAK', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+        "    peak = next(l for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+        "    print('PEAK', peak.split()[1], file=sys.stderr)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code, *args],
