@@ -22,7 +22,19 @@ fault drawn at random:
   diverged at epoch E step S on rank R";
 - ``full-disk``: the run's directory is on its own 3 MiB tmpfs, which this script fills once the
   ranks train (root only: it mounts): failed, one sentence naming the path and the free space,
-  and still a summary.
+  and still a summary;
+- ``hang-eval``, ``hang-setup``: a rank blocks as evaluation starts, or in its setup before its
+  model is built (slow phases, whose fixed rule is 10 minutes); ``hang-script``: a rank of the
+  tutorial's own DDP script blocks after a few fast steps it never reported. The launcher's probe
+  must flag each within 30 s of the rank's last event, naming it the culprit
+  (``supervision.kill_stalled_after`` then ends the run).
+
+Beside the runs, a healthy script run goes on in a runs directory of its own for the whole soak,
+and after every run the soak plans a ``ddptui clean`` of the whole machine (the ``clean --yes``
+judgement: ``plan_clean`` over a full process scan) and stops what it plans of its own runs; with
+``--clean-cli`` it runs the real ``ddptui clean --yes`` instead (every orphan of the machine: a
+machine of your own only). Goal: that healthy run is never planned, and none of its processes
+is stopped.
 
 A run that ends without a launcher summary is settled half the time the way the ``ddptui run``
 follower does it (it knows the launcher's exit status) and half the time the way ``ddptui runs``
@@ -35,7 +47,7 @@ reserve; goal 0), any memory cgroup an ``oom`` fault left, and the stalls the la
 runs where nothing stops a rank (false stalls, goal 0: the stall rule follows each run's pace).
 Exit code 1 when a goal is missed.
 
-    .venv/bin/python bench/soak.py                      # 24 runs, about 4 minutes on 2 cores
+    .venv/bin/python bench/soak.py                      # 30 runs, about 6 minutes on 2 cores
     .venv/bin/python bench/soak.py --runs 60 --seed 7 --max-minutes 12
     .venv/bin/python bench/soak.py --faults sigkill-launcher,kill-launcher --runs 10 --keep
 
@@ -65,8 +77,12 @@ import psutil  # noqa: E402
 
 from engine.core.common.run_environment import RUN_MARKER_ENV  # noqa: E402
 from engine.core.config.presets import load_preset  # noqa: E402
+from engine.core.config.schema import RunConfig, ScriptConfig  # noqa: E402
 from engine.core.config.toml_io import apply_overrides  # noqa: E402
+from engine.core.jobs.clean import CleanPlan, clean_orphans, plan_clean  # noqa: E402
+from engine.core.jobs.process_table import scan_processes  # noqa: E402
 from engine.core.ops.follower import follow_run  # noqa: E402
+from engine.core.ops.kill import kill_run  # noqa: E402
 from engine.core.ops.run_start import StartedRun, start_run  # noqa: E402
 from engine.core.runs.events import RankStalled, read_events  # noqa: E402
 from engine.core.runs.observer import LAUNCHER_START_GRACE_SECONDS, observe_run  # noqa: E402
@@ -86,9 +102,17 @@ FAULTS = (
     "sigstop-rank",
     "diverge",
     "full-disk",
+    "hang-eval",
+    "hang-setup",
+    "hang-script",
 )
+# Hangs in slow phases, which the launcher's probe must flag within PROBE_GOAL_SECONDS.
+PROBED = ("hang-eval", "hang-setup", "hang-script")
+PROBE_GOAL_SECONDS = 30.0
 # Faults that stop a rank from reporting: a stall flagged in any other run is a false one.
-STALLING = ("hang", "hang-collective", "sigstop-rank")
+STALLING = ("hang", "hang-collective", "sigstop-rank", *PROBED)
+TUTORIAL = REPO / "tests" / "fixtures" / "tutorial_ddp.py"
+HEALTHY_SCRIPT = "import time\nwhile True:\n    time.sleep(0.5)\n"
 # The status each fault should end its run with.
 EXPECTED = {
     "none": ("completed",),
@@ -104,6 +128,9 @@ EXPECTED = {
     "sigstop-rank": ("failed",),  # stalled, then ended by supervision.kill_stalled_after
     "diverge": ("failed",),
     "full-disk": ("failed",),
+    "hang-eval": ("failed",),
+    "hang-setup": ("failed",),
+    "hang-script": ("failed",),
 }
 FULL_DISK_BYTES = 3 * 1024 * 1024
 STEPS = 12
@@ -122,6 +149,9 @@ class Outcome:
     seconds: float
     settled_by: str  # launcher | follower | reader
     stalls: int  # stalls the launcher flagged
+    flagged_after: float | None = None  # probed hangs: seconds from the rank's last event
+    flagged_culprit: bool = False  # probed hangs: the flagged rank is the one that hangs
+    healthy_planned: int = 0  # times the clean plan named the healthy run
 
 
 def marked(run_id: str) -> list[psutil.Process]:
@@ -184,7 +214,45 @@ def overrides_for(fault: str, rng: random.Random) -> dict[str, object]:
         values["training.epochs"] = 50
     if fault == "diverge":
         values["optimizer.lr"] = 1e30
+    if fault in PROBED:
+        values["training.max_steps"] = 10_000 if fault == "hang-setup" else STEPS
+        values["supervision.kill_stalled_after"] = 2
+        values["ddp.timeout_seconds"] = 120  # the probe must act first
+    if fault == "hang-eval":
+        values.update({"training.evaluate": True, "data.test_size": 1000})
+        values["faults"] = [f"hang-eval:{rank}:0"]
+    if fault == "hang-setup":
+        values["faults"] = [f"hang-setup:{rank}:0"]
     return values
+
+
+def config_for(fault: str, rng: random.Random) -> tuple[RunConfig, int | None]:
+    """The run of ``fault`` and the rank that hangs (probed hangs only)."""
+    overrides = overrides_for(fault, rng)
+    if fault == "hang-script":
+        rank = rng.randrange(2)
+        script = ScriptConfig(
+            path=str(TUTORIAL),
+            args=("--epochs", "3", "--steps", "20", "--hang-rank", str(rank), "--at-step", "3"),
+        )
+        overrides = {
+            k: v for k, v in overrides.items() if k.startswith(("supervision", "ddp", "devices"))
+        }
+        return apply_overrides(RunConfig.for_script(script), overrides), rank
+    config = apply_overrides(load_preset("cpu-demo"), overrides)
+    hanging = next((f for f in config.faults if f.split(":")[0] in PROBED), None)
+    return config, int(hanging.split(":")[1]) if hanging else None
+
+
+def flag_latency(run_dir: RunDir, rank: int | None) -> tuple[float | None, bool]:
+    """Seconds from the hanging rank's last event to the first stall flagged, and whether the
+    flagged rank is the hanging one."""
+    stalls = [e for e in read_events(run_dir.launcher_events_path) if isinstance(e, RankStalled)]
+    if rank is None or not stalls:
+        return None, False
+    said = [e.time for e in read_events(run_dir.rank_events_path(rank)) if e.time <= stalls[0].time]
+    since = max(said) if said else stalls[0].time
+    return stalls[0].time - since, stalls[0].rank == rank
 
 
 def ranks_named(run_dir: RunDir) -> list[int]:
@@ -249,7 +317,7 @@ def inject_from_outside(started: StartedRun, fault: str, rng: random.Random) -> 
 
 
 def soak_one(fault: str, runs_dir: Path, rng: random.Random, grace: float) -> Outcome:
-    config = apply_overrides(load_preset("cpu-demo"), overrides_for(fault, rng))
+    config, hanging = config_for(fault, rng)
     began = time.monotonic()
     disk: Path | None = None
     if fault == "full-disk":  # a disk of its own, filled once the ranks train
@@ -287,6 +355,7 @@ def soak_one(fault: str, runs_dir: Path, rng: random.Random, grace: float) -> Ou
             proc.kill()
     summary = started.run_dir.read_summary()
     status = str(summary.status) if summary else "missing"
+    flagged_after, flagged_culprit = flag_latency(started.run_dir, hanging)
     leftover_files = debris(started.run_dir)
     if disk is not None:
         subprocess.run(["umount", "-l", str(disk)], check=False)
@@ -303,17 +372,82 @@ def soak_one(fault: str, runs_dir: Path, rng: random.Random, grace: float) -> Ou
         stalls=sum(
             isinstance(e, RankStalled) for e in read_events(started.run_dir.launcher_events_path)
         ),
+        flagged_after=flagged_after,
+        flagged_culprit=flagged_culprit,
     )
+
+
+class HealthyRun:
+    """A script run that stays healthy for the whole soak, in a runs directory of its own (not
+    the one the soak's runs use, nor the working directory's): no clean may plan or stop it."""
+
+    def __init__(self) -> None:
+        self.home = Path(tempfile.mkdtemp(prefix="ddptui-soak-healthy-"))
+        script = self.home / "healthy.py"
+        script.write_text(HEALTHY_SCRIPT)
+        config = apply_overrides(
+            RunConfig.for_script(ScriptConfig(path=str(script))), {"devices.spec": "cpu:2"}
+        )
+        self.started = start_run(config, self.home / "runs")
+        deadline = time.monotonic() + 60
+        while len(ranks_named(self.started.run_dir)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        info = self.started.run_dir.read_run_info()
+        refs = [r for r in [info.launcher, *info.ranks] if r is not None]
+        self.processes = [psutil.Process(r.pid) for r in refs]
+        self.planned = 0  # times a clean plan named it
+
+    @property
+    def run_id(self) -> str:
+        return self.started.run_id
+
+    def stopped(self) -> int:
+        """Its processes that are no longer running (goal 0)."""
+        count = 0
+        for proc in self.processes:
+            try:
+                count += not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+            except psutil.Error:
+                count += 1
+        return count
+
+    def clean_round(self, soak_ids: set[str], clean_cli: bool) -> None:
+        """Judge the whole machine as `ddptui clean --yes` does; stop what it plans of the soak's
+        own runs (with ``clean_cli``: run `ddptui clean --yes` itself)."""
+        if clean_cli:
+            done = subprocess.run(
+                [sys.executable, "-m", "ddptui", "clean", "--yes"],
+                cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+            )  # fmt: skip
+            self.planned += self.run_id in done.stdout
+            return
+        plan = plan_clean(scan_processes(cpu_interval=0.0))
+        self.planned += any(j.run_id == self.run_id for j in plan.jobs)
+        own = tuple(j for j in plan.jobs if j.run_id in soak_ids)
+        clean_orphans(CleanPlan(jobs=own, left_alone=()), grace=2.0)
+
+    def close(self) -> None:
+        kill_run(self.started.run_dir, grace=2.0, check_gpu=False)
+        self.started.wait(timeout=30)
+        import shutil
+
+        shutil.rmtree(self.home, ignore_errors=True)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, default=24)
+    parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-minutes", type=float, default=10.0, help="stop starting new runs")
     parser.add_argument("--grace", type=float, default=2.0, help="seconds before counting")
     parser.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset")
     parser.add_argument("--keep", action="store_true", help="keep the run directories")
+    parser.add_argument(
+        "--clean-cli",
+        action="store_true",
+        help="run the real `ddptui clean --yes` after each run (stops every orphan of the "
+        "machine: on a machine of your own only)",
+    )
     args = parser.parse_args()
     faults = [f for f in args.faults.split(",") if f]
     unknown = [f for f in faults if f not in FAULTS]
@@ -333,25 +467,31 @@ def main() -> int:
     stop_at = time.monotonic() + args.max_minutes * 60
     # every fault once, then at random
     plan = faults + [rng.choice(faults) for _ in range(max(0, args.runs - len(faults)))]
-    for i, fault in enumerate(plan[: args.runs]):
-        if time.monotonic() >= stop_at:
-            print(f"soak: --max-minutes {args.max_minutes} reached after {i} runs")
-            break
-        o = soak_one(fault, runs_dir, rng, args.grace)
-        outcomes.append(o)
-        good = o.expected and o.left == 0 and o.debris == 0 and o.status != "missing"
-        flag = "" if good and (o.stalls == 0 or o.fault in STALLING) else "   <-- goal missed"
-        print(
-            f"{i + 1:3d}  {o.fault:17s} {o.status:10s} left {o.left} debris {o.debris}  "
-            f"settled by {o.settled_by:8s} {o.seconds:5.1f} s{flag}",
-            flush=True,
-        )
+    healthy = HealthyRun()
+    try:
+        for i, fault in enumerate(plan[: args.runs]):
+            if time.monotonic() >= stop_at:
+                print(f"soak: --max-minutes {args.max_minutes} reached after {i} runs")
+                break
+            o = soak_one(fault, runs_dir, rng, args.grace)
+            outcomes.append(o)
+            healthy.clean_round({x.run_id for x in outcomes}, args.clean_cli)
+            print(
+                f"{i + 1:3d}  {o.fault:17s} {o.status:10s} left {o.left} debris {o.debris}  "
+                f"settled by {o.settled_by:8s} {o.seconds:5.1f} s{_flagged(o)}{_missed(o)}",
+                flush=True,
+            )
+        healthy_stopped = healthy.stopped()
+    finally:
+        healthy.close()
     left = sum(o.left for o in outcomes)
     false_stalls = sum(o.stalls for o in outcomes if o.fault not in STALLING)
     missing = sum(o.status == "missing" for o in outcomes)
     leftover = sum(o.debris for o in outcomes)
     unexpected = [o for o in outcomes if not o.expected]
     cgroups = len(fault_cgroups() - cgroups_before)
+    probed = [o for o in outcomes if o.fault in PROBED]
+    late = [o for o in probed if not _probe_met(o)]
     print()
     print(f"runs               {len(outcomes)}")
     print(f"faults             {dict(Counter(o.fault for o in outcomes))}")
@@ -363,12 +503,40 @@ def main() -> int:
     print(f"unexpected status  {len(unexpected)}   {[(o.fault, o.status) for o in unexpected]}")
     print(f"cgroups left       {cgroups}   (goal 0)")
     print(f"false stalls       {false_stalls}   (goal 0)")
+    latencies = sorted(o.flagged_after for o in probed if o.flagged_after is not None)
+    shown = ", ".join(f"{x:.0f}" for x in latencies) or "-"
+    print(f"hangs flagged      {len(probed) - len(late)}/{len(probed)} within {PROBE_GOAL_SECONDS:g} s "
+          f"with the culprit (seconds after its last event: {shown})")  # fmt: skip
+    print(f"healthy planned    {healthy.planned}   (goal 0: the script run of another runs dir)")
+    print(f"healthy stopped    {healthy_stopped}   (goal 0)")
     print(f"run directories    {runs_dir}" + ("" if args.keep else " (removed)"))
     if not args.keep:
         import shutil
 
         shutil.rmtree(runs_dir, ignore_errors=True)
-    return 1 if left or missing or unexpected or cgroups or leftover or false_stalls else 0
+    missed = left or missing or unexpected or cgroups or leftover or false_stalls or late
+    return 1 if missed or healthy.planned or healthy_stopped else 0
+
+
+def _probe_met(o: Outcome) -> bool:
+    return (
+        o.flagged_after is not None and o.flagged_after <= PROBE_GOAL_SECONDS and o.flagged_culprit
+    )
+
+
+def _flagged(o: Outcome) -> str:
+    if o.fault not in PROBED:
+        return ""
+    if o.flagged_after is None:
+        return "  never flagged"
+    return f"  flagged after {o.flagged_after:.0f} s" + ("" if o.flagged_culprit else " (not it)")
+
+
+def _missed(o: Outcome) -> str:
+    good = o.expected and o.left == 0 and o.debris == 0 and o.status != "missing"
+    good = good and (o.stalls == 0 or o.fault in STALLING)
+    good = good and (o.fault not in PROBED or _probe_met(o))
+    return "" if good else "   <-- goal missed"
 
 
 if __name__ == "__main__":

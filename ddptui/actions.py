@@ -85,10 +85,11 @@ class EngineActions:
     def kill_run(self, run_dir: RunDir, grace: float = KILL_GRACE_SECONDS) -> Outcome:
         """The job-scoped kill (``engine.core.procs.stopping``, or Slurm's scancel with every
         node's proof): every process of this run, nothing else."""
+        from engine.core.common.statuses import StopRequester
         from engine.core.ops.backends import backend_of
 
         backend = backend_of(run_dir)
-        result = backend.stop(run_dir, grace, reason="stopped from the ddptui app")
+        result = backend.stop(run_dir, grace, by=StopRequester.UI)
         return Outcome(ok=result.ok, report=describe_kill(result))
 
     def take_stacks(self, run_dir: RunDir) -> StackSnapshot | None:
@@ -101,7 +102,7 @@ class EngineActions:
         from engine.core.jobs.process_table import ProcessScanner
 
         if self._scanner is None:
-            self._scanner = ProcessScanner(self.runs_dir, self.device_glob)
+            self._scanner = ProcessScanner(self.device_glob)
         table: ProcessTable = self._scanner.scan(cpu_interval=0.0)
         return table
 
@@ -110,7 +111,7 @@ class EngineActions:
         from engine.core.jobs.gpu_view import GpuScanner
 
         if self._gpu_scanner is None:
-            self._gpu_scanner = GpuScanner(self.runs_dir, self.device_glob)
+            self._gpu_scanner = GpuScanner(self.device_glob)
         view: GpuView = self._gpu_scanner.scan(inventory)
         return view
 
@@ -141,7 +142,7 @@ class EngineActions:
         from engine.core.jobs.clean import clean_orphans, plan_clean
         from engine.core.jobs.process_table import scan_processes
 
-        plan = plan_clean(scan_processes(self.runs_dir, cpu_interval=0.0), all_users=all_users)
+        plan = plan_clean(scan_processes(cpu_interval=0.0), all_users=all_users)
         cleaned = clean_orphans(plan, grace, all_users=all_users)
         stopped = sum(len(c.stop.stopped) for c in cleaned)
         left = [pid for c in cleaned for pid in c.stop.survivors]

@@ -27,6 +27,7 @@ from textual.worker import Worker, WorkerState
 from ddptui.gpu_history import GpuHistory
 from ddptui.messages import GpusSampled, LatestRunFound
 from ddptui.runs_location import default_runs_dir
+from engine.core.common.visible_text import visible
 from engine.core.host.gpus import GpuInventory, sample_gpus
 from engine.core.runs.rundir import RunDir
 
@@ -327,7 +328,9 @@ class DdptuiApp(App[None]):
             return
         from ddptui.widgets.confirm import ConfirmDialog
 
-        names = ", ".join(r.run_id for r in active[:3]) + ("…" if len(active) > 3 else "")
+        names = ", ".join(visible(r.run_id, one_line=True) for r in active[:3]) + (
+            "…" if len(active) > 3 else ""
+        )
         dialog = ConfirmDialog(
             f"{len(active)} run{'s are' if len(active) > 1 else ' is'} still going",
             f"{names}\n\nLeave them running (they go on without the UI; `ddptui` re-attaches "
@@ -351,9 +354,9 @@ class DdptuiApp(App[None]):
                 reports.append(f"{run_dir.run_id}: {self.actions.kill_run(run_dir).report}")
             except Exception as err:  # shown, then the user decides again
                 reports.append(f"{run_dir.run_id}: could not stop it ({err})")
-                self.call_from_thread(self.notify, "\n".join(reports), severity="error")
+                self.call_from_thread(self.notify, visible("\n".join(reports)), severity="error")
                 return
-        self.call_from_thread(self.exit, None, 0, "\n".join(reports))
+        self.call_from_thread(self.exit, None, 0, visible("\n".join(reports)))
 
 
 def run_app(runs_dir: Path | None = None, screen: str = "launch") -> None:

@@ -1,6 +1,7 @@
 """What the ``ddptui`` commands share, so that no command imports another: the ``--runs-dir``
-option and its check and the one way a command refuses (``fail``: one sentence on stderr and an
-exit code). Tables fitted to the terminal are ``ddptui.cli_table``'s. Plain click; no textual."""
+option and its check, the one way a command refuses (``fail``: one sentence on stderr and an exit
+code) and ``echo`` (every line a person reads, control characters made visible). Tables fitted to
+the terminal are ``ddptui.cli_table``'s. Plain click; no textual."""
 
 from __future__ import annotations
 
@@ -13,11 +14,20 @@ import click
 
 from ddptui import exit_codes
 from ddptui.runs_location import default_runs_dir
+from engine.core.common.visible_text import visible
+
+
+def echo(text: str, *, err: bool = False, nl: bool = True) -> None:
+    """Print ``text`` for a person: every command's words pass through here (JSON output aside,
+    which escapes them itself), so what a run directory, a command line or a log holds shows
+    with its control characters made visible (``engine.core.common.visible_text``) and never
+    acts on the terminal."""
+    click.echo(visible(text), err=err, nl=nl)
 
 
 def fail(message: str, code: int = exit_codes.BAD_INPUT) -> NoReturn:
     """End the command: ``ddptui: <message>`` on stderr, exit ``code`` (bad input by default)."""
-    click.echo(f"ddptui: {message}", err=True)
+    echo(f"ddptui: {message}", err=True)
     sys.exit(code)
 
 
@@ -37,7 +47,7 @@ def checked_runs_dir(*, write: bool) -> Callable[[click.Context, click.Parameter
         try:
             check_runs_dir(Path(value), write=write)
         except RunDirError as err:
-            click.echo(f"ddptui: {err}", err=True)
+            echo(f"ddptui: {err}", err=True)
             ctx.exit(exit_codes.BAD_INPUT)
         return value
 
@@ -57,5 +67,17 @@ def runs_dir_option(*, write: bool, description: str) -> Callable[[Any], Any]:
     )
 
 
-# For the commands that read runs (runs, show, ps, kill, clean, gpus, stacks).
+# For the commands that read runs by id (runs, show, kill, stacks).
 read_runs_dir_option = runs_dir_option(write=False, description="Where run directories are.")
+
+# ps, clean and gpus find each run from its processes, wherever its directory lies, so a runs
+# directory changes nothing there; --runs-dir is still accepted (and checked) for the scripts
+# that pass it.
+unused_runs_dir_option = click.option(
+    "--runs-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    hidden=True,
+    expose_value=False,
+    callback=checked_runs_dir(write=False),
+)

@@ -25,18 +25,20 @@ from dataclasses import dataclass
 
 import click
 
+from engine.core.common.visible_text import visible
+
 ELLIPSIS = "…"
 GAP = 2  # spaces between two columns
 NARROWEST = 3  # a column keeps this much however narrow the terminal
 
 
 def cell_text(value: object) -> str:
-    """What a table shows of ``value``: its text on one line ("" for None). Every cell and every
-    line printed with a table goes through here."""
+    """What a table shows of ``value``: its text on one line ("" for None), control characters
+    made visible. Every cell and every line printed with a table goes through here."""
     text = "" if value is None else str(value)
     if "\n" in text or "\r" in text:
         text = " ".join(text.splitlines())
-    return text
+    return visible(text, one_line=True)  # what a run or a command line holds never acts on it
 
 
 def terminal_width() -> int | None:

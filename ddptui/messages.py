@@ -4,15 +4,18 @@ Workers read the run directory and NVML in threads and end by posting one of the
 only in the handlers. High-rate messages carry a whole snapshot (not a delta), so a newer one
 supersedes an older one still queued: they coalesce through ``can_replace``. Nothing is dropped
 silently: the surviving message counts the ones it replaced in ``coalesced``, and the screens show
-the total.
+the total. What a worker read from a run directory, a command line or a log reaches the widgets
+only through ``shown``: its control characters made visible.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import dataclasses
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from textual.message import Message
 
+from engine.core.common.visible_text import visible
 from engine.core.host.gpus import GpuInventory
 
 if TYPE_CHECKING:  # only annotations: the app starts without ddptui.watch
@@ -23,6 +26,34 @@ if TYPE_CHECKING:  # only annotations: the app starts without ddptui.watch
     from engine.core.runs.run_listing import RunListing
     from engine.core.runs.rundir import RunDir
     from engine.core.stacks.snapshot import StackSnapshot
+
+T = TypeVar("T")
+
+
+def shown(value: T) -> T:
+    """``value`` with every string in it made visible (``engine.core.common.visible_text``),
+    through dataclasses, tuples, lists and dicts, and the very objects kept where nothing changed.
+    Each message below passes what a worker read (a run directory, command lines, logs) through
+    this once, so no widget ever gets a control character to draw."""
+    if isinstance(value, str) and type(value) is str:  # a str enum is a word of ours
+        return cast(T, visible(value))
+    if isinstance(value, (tuple, list)) and not hasattr(value, "_fields"):
+        items = [shown(v) for v in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return cast(T, type(value)(items))
+    if isinstance(value, dict):
+        pairs = {k: shown(v) for k, v in value.items()}
+        return value if all(pairs[k] is v for k, v in value.items()) else cast(T, pairs)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {}
+        for f in dataclasses.fields(value):
+            old = getattr(value, f.name)
+            new = shown(old)
+            if new is not old and f.init:
+                changes[f.name] = new
+        return dataclasses.replace(value, **changes) if changes else value
+    return value
 
 
 class Snapshot(Message, bubble=False):
@@ -53,7 +84,7 @@ class RunProgressed(Snapshot):
 
     def __init__(self, view: RunView, busy_polls: int = 0) -> None:
         super().__init__()
-        self.view = view
+        self.view = shown(view)
         self.busy_polls = busy_polls  # polls skipped because the previous read was still going
 
     @property
@@ -74,7 +105,7 @@ class RunsListed(Snapshot):
 
     def __init__(self, runs: list[RunListing]) -> None:
         super().__init__()
-        self.runs = runs
+        self.runs = shown(runs)
 
 
 class ProcessesListed(Snapshot):
@@ -88,10 +119,10 @@ class ProcessesListed(Snapshot):
         hidden: tuple[Any, ...] = (),
     ) -> None:
         super().__init__()
-        self.jobs = jobs
-        self.notes = notes
-        self.gpu_error = gpu_error
-        self.hidden = hidden  # processes with a GPU device open that NVML does not list
+        self.jobs = shown(jobs)
+        self.notes = shown(notes)
+        self.gpu_error = shown(gpu_error)
+        self.hidden = shown(hidden)  # processes with a GPU device open that NVML does not list
 
 
 class GpusScanned(Snapshot):
@@ -99,7 +130,7 @@ class GpusScanned(Snapshot):
 
     def __init__(self, view: GpuView) -> None:
         super().__init__()
-        self.view = view
+        self.view = shown(view)
 
 
 class PresetsChecked(Message, bubble=False):
@@ -136,7 +167,7 @@ class RunLaunched(Message):
         super().__init__()
         self.run_id = run_id
         self.started = started
-        self.error = error
+        self.error = shown(error)
 
 
 class KillFinished(Message):
@@ -144,9 +175,9 @@ class KillFinished(Message):
 
     def __init__(self, run_id: str, ok: bool, report: str) -> None:
         super().__init__()
-        self.run_id = run_id
+        self.run_id = shown(run_id)
         self.ok = ok
-        self.report = report
+        self.report = shown(report)
 
 
 class RunsRemoved(Message):
@@ -165,7 +196,7 @@ class StopFinished(Message):
     def __init__(self, ok: bool, report: str) -> None:
         super().__init__()
         self.ok = ok
-        self.report = report
+        self.report = shown(report)
 
 
 class LatestRunFound(Message):
@@ -182,7 +213,7 @@ class CleanFinished(Message):
     def __init__(self, ok: bool, report: str) -> None:
         super().__init__()
         self.ok = ok
-        self.report = report
+        self.report = shown(report)
 
 
 class ResultsBuilt(Message, bubble=False):
@@ -191,8 +222,8 @@ class ResultsBuilt(Message, bubble=False):
     def __init__(self, source: str, table: Any, error: str = "") -> None:
         super().__init__()
         self.source = source
-        self.table = table
-        self.error = error
+        self.table = shown(table)
+        self.error = shown(error)
 
 
 class StacksTaken(Message):
@@ -200,8 +231,8 @@ class StacksTaken(Message):
 
     def __init__(self, snapshot: StackSnapshot | None, problem: str = "") -> None:
         super().__init__()
-        self.snapshot = snapshot
-        self.problem = problem
+        self.snapshot = shown(snapshot)
+        self.problem = shown(problem)
 
 
 class WorkerProblem(Message):
@@ -210,4 +241,4 @@ class WorkerProblem(Message):
     def __init__(self, source: str, error: str) -> None:
         super().__init__()
         self.source = source
-        self.error = error
+        self.error = shown(error)

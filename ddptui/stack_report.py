@@ -25,6 +25,8 @@ def diagnosis_lines(
         mark = "  <- culprit: " + snapshot.culprit_reason if r.rank == snapshot.culprit_rank else ""
         method = f" [{r.method}]" if r.method else ""
         lines.append(f"  {r.describe()}{method}{mark}")
+    if snapshot.culprit is None and snapshot.culprit_reason:
+        lines.append(f"  no culprit: {snapshot.culprit_reason}")
     if full:
         for r in ordered:
             lines.append("")

@@ -14,6 +14,7 @@ from typing import TextIO
 
 from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
 from engine.core.common.statuses import RankStatus, RunStatus
+from engine.core.common.visible_text import visible
 from engine.core.ops.follower import FollowResult, follow_run
 from engine.core.ops.run_start import StartedRun
 from engine.core.runs.events import EpochEnded, Evaluation, EventTail, RankFailed
@@ -122,7 +123,7 @@ class ProgressPrinter:
         of = f"/{self.epochs}" if self.epochs else ""
         line = f"epoch {epoch}{of}  " + " | ".join(parts)
         if self.tty:
-            self.out.write("\r\x1b[2K" + line[:200])
+            self.out.write("\r\x1b[2K" + visible(line, one_line=True)[:200])
             self.out.flush()
             self.line_open = True
         elif time.monotonic() - self.last_plain_print >= 5.0:
@@ -133,7 +134,7 @@ class ProgressPrinter:
         if self.line_open:
             self.out.write("\r\x1b[2K")
             self.line_open = False
-        self.out.write(text + "\n")
+        self.out.write(visible(text) + "\n")  # the run's words: shown, never acted on
         self.out.flush()
 
     def finish(self) -> None:
@@ -181,6 +182,8 @@ def result_line(summary: RunSummary, run_dir: RunDir) -> str:
         text += f"\n  {summary.reason}"
     for warning in summary.warnings:
         text += f"\n  warning: {warning}"
+    for leftover in summary.leftovers:
+        text += f"\n  leftover: {leftover}"
     if summary.diagnosis is not None and summary.status != RunStatus.COMPLETED:
         text += "\n  " + "\n  ".join(diagnosis_lines(summary.diagnosis))
     for line in flight_recorder_lines(run_dir):

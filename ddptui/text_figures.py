@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from engine.core.host.host_usage import HostUsage
 
+from engine.core.common.visible_text import visible
+
 BLOCKS = "▁▂▃▄▅▆▇█"
 
 
@@ -110,7 +112,9 @@ def _script_end(tokens: Sequence[str]) -> int:
 
 def short_command(command: str, width: int) -> str:
     """A command line in ``width`` columns that keeps the script name: paths are cut to their
-    last part, then the middle is elided (never the program and its script, while they fit)."""
+    last part, then the middle is elided (never the program and its script, while they fit).
+    What the process put in its arguments is shown, never acted on (``visible``, on one line)."""
+    command = visible(command, one_line=True)
     if len(command) <= width:
         return command
     tokens = [

@@ -60,7 +60,7 @@ def process_reaper(
 
 
 # Faults that make a rank stop reporting: a stall is expected of a run with one of these.
-STALLING_FAULTS = ("hang", "hang-collective", "sigstop")
+STALLING_FAULTS = ("hang", "hang-collective", "hang-setup", "hang-eval", "sigstop")
 
 
 def false_stalls(runs: Path) -> list[str]:
@@ -151,3 +151,43 @@ def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.core.host import gpus
 
     monkeypatch.setattr(gpus, "gpu_count", lambda: 0)
+
+
+@pytest.fixture
+def other_user() -> Iterator[str]:
+    """A user made for this test (root only), removed afterwards."""
+    import secrets
+    import subprocess
+
+    name = f"ddptui-t{secrets.token_hex(3)}"
+    subprocess.run(
+        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        yield name
+    finally:
+        subprocess.run(["userdel", name], check=False, capture_output=True)
+
+
+@pytest.fixture
+def script_runs() -> Iterator[Any]:
+    """Script runs (tests/fixtures/user_script.py) started with `ddptui run --detach`, every
+    process of each ended afterwards."""
+    from tests.fixtures.live_runs import ScriptRuns
+
+    runs = ScriptRuns()
+    yield runs
+    runs.close()
+
+
+@pytest.fixture
+def byo_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user's package of tests/fixtures/byo on the Python path, as PYTHONPATH puts it (for
+    the CLIs started here too)."""
+    from tests.fixtures.repo import REPO_ROOT
+
+    byo = REPO_ROOT / "tests" / "fixtures" / "byo"
+    monkeypatch.setenv("PYTHONPATH", str(byo))
+    monkeypatch.syspath_prepend(str(byo))

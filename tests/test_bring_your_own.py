@@ -36,13 +36,6 @@ BYO = REPO_ROOT / "tests" / "fixtures" / "byo"
 TUTORIAL = "tests/fixtures/tutorial_ddp.py"
 
 
-@pytest.fixture
-def byo_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The user's package on the Python path, as PYTHONPATH puts it (for the CLIs started here)."""
-    monkeypatch.setenv("PYTHONPATH", str(BYO))
-    monkeypatch.syspath_prepend(str(BYO))
-
-
 # ---- finding the user's code, without running it ------------------------------------------
 
 
@@ -134,10 +127,13 @@ def test_a_factory_the_rank_cannot_use_fails_the_run_in_one_sentence(
     (run_dir,) = list_runs(runs_dir)
     summary = run_dir.read_summary()
     assert summary is not None and summary.failure is not None
+    # every rank met it: the preset's fault, not one rank's, and no rank is blamed (#21 item 8)
+    assert (summary.failure.rank, summary.failure.every_rank) == (None, True)
     assert summary.failure.error == (
-        "ConfigError: model.factory = 'mymodels.nets:not_a_model' returned a str; expected a "
-        "torch.nn.Module"
+        "every rank failed with the same error: ConfigError: model.factory = "
+        "'mymodels.nets:not_a_model' returned a str; expected a torch.nn.Module"
     )
+    assert summary.reason == summary.failure.error
 
 
 # ---- your own script, launched like torchrun ------------------------------------------------

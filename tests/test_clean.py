@@ -26,7 +26,7 @@ from engine.core.jobs.process_table import (
     TrainingProcess,
     scan_processes,
 )
-from tests.fixtures.made_runs import ProcessPen, confine_scans, make_run, ref_of
+from tests.fixtures.made_runs import ProcessPen, confine_scans, make_run, marker_env, ref_of
 
 KIND_ENV = JobKind.ENV
 ORPHANED = JobState.ORPHANED
@@ -152,12 +152,12 @@ def test_clean_stops_orphans_and_leaves_live_jobs_alone(pen: ProcessPen) -> None
 
 def test_clean_records_our_orphaned_run_as_killed(runs_dir: Path, pen: ProcessPen) -> None:
     launcher = pen.python()
-    rank = pen.python(env={"DDPTUI_RUN_ID": "r-clean"})
+    rank = pen.python(env=marker_env(runs_dir, "r-clean"))
     run_dir = make_run(runs_dir, "r-clean", launcher=ref_of(launcher), ranks=[ref_of(rank)])
     ready(psutil.Process(rank.pid), "DDPTUI_RUN_ID")
     launcher.kill()
     launcher.wait()
-    plan = plan_clean(scan_processes(runs_dir, cpu_interval=0.0))
+    plan = plan_clean(scan_processes(cpu_interval=0.0))
     (job,) = [j for j in plan.jobs if j.run_id == "r-clean"]
     (cleaned,) = clean_orphans(CleanPlan(jobs=(job,), left_alone=()), grace=2.0)
     assert cleaned.stop.stopped == (rank.pid,)

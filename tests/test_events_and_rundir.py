@@ -86,7 +86,7 @@ def test_the_log_pane_says_one_phrase_for_each_event_that_is_not_progress() -> N
     said = {cls.type: event_notice(sample_event(cls)) for cls in every_event_class()}
     assert said["checkpoint"] == "rank 12 saved value 3"
     assert said["rank_exited"] == "rank 12 (pid 13) exited: signal value 5"
-    assert said["rank_stalled"] == "launcher: rank 12 silent for 3 s"
+    assert said["rank_stalled"] == "launcher: rank 12 silent for 3 s: value 4"  # its why
     assert said["run_finished"] == "run value 2: value 3"
     assert said["stacks_taken"] == "stacks (value 3): value 5"
     assert said["rank_straggling"] == "launcher: rank 12 straggling (3.25 s a step, others 4.25 s)"

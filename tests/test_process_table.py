@@ -21,7 +21,7 @@ from engine.core.procs import process_scan
 from engine.core.procs.process_identity import ProcessRef
 from engine.core.procs.process_scan import ProcessInfo, is_spawn_child, launcher_kind
 from engine.core.runs.events import EpochStarted, EventWriter, RankStalled, RankStarted
-from tests.fixtures.made_runs import ProcessPen, make_run, ref_of
+from tests.fixtures.made_runs import ProcessPen, make_run, marker_env, ref_of
 
 KIND_DDPTUI = JobKind.DDPTUI
 KIND_ELASTIC = JobKind.ELASTIC
@@ -36,7 +36,7 @@ NO_GPU = GpuInventory(error="NVML: stand-in says no driver")
 
 
 def scan(runs_dir: Path | None = None, gpus: GpuInventory = NO_GPU) -> ProcessTable:
-    return scan_processes(runs_dir, gpus=gpus, cpu_interval=0.0)
+    return scan_processes(gpus=gpus, cpu_interval=0.0)
 
 
 def job_with(table: ProcessTable, pid: int) -> TrainingJob | None:
@@ -91,7 +91,7 @@ def test_spawn_children_by_command_line() -> None:
 def test_our_run_is_one_job_with_roles_and_ranks_from_run_json(
     runs_dir: Path, pen: ProcessPen
 ) -> None:
-    env = {"DDPTUI_RUN_ID": "r-ours"}
+    env = marker_env(runs_dir, "r-ours")
     launcher = pen.python(env=env)
     rank0, rank1 = pen.python(env=env), pen.python(env=env)
     helper = pen.python(env=env)  # marked, but not named in run.json: a rank's child, say
@@ -116,7 +116,7 @@ def test_our_run_is_one_job_with_roles_and_ranks_from_run_json(
 
 def test_our_run_is_orphaned_once_its_launcher_is_gone(runs_dir: Path, pen: ProcessPen) -> None:
     launcher = pen.python()
-    rank0 = pen.python(env={"DDPTUI_RUN_ID": "r-orph"})
+    rank0 = pen.python(env=marker_env(runs_dir, "r-orph"))
     make_run(runs_dir, "r-orph", launcher=ref_of(launcher), ranks=[ref_of(rank0)])
     wait_for_env(rank0.pid, "DDPTUI_RUN_ID")
     launcher.kill()
@@ -130,7 +130,7 @@ def test_our_run_is_orphaned_once_its_launcher_is_gone(runs_dir: Path, pen: Proc
 
 def test_a_reused_launcher_pid_does_not_count_as_alive(runs_dir: Path, pen: ProcessPen) -> None:
     other = pen.python()  # lives, but is not the launcher run.json means
-    rank0 = pen.python(env={"DDPTUI_RUN_ID": "r-reuse"})
+    rank0 = pen.python(env=marker_env(runs_dir, "r-reuse"))
     stale = ProcessRef(other.pid, ref_of(other).start_time - 600)
     make_run(runs_dir, "r-reuse", launcher=stale, ranks=[ref_of(rank0)])
     wait_for_env(rank0.pid, "DDPTUI_RUN_ID")
@@ -142,7 +142,7 @@ def test_a_reused_launcher_pid_does_not_count_as_alive(runs_dir: Path, pen: Proc
 
 def test_a_stalled_rank_of_a_live_run(runs_dir: Path, pen: ProcessPen) -> None:
     launcher = pen.python()
-    rank0 = pen.python(env={"DDPTUI_RUN_ID": "r-stall"})
+    rank0 = pen.python(env=marker_env(runs_dir, "r-stall"))
     now = time.time()
     make_run(
         runs_dir,
@@ -169,7 +169,7 @@ def test_a_kept_scanner_follows_each_run_with_one_observer(
     """The scanner the UI keeps reads each run on from where it got to: one observer per run
     across scans, not a fresh one per job per scan."""
     launcher = pen.python()
-    rank0 = pen.python(env={"DDPTUI_RUN_ID": "r-follow"})
+    rank0 = pen.python(env=marker_env(runs_dir, "r-follow"))
     now = time.time()
     started = RankStarted(rank=0, world_size=1, pid=rank0.pid, host="h", device="cpu", time=now)
     run_dir = make_run(
@@ -181,11 +181,12 @@ def test_a_kept_scanner_follows_each_run_with_one_observer(
     real = process_table.RunObserver
 
     def counting(*args: object, **kwargs: object) -> object:
-        made.append(args)
+        if getattr(args[0], "path", None) == run_dir.path:  # other runs on this machine aside
+            made.append(args)
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(process_table, "RunObserver", counting)
-    scanner = process_table.ProcessScanner(runs_dir)
+    scanner = process_table.ProcessScanner()
     first = job_with(scanner.scan(gpus=NO_GPU), rank0.pid)
     assert first is not None and first.state == STALLED
     with EventWriter(run_dir.rank_events_path(0)) as events:  # the rank speaks again
@@ -201,7 +202,7 @@ def test_a_kept_scanner_follows_each_run_with_one_observer(
 def test_a_zombie_rank_is_shown_as_a_zombie(runs_dir: Path, pen: ProcessPen) -> None:
     launcher = pen.python()
     dead = pen.python("pass")
-    live = pen.python(env={"DDPTUI_RUN_ID": "r-zombie"})
+    live = pen.python(env=marker_env(runs_dir, "r-zombie"))
     dead_ref = ref_of(dead)
     make_run(runs_dir, "r-zombie", launcher=ref_of(launcher), ranks=[dead_ref, ref_of(live)])
     assert pen.wait_until(lambda: psutil.Process(dead.pid).status() == psutil.STATUS_ZOMBIE)

@@ -4,12 +4,10 @@ they are, not by their names (issue 16, findings 1 and 7). Real processes throug
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -23,7 +21,7 @@ from engine.core.ops.kill import kill_run
 from engine.core.procs import stopping
 from engine.core.procs.stopping import KillRefused
 from tests.fixtures.live_runs import ddptui
-from tests.fixtures.made_runs import SLEEPER, ProcessPen, make_run, ref_of
+from tests.fixtures.made_runs import SLEEPER, ProcessPen, make_run, marker_env, ref_of
 
 NO_GPU = GpuInventory(error="NVML: stand-in, no driver")
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (to make a user)")
@@ -32,21 +30,6 @@ as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (to make a us
 @pytest.fixture(autouse=True)
 def no_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(stopping, "sample_gpus", lambda: NO_GPU)
-
-
-@pytest.fixture
-def other_user() -> Iterator[str]:
-    """A user made for this test (root only), removed afterwards."""
-    name = f"ddptui-t{secrets.token_hex(3)}"
-    subprocess.run(
-        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-        check=True,
-        capture_output=True,
-    )
-    try:
-        yield name
-    finally:
-        subprocess.run(["userdel", name], check=False, capture_output=True)
 
 
 def give_to(path: Path, user: str) -> None:
@@ -79,7 +62,7 @@ def test_a_completed_run_naming_an_unrelated_process_leaves_it_alone(
 def test_a_running_runs_unmarked_pid_is_left_alone_and_its_marked_ranks_are_stopped(
     runs_dir: Path, pen: ProcessPen
 ) -> None:
-    marker = {"DDPTUI_RUN_ID": "r-mixed"}
+    marker = marker_env(runs_dir, "r-mixed")
     unrelated = pen.python()
     rank = pen.python(env=marker)
     run_dir = make_run(runs_dir, "r-mixed", launcher=ref_of(unrelated), ranks=[ref_of(rank)])
@@ -95,7 +78,7 @@ def test_a_child_without_the_marker_is_not_stopped(runs_dir: Path, pen: ProcessP
         f"subprocess.Popen([sys.executable, '-c', {SLEEPER!r}], env={{}})\n"
         "while True: time.sleep(0.1)"
     )
-    rank = pen.python(code, env={"DDPTUI_RUN_ID": "r-child"})
+    rank = pen.python(code, env=marker_env(runs_dir, "r-child"))
     parent = psutil.Process(rank.pid)
     assert pen.wait_until(lambda: len(parent.children()) == 1)
     (child,) = parent.children()
@@ -131,8 +114,10 @@ def test_another_users_run_directory_is_refused_even_naming_a_root_process(
     confirmed = ddptui(
         "kill", run_id, "--all-users", "--grace", "1", "--runs-dir", str(runs_dir), stdin="y\n"
     )  # fmt: skip
+    # root's own process carries the id but not this directory: never the user's run's (#21)
     assert confirmed.returncode == 0, confirmed.stderr
-    assert pen.wait_until(lambda: not alive(roots))
+    assert f"pid {roots.pid} carries run {run_id}'s id but no run directory" in confirmed.stdout
+    assert alive(roots)
 
 
 @as_root
@@ -143,11 +128,11 @@ def test_clean_leaves_another_users_orphaned_run_alone(
     gone_ref = ref_of(gone)
     gone.kill()
     gone.wait()
-    rank = pen.python(env={"DDPTUI_RUN_ID": "r-orphan"})
+    rank = pen.python(env=marker_env(runs_dir, "r-orphan"))
     run_dir = make_run(runs_dir, "r-orphan", launcher=gone_ref, ranks=[ref_of(rank)])
     give_to(run_dir.path, other_user)
     assert pen.wait_until(lambda: "DDPTUI_RUN_ID" in psutil.Process(rank.pid).environ())
-    table = scan_processes(runs_dir, gpus=NO_GPU, cpu_interval=0.0)
+    table = scan_processes(gpus=NO_GPU, cpu_interval=0.0)
     job = next(j for j in table.jobs if j.run_id == "r-orphan")
     assert job.state == JobState.ORPHANED
     plan = plan_clean(table)
@@ -160,7 +145,7 @@ def test_clean_leaves_another_users_orphaned_run_alone(
 
 
 def job_of(pid: int):  # type: ignore[no-untyped-def]
-    table = scan_processes(None, gpus=NO_GPU, cpu_interval=0.0)
+    table = scan_processes(gpus=NO_GPU, cpu_interval=0.0)
     return next((j for j in table.jobs if any(p.pid == pid for p in j.processes)), None)
 
 
@@ -180,13 +165,13 @@ def test_a_program_calling_itself_torchrun_is_no_agent(pen: ProcessPen) -> None:
 
 
 def test_a_stopped_rank_shows_as_stopped_with_the_hint(runs_dir: Path, pen: ProcessPen) -> None:
-    marker = {"DDPTUI_RUN_ID": "r-stop"}
+    marker = marker_env(runs_dir, "r-stop")
     launcher, rank = pen.python(env=marker), pen.python(env=marker)
     make_run(runs_dir, "r-stop", launcher=ref_of(launcher), ranks=[ref_of(rank)], world_size=1)
     rank.send_signal(signal.SIGSTOP)
     try:
         assert pen.wait_until(lambda: psutil.Process(rank.pid).status() == psutil.STATUS_STOPPED)
-        table = scan_processes(runs_dir, gpus=NO_GPU, cpu_interval=0.0)
+        table = scan_processes(gpus=NO_GPU, cpu_interval=0.0)
         job = next(j for j in table.jobs if j.run_id == "r-stop")
         assert job.kind == JobKind.DDPTUI and job.state == JobState.STOPPED
         assert f"kill -CONT {rank.pid}" in job.reason

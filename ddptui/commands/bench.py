@@ -19,7 +19,7 @@ from typing import Any, TextIO
 import click
 
 from ddptui import exit_codes
-from ddptui.cli_common import fail
+from ddptui.cli_common import echo, fail
 from ddptui.cli_table import output_width, wide_option
 from ddptui.run_options import collect_overrides, override_options
 from ddptui.speedup_text import chosen_format, format_option, speedup_lines
@@ -186,8 +186,8 @@ def _machine_line(machine: MachineInfo) -> str:
 def _print_table(table: SpeedupTable, fmt: str, width: int | None, out: Path | None) -> None:
     if out is not None:
         out.write_text("\n".join(speedup_lines(table, fmt, None)) + "\n", encoding="utf-8")
-        click.echo(f"table written to {out}", err=True)
-    click.echo("\n".join(speedup_lines(table, fmt, width)))
+        echo(f"table written to {out}", err=True)
+    echo("\n".join(speedup_lines(table, fmt, width)))
 
 
 def _creatable(path: Path) -> bool:
@@ -209,21 +209,21 @@ def _record(
 ) -> ResultHistory | None:
     """Add the bench to the history; returns the open history for the caller to close."""
     if state.interrupted:
-        click.echo("not recorded in the results history: the bench was interrupted", err=True)
+        echo("not recorded in the results history: the bench was interrupted", err=True)
         return history
     if not state.runs:
-        click.echo("not recorded in the results history: no row ran on this machine", err=True)
+        echo("not recorded in the results history: no row ran on this machine", err=True)
         return history
     if history is None:
         try:
             history = ResultHistory(db_path)
         except HistoryError as err:
-            click.echo(f"ddptui: not recorded in the results history: {err}", err=True)
+            echo(f"ddptui: not recorded in the results history: {err}", err=True)
             return None
     bench_id = history.record(
         title=_title(suite), command=command, machine=machine, table=table, runs=state.runs
     )
-    click.echo(
+    echo(
         f"recorded as bench {bench_id} in {history.path} (ddptui results show {bench_id})",
         err=True,
     )

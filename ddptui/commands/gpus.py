@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 import sys
 import time
-from pathlib import Path
 
 import click
 
-from ddptui.cli_common import read_runs_dir_option
+from ddptui.cli_common import echo, unused_runs_dir_option
 from ddptui.cli_table import Column, cell_text, output_width, render_table, wide_option, wrap_line
 from ddptui.text_figures import bar, host_line, short_command
 from engine.core.common.formatting import format_duration, gib, short_bytes
@@ -152,7 +151,7 @@ def _order(row: GpuProcessRow) -> tuple[int, int]:
 
 
 @click.command("gpus")
-@read_runs_dir_option
+@unused_runs_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output for scripts.")
 @click.option("--watch", is_flag=True, help="Redraw every --interval seconds until Ctrl-C.")
 @click.option(
@@ -165,7 +164,7 @@ def _order(row: GpuProcessRow) -> tuple[int, int]:
 @click.option("--count", type=click.IntRange(min=1), default=None, hidden=True)
 @wide_option
 def gpus_command(
-    runs_dir: Path, as_json: bool, watch: bool, interval: float, count: int | None, wide: bool
+    as_json: bool, watch: bool, interval: float, count: int | None, wide: bool
 ) -> None:
     """Every GPU (utilisation, memory, temperature, power) and every process on it.
 
@@ -178,7 +177,7 @@ def gpus_command(
     and the ranks of ddptui runs on the CPU are listed. `ddptui ps` groups the same processes
     into jobs; `ddptui clean` stops orphaned ones.
     """
-    scanner = GpuScanner(runs_dir)
+    scanner = GpuScanner()
     shown = 0
     try:
         while True:
@@ -192,8 +191,8 @@ def gpus_command(
                     click.clear()
                 stamp = time.strftime("%H:%M:%S", time.localtime(view.scanned_at))
                 if watch:
-                    click.echo(f"ddptui gpus · {stamp} · every {interval:g} s (Ctrl-C stops)")
-                click.echo("\n".join(render_gpus(view, width)))
+                    echo(f"ddptui gpus · {stamp} · every {interval:g} s (Ctrl-C stops)")
+                echo("\n".join(render_gpus(view, width)))
             if not watch or (count is not None and shown >= count):
                 return
             time.sleep(interval)

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from ddptui.cli_common import echo
 from ddptui.cli_table import Column, fit_line, output_width, render_table, wide_option
 from engine.core.common import strict_json
 from engine.core.host import gpus
@@ -57,8 +58,8 @@ def presets_command(wide: bool, as_json: bool) -> None:
         else f"no GPU ({inventory.error or 'none found'})"
     )
     width = output_width(wide)
-    click.echo(fit_line(f"This machine: {machine}", width))
-    click.echo("")
+    echo(fit_line(f"This machine: {machine}", width))
+    echo("")
     table = []
     for r in rows:
         mark = "bad" if r["broken"] else "ok" if r["runnable"] else "no"
@@ -70,4 +71,4 @@ def presets_command(wide: bool, as_json: bool) -> None:
             table.append(("", "", f"cannot run here: {r['reason']}"))
     # Names are what a user types: they keep their width; what follows wraps at word boundaries.
     for line in render_table(PRESET_COLUMNS, table, width):
-        click.echo(line)
+        echo(line)

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from ddptui import exit_codes
-from ddptui.cli_common import fail, read_runs_dir_option
+from ddptui.cli_common import echo, fail, read_runs_dir_option, unused_runs_dir_option
 from ddptui.cli_table import Column, output_width, render_table, wide_option, wrap_line
 from ddptui.text_figures import short_command
 from engine.core.common import strict_json
@@ -153,14 +153,15 @@ def _hidden_lines(table: ProcessTable, width: int | None) -> list[str]:
 
 
 @click.command("ps")
-@read_runs_dir_option
+@unused_runs_dir_option
 @wide_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output for scripts.")
-def ps_command(runs_dir: Path, wide: bool, as_json: bool) -> None:
+def ps_command(wide: bool, as_json: bool) -> None:
     """List the distributed-training processes on this machine, grouped into jobs.
 
     \b
-    Ours are found by their run marker (DDPTUI_RUN_ID); foreign ones (torchrun,
+    Ours are found by their run marker (DDPTUI_RUN_ID and DDPTUI_RUN_DIR, so wherever their
+    run directory lies); foreign ones (torchrun,
     torch.distributed.launch, torch.multiprocessing.spawn) by their environment (RANK /
     LOCAL_RANK with WORLD_SIZE, MASTER_ADDR + MASTER_PORT, TORCHELASTIC_RUN_ID) or as a Python
     interpreter with torch loaded whose command line is a launcher's; never by name alone.
@@ -170,12 +171,12 @@ def ps_command(runs_dir: Path, wide: bool, as_json: bool) -> None:
     stopped (SIGSTOP or Ctrl-Z: `kill -CONT PID` resumes it) or zombie. What cannot be seen (another user's process, a GPU pid from another namespace)
     is listed at the end. `ddptui clean` stops the orphaned jobs.
     """
-    table = scan_processes(runs_dir)
+    table = scan_processes()
     if as_json:
         click.echo(strict_json.dumps(table.to_json(), indent=2))
         return
     for line in render_ps(table, output_width(wide)):
-        click.echo(line)
+        echo(line)
 
 
 # ---- ddptui kill -----------------------------------------------------------------------------
@@ -188,9 +189,16 @@ def _kill_report(result: KillResult, grace: float) -> list[str]:
             f"run {result.run_id} already finished ({result.status_before}); nothing to stop."
         )
     elif result.outcome == KillOutcome.NOTHING_RUNNING:
+        recorded = (
+            "recorded it as killed"
+            if result.summary_written
+            else f"its summary was not written: {result.unwritten}"
+            if result.unwritten
+            else "its summary was already there"
+        )
         lines.append(
             f"run {result.run_id}: no process of it is left (state was {result.status_before}); "
-            "recorded it as killed."
+            f"{recorded}."
         )
     elif result.job_id and not result.targets:
         lines.append(
@@ -229,6 +237,8 @@ def _kill_report(result: KillResult, grace: float) -> list[str]:
         lines.append(f"  {result.gpu_check}")
     if result.summary_written:
         lines.append("  summary.json: killed")
+    elif result.unwritten and result.outcome == KillOutcome.STOPPED:
+        lines.append(f"  summary.json not written: {result.unwritten}")
     return lines
 
 
@@ -280,9 +290,11 @@ def kill_command(
     random suffix, or a preset's name for that preset's newest run).
 
     \b
-    Only what is provably the run's: processes carrying the run's marker (DDPTUI_RUN_ID), the
-    launcher and ranks run.json names also by pid and start time (so a reused pid or a process
-    run.json merely names is never hit), and their children carrying the marker too: SIGTERM,
+    Only what is provably the run's: processes whose own environment carries the run's marker
+    (DDPTUI_RUN_ID and this run directory as DDPTUI_RUN_DIR: a run of the same id elsewhere is
+    another run), owned by the run directory's owner, the launcher and ranks run.json names also
+    by pid and start time (so a reused pid or a process run.json merely names is never hit), and
+    their children carrying the marker too: SIGTERM,
     SIGKILL after --grace seconds, then a check that none is left (and, with NVML, that their
     GPU memory was released). summary.json records the run as killed. A finished run is left
     alone. Another user's run directory is refused; as root, --all-users stops it after asking.
@@ -307,7 +319,7 @@ def kill_command(
     if as_json:
         click.echo(strict_json.dumps(_kill_json(result), indent=2))
     else:
-        click.echo("\n".join(_kill_report(result, grace)))
+        echo("\n".join(_kill_report(result, grace)))
     sys.exit(exit_codes.OK if result.ok else exit_codes.FAILED)
 
 
@@ -318,7 +330,7 @@ def _confirm_or_stop(question: str, *, err: bool) -> None:
     except click.Abort:
         agreed = False
     if not agreed:
-        click.echo("Nothing stopped.", err=err)
+        echo("Nothing stopped.", err=err)
         sys.exit(exit_codes.FAILED)
 
 
@@ -371,7 +383,7 @@ def _leftover_lines(plan: LeftoverPlan) -> list[str]:
     show_default=True,
     help="Seconds between SIGTERM and SIGKILL.",
 )
-@read_runs_dir_option
+@unused_runs_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable plan and result.")
 @click.option("--shm-dir", type=click.Path(path_type=Path), default=DEFAULT_SHM_DIR, hidden=True)
 @click.option("--tmp-dir", type=click.Path(path_type=Path), default=None, hidden=True)
@@ -380,7 +392,6 @@ def clean_command(
     dry_run: bool,
     all_users: bool,
     grace: float,
-    runs_dir: Path,
     as_json: bool,
     shm_dir: Path,
     tmp_dir: Path | None,
@@ -403,10 +414,10 @@ def clean_command(
 
     def say(line: str) -> None:
         if not as_json:
-            click.echo(line)
+            echo(line)
 
     started = time.monotonic()
-    plan = plan_clean(scan_processes(runs_dir, cpu_interval=0.0), all_users=all_users)
+    plan = plan_clean(scan_processes(cpu_interval=0.0), all_users=all_users)
     if not plan.jobs:
         say("No orphaned jobs to stop.")
     for line in _plan_lines(plan):

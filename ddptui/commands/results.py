@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ddptui.cli_common import fail
+from ddptui.cli_common import echo, fail
 from ddptui.cli_table import (
     Column,
     echo_wrapped,
@@ -83,7 +83,7 @@ def list_command(ctx: click.Context, db: Path | None, wide: bool = False) -> Non
     with _open(db) as history:
         listings = history.list()
     if not listings:
-        click.echo("no benches recorded yet")
+        echo("no benches recorded yet")
         return
     rows = [
         (str(b.id), _when(b.created), b.title, b.host, b.gpus, f"{b.completed_rows}/{b.rows}")
@@ -91,7 +91,7 @@ def list_command(ctx: click.Context, db: Path | None, wide: bool = False) -> Non
     ]
     headers = ("id", "when", "bench", "host", "GPUs", "rows done")
     for line in pairs_lines(headers, rows, chosen_format(None, False), width, wrap=2):
-        click.echo(line)
+        echo(line)
 
 
 @results_command.command("show")
@@ -109,7 +109,7 @@ def show_command(
         record = _get(history, bench_id)
     fmt = chosen_format(fmt, as_json)
     if fmt in ("csv", "json"):
-        click.echo("\n".join(speedup_lines(record.table, fmt, None)))
+        echo("\n".join(speedup_lines(record.table, fmt, None)))
         return
     width = output_width(wide)
     heading = f"bench {record.id}: {record.title}, {_when(record.created)}"
@@ -124,7 +124,7 @@ def show_command(
             width,
             hang="  ",
         )
-    click.echo("\n".join(lines))
+    echo("\n".join(lines))
 
 
 COMPARE_FITTING = {"row": Column("row", shrink=0, min_width=8)}
@@ -183,4 +183,4 @@ def compare_command(
         )
     for note in notes:
         lines += wrap_line(note, width, indent="- ", hang="  ")
-    click.echo("\n".join(lines))
+    echo("\n".join(lines))

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from ddptui import exit_codes
-from ddptui.cli_common import fail
+from ddptui.cli_common import echo, fail
 from ddptui.run_options import (
     collect_overrides,
     override_options,
@@ -153,9 +153,9 @@ def run_command(
     except (ConfigError, RunDirError) as err:
         fail(str(err))
     for warning in started.warnings:
-        click.echo(f"ddptui: warning: {warning}", err=True)
+        echo(f"ddptui: warning: {warning}", err=True)
     if detach:
-        click.echo(started.run_id)
+        echo(started.run_id)
         return
     sys.exit(follow_to_the_end(started, config, as_json))
 
@@ -176,7 +176,7 @@ def follow_to_the_end(started: StartedRun, config: RunConfig, as_json: bool) -> 
         batch = "" if config.script.given else f", global batch {started.plan.global_batch * nodes}"
         where = info.devices if info.slurm else started.plan.devices.describe()
         job = f", Slurm job {info.slurm.job_id}" if info.slurm else ""
-        click.echo(f"run {started.run_id}: {what} on {where}{batch}{job}", file=out)
+        echo(f"run {started.run_id}: {what} on {where}{batch}{job}", err=as_json)
     epochs = 0 if config.script.given else config.training.epochs  # a script knows its own
     printer = ProgressPrinter(started.run_dir, epochs, out=out)
     result = follow_with_progress(
@@ -185,7 +185,7 @@ def follow_to_the_end(started: StartedRun, config: RunConfig, as_json: bool) -> 
     ended = result.state
     summary = ended.summary
     if summary is None:
-        click.echo(
+        echo(
             f"ddptui: the launcher exited without writing {started.run_dir.summary_path} "
             f"({ended.status}: {ended.reason or ended.problem}); see `ddptui ps` and "
             f"`ddptui clean`, and {started.run_dir.launcher_log_path}",
@@ -193,9 +193,9 @@ def follow_to_the_end(started: StartedRun, config: RunConfig, as_json: bool) -> 
         )
         return exit_codes.FAILED
     if ended.unsaved:  # a lost run's summary that the disk refused: shown, not saved
-        click.echo(f"ddptui: {ended.unsaved}", err=True)
+        echo(f"ddptui: {ended.unsaved}", err=True)
     if as_json:
         click.echo(strict_json.dumps(summary.to_json(), indent=2))
     else:
-        click.echo(result_line(summary, started.run_dir))
+        echo(result_line(summary, started.run_dir))
     return exit_codes.OK if summary.status == RunStatus.COMPLETED else exit_codes.FAILED

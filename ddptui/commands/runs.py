@@ -9,6 +9,7 @@ Removing never touches a run that is going (``engine.core.ops.run_removal``).
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import time
 from dataclasses import asdict
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ddptui import exit_codes
-from ddptui.cli_common import fail, read_runs_dir_option
+from ddptui.cli_common import echo, fail, read_runs_dir_option
 from ddptui.cli_table import (
     Column,
     cut_middle,
@@ -175,7 +176,7 @@ def _print_runs(
     if not runs:
         where = "" if runs_dir.is_dir() else " (it does not exist)"
         which = f" {' or '.join(states)}" if states else ""
-        click.echo(fit_line(f"No{which} runs in {runs_dir}{where}.", width))
+        echo(fit_line(f"No{which} runs in {runs_dir}{where}.", width))
         return
     rows = [
         (
@@ -190,7 +191,7 @@ def _print_runs(
         for r in runs
     ]
     for line in render_table(RUN_COLUMNS, rows, width):
-        click.echo(line)
+        echo(line)
     for r in runs:
         if r.problem:
             echo_wrapped(f"{r.run_id}: {r.problem}", width, indent="  ", hang="    ")
@@ -313,7 +314,8 @@ def _rank_rows(ranks: tuple[RankState, ...], now: float, width: int | None) -> l
     across = any(r.node for r in ranks)  # a run across nodes: each rank's node
     rows: list[tuple[object, ...]] = []
     for r in ranks:
-        step = "-" if r.step is None else f"{r.step}/{r.steps if r.steps is not None else '?'}"
+        # a script's steps in an epoch are known only where a progress bar said them
+        step = "-" if r.step is None else f"{r.step}/{r.steps}" if r.steps else str(r.step)
         last = (
             "-" if r.last_event_time is None else f"{format_duration(now - r.last_event_time)} ago"
         )
@@ -361,14 +363,19 @@ def _slurm_lines(progress: RunState) -> list[str]:
 
 def _config_lines(progress: RunState) -> list[str]:
     from engine.core.config.schema import ConfigError
-    from engine.core.config.toml_io import load_config
     from engine.core.runs.rank_states import Thresholds
 
-    path = progress.path / "config.toml"
     try:
-        c = load_config(path)
+        c = RunDir(progress.path).load_config()
     except ConfigError as err:
         return [f"config     {err}"]
+    if c.script.given:  # the script has its own epochs, batch, model and data
+        args = f" {shlex.join(c.script.args)}" if c.script.args else ""
+        return [
+            f"script     {c.script.label}{args}",
+            "           one process per device, started like torchrun",
+            f"supervise  {Thresholds.of(c).describe()}",
+        ]
     faults = f", faults {', '.join(c.faults)}" if c.faults else ""
     steps = f", {c.training.max_steps} steps/epoch" if c.training.max_steps else ""
     return [
@@ -392,7 +399,14 @@ def _summary_lines(summary: RunSummary) -> list[str]:
             f"loss {e.train_loss:.4f}"
             + (f", test accuracy {100 * acc:.1f}%" if acc is not None else "")
         )
+    if summary.strategy == "script":
+        if summary.global_steps is not None:
+            lines.append(f"steps      {summary.global_steps:,} optimizer steps on rank 0")
+        said = [f"{k} {v:g}" for k, v in summary.reported.items() if isinstance(v, (int, float))]
+        if said:
+            lines.append(f"reported   {', '.join(said)} (rank 0's last ddptui.report)")
     lines.extend(f"warning    {w}" for w in summary.warnings)
+    lines.extend(f"leftover   {w}" for w in summary.leftovers)
     failure = summary.failure
     if failure:
         how = []
@@ -468,8 +482,8 @@ def show_command(run_id: str, runs_dir: Path, as_json: bool) -> None:
         fr = flight_recorder_lines(run_dir)
         if fr:
             lines += ["", *fr]
-        click.echo("\n".join(lines))
+        echo("\n".join(lines))
     if progress.unsaved:
-        click.echo(f"ddptui: note: {progress.unsaved}", err=True)
+        echo(f"ddptui: note: {progress.unsaved}", err=True)
     if progress.problem:
         fail(progress.problem)

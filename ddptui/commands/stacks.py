@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from ddptui import exit_codes
-from ddptui.cli_common import fail, read_runs_dir_option
+from ddptui.cli_common import echo, fail, read_runs_dir_option
 from ddptui.cli_table import (
     cell_text,
     cut_middle,
@@ -69,9 +69,9 @@ def _print(lines: list[str], width: int | None) -> None:
     middle of its path gives way); a sentence wraps."""
     for line in lines:
         if width is None or len(line) <= width:
-            click.echo(fit_line(line, None))
+            echo(fit_line(line, None))
         elif line.startswith("    "):
-            click.echo(cut_middle(cell_text(line), width))
+            echo(cut_middle(cell_text(line), width))
         else:
             echo_wrapped(line, width, indent="", hang="      ")
 
@@ -88,9 +88,12 @@ def stacks_command(
 ) -> None:
     """Every rank's stack: a fresh snapshot of a running run (py-spy with native frames where it
     may attach, else the faulthandler dump every rank registers), or the last one stored for an
-    ended run. Says what each rank was doing (stepping in its own code, waiting on its peers in a
-    collective or in backward, stopped by a signal, gone) and names the culprit: the rank the
-    others wait for.
+    ended run. Only a rank proved to be the run's is asked (its own environment carries the run's
+    marker and this run directory, its pid and start time are run.json's, and it belongs to the
+    run directory's owner); any other is listed as left alone. Says what each rank was doing
+    (stepping in its own code, waiting on its peers in a collective or in backward, stopped by a
+    signal, failed, crashed, finished, gone) and names a culprit only on evidence: the rank the
+    others wait for, or the one that crashed or failed first.
 
     \b
     Examples:
@@ -98,7 +101,8 @@ def stacks_command(
       ddptui stacks 20261203-1228 --json          # {"culprit_rank": 1, "ranks": [...]}
       ddptui stacks --pid 4242                    # a foreign job's process (from ddptui ps)
 
-    Exit codes: 0 shown, 1 no stack could be taken, 2 bad input.
+    Exit codes: 0 shown, 1 no stack could be taken (or no rank proved to be the run's), 2 bad
+    input.
     """
     if (run_id is None) == (pid is None):
         fail("give a RUN_ID or --pid PID (one of them)")
@@ -118,6 +122,13 @@ def stacks_command(
     state = observe_run(run_dir)
     backend = backend_of(run_dir) if state.info is not None else LOCAL
     taken = backend.snapshot(run_dir, reason="on demand") if not state.final else None
+    if taken is not None and not taken.proved:
+        why = "; ".join(r.problem for r in taken.ranks)
+        fail(
+            f"run {run_dir.run_id}: none of its ranks is provably the run's, so none was asked "
+            f"for its stack ({why})",
+            exit_codes.FAILED,
+        )
     if taken is not None:
         request_flight_recorder_dumps(run_dir)
     stored = taken or state.diagnosis

@@ -115,13 +115,13 @@ class LaunchScreen(DdptuiScreen):
                 yield WhereToRun(self.ddptui.actions.slurm_partitions, id="where-to-run")
                 yield Label("Overrides", classes="section")
                 for pair in (NUMBER_FIELDS[:2], NUMBER_FIELDS[2:]):
-                    with Horizontal(classes="field"):
+                    with Horizontal(classes="field engine-fields"):
                         for number in pair:
                             yield Label(number.label, classes="field-label")
                             yield NumberInput(
                                 id=number.input_id, type="integer", compact=True, classes="num"
                             )
-                with Horizontal(classes="field"):
+                with Horizontal(classes="field engine-fields"):
                     yield Label("precision", classes="field-label")
                     yield Select(
                         [(p, p) for p in PRECISIONS],
@@ -259,6 +259,8 @@ class LaunchScreen(DdptuiScreen):
             script = config.script.given
             for field_id in ENGINE_FIELDS:
                 self.query_one(f"#{field_id}").disabled = script
+            for row in self.query(".engine-fields"):  # a script has its own epochs, batch, data
+                row.display = not script
             self.query_one("#script-args-row").display = script
             self.query_one("#script-args", Input).value = form.script_args
             picker = self.query_one(GpuPicker)

@@ -32,6 +32,7 @@ from ddptui.widgets.rank_table import RankTable
 from ddptui.widgets.run_summary import CHARTS_FROM, RunSummaryPanel
 from engine.core.common import formatting
 from engine.core.common.statuses import RankStatus, RunStatus
+from engine.core.common.visible_text import visible
 from engine.core.host.gpus import GpuInventory
 from engine.core.runs.observer import RunState
 from engine.core.runs.rundir import RunDir
@@ -91,7 +92,7 @@ class RunScreen(PollingScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         with Horizontal(id="run-head"):
-            yield Static(self.run_dir.run_id, id="run-title")
+            yield Static(visible(self.run_dir.run_id, one_line=True), id="run-title", markup=False)
             yield Button("Kill (k)", id="kill", variant="error", compact=True)
         yield RankTable(id="ranks")
         diagnosis = Static("", id="diagnosis", markup=False)
@@ -116,7 +117,7 @@ class RunScreen(PollingScreen):
             probe=app.probe,
             launcher_poll=poll if callable(poll) else None,
         )
-        self.sub_title = self.run_dir.run_id
+        self.sub_title = visible(self.run_dir.run_id, one_line=True)
         self.watch(app, "gpu_inventory", self._gpus_changed, init=False)
         self.query_one(GpuPanel).inventory = app.gpu_inventory
         self.query_one(RunSummaryPanel).display = False
@@ -343,7 +344,7 @@ class RunScreen(PollingScreen):
         line.append(f" · {skipped} unreadable lines", style="bold yellow" if skipped else "")
         line.append(f" · stale updates skipped: {self.coalesced}")
         line.append(f" · reads skipped while one was slow: {self._busy_polls}")
-        line.append(f" · {self.run_dir.path}")
+        line.append(f" · {visible(str(self.run_dir.path), one_line=True)}")
         self.query_one("#run-details", Static).update(line, layout=False)
 
     # -- actions -------------------------------------------------------------------------------
@@ -386,7 +387,9 @@ class RunScreen(PollingScreen):
                 self._show_foot(0)
                 self.kill_run()
 
-        self.app.push_screen(confirm_kill(self.run_dir.run_id, KILL_GRACE_SECONDS), chosen)
+        self.app.push_screen(
+            confirm_kill(visible(self.run_dir.run_id, one_line=True), KILL_GRACE_SECONDS), chosen
+        )
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="kill")
     def kill_run(self) -> None:

@@ -17,6 +17,7 @@ from textual.widgets import Footer, Header, Static
 from ddptui.messages import StacksTaken
 from ddptui.screens.base import DdptuiScreen
 from ddptui.stack_report import diagnosis_lines
+from engine.core.common.visible_text import visible
 from engine.core.runs.rundir import RunDir
 from engine.core.stacks.snapshot import StackSnapshot
 
@@ -43,7 +44,7 @@ class StacksScreen(DdptuiScreen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.sub_title = f"Stacks · {self.run_dir.run_id}"
+        self.sub_title = f"Stacks · {visible(self.run_dir.run_id, one_line=True)}"
         self._show()
 
     def _show(self, note: str = "") -> None:

@@ -104,7 +104,7 @@ class LogTail(Vertical):
             view.styles.height = 0
             view.update("")
             return
-        who = failure.who if failure.rank is not None else "the run"  # "rank 1 on n2" across nodes
+        who = "the run" if failure.who == "the launcher" else failure.who  # "rank 1 on n2" too
         if said_above:
             head = Text(f"{who}'s traceback:", style="bold red")
         else:

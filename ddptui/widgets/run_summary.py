@@ -53,6 +53,12 @@ def summary_lines(run: RunState) -> list[Text]:
         if last.seconds:
             head.append(f" · data wait {last.data_wait_seconds / last.seconds:.0%}")
         head.append(f" · {epochs} epoch{'s' if epochs != 1 else ''}", style="dim")
+    elif run.script:  # a script has its own epochs: what it did is its steps and reports
+        steps = summary.global_steps if summary is not None else None
+        if steps is not None:
+            head.append(f" · {steps:,} optimizer steps")
+        if run.accuracy is not None:
+            head.append(f" · reported acc {run.accuracy:.1%}")
     elif run.accuracy is not None:
         head.append(f" · acc {run.accuracy:.1%}")
     else:
@@ -63,9 +69,7 @@ def summary_lines(run: RunState) -> list[Text]:
     if run.status != RunStatus.COMPLETED:
         why = Text(no_wrap=True, overflow="ellipsis")
         if run.failure is not None:
-            who = (
-                run.failure.who if run.failure.rank is not None else "the run"
-            )  # "rank 1 on n2" across nodes
+            who = "the run" if run.failure.who == "the launcher" else run.failure.who
             why.append(f"root cause: {who}: ", style="bold red")
             why.append(failure_message(run.failure), style="red")
         elif run.reason:
@@ -73,6 +77,11 @@ def summary_lines(run: RunState) -> list[Text]:
             why.append(run.reason, style="red")
         if why.plain:
             lines.append(why)
+    if summary is not None and summary.leftovers:
+        more = len(summary.leftovers) - 1
+        line = Text("leftover: ", style="bold yellow", no_wrap=True, overflow="ellipsis")
+        line.append(summary.leftovers[0] + (f" (and {more} more)" if more else ""), style="yellow")
+        lines.append(line)
     return lines
 
 

@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from engine.core.config.schema import RunConfig
 from engine.train.cifar10 import cifar10_dataset, cifar10_split
 from engine.train.image_split import Batch, ImageSplit
+from engine.train.models import num_classes
 from engine.train.rank_bootstrap import bind_dataloader_worker
 from engine.train.synthetic_data import synthetic_split
 from engine.train.user_factories import user_datasets
@@ -288,7 +289,7 @@ def user_splits(config: RunConfig) -> tuple[Any, Any]:
     """The user's (train, test) data sets, made once per process for both pipelines."""
     key = f"{config.data.factory}:{sorted(config.data.factory_args.items())}"
     if key not in _user_splits:
-        _user_splits[key] = user_datasets(config.data)
+        _user_splits[key] = user_datasets(config.data, num_classes(config.model))
     return _user_splits[key]
 
 

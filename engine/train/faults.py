@@ -6,6 +6,10 @@
 - ``hang``: block forever at the start of the step (before its forward);
 - ``hang-collective``: block forever just before the step's backward, so the other ranks block
   in the all-reduce their backward starts;
+- ``hang-setup``: block forever in the rank's setup, after it joined the process group and before
+  its model is built (the others block in DDP's first broadcast);
+- ``hang-eval``: block forever as the evaluation after epoch STEP (from 0) starts (the others block
+  in its all-reduce);
 - ``sigstop``: stop itself with SIGSTOP (alive, runs nothing until SIGCONT);
 - ``oom``: allocate until the kernel's OOM killer ends it (``engine.train.memory_fault``);
 - ``kill-launcher``: SIGKILL its launcher, as an OOM kill of the launcher would end it.
@@ -58,7 +62,9 @@ class FaultInjector:
         due = [
             f.kind
             for f in self.faults
-            if f.step == global_step and (f.kind in BEFORE_BACKWARD) == before_backward
+            if f.step == global_step
+            and f.kind not in ("hang-setup", "hang-eval")
+            and (f.kind in BEFORE_BACKWARD) == before_backward
         ]
         for kind in due:
             print(f"fault injection: {kind} at step {global_step}", flush=True)
@@ -82,6 +88,16 @@ class FaultInjector:
                 kill_launcher()
         if self.slow:
             time.sleep(SLOW_FAULT_SECONDS)
+
+    def in_setup(self) -> None:
+        if any(f.kind == "hang-setup" for f in self.faults):
+            print("fault injection: hang-setup", flush=True)
+            hang()
+
+    def before_evaluation(self, epoch: int) -> None:
+        if any(f.kind == "hang-eval" and f.step == epoch for f in self.faults):
+            print(f"fault injection: hang-eval at epoch {epoch}", flush=True)
+            hang()
 
     def before_backward(self, global_step: int) -> None:
         for kind in self._due(global_step, before_backward=True):

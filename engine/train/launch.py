@@ -38,8 +38,6 @@ from engine.core.common.disk_space import WriteFailed
 from engine.core.common.run_environment import (
     LAUNCHER_PID_ENV,
     RENDEZVOUS_ENV,
-    RUN_DIR_ENV,
-    RUN_MARKER_ENV,
     THREADS_ENV,
 )
 from engine.core.common.run_files import SpaceReserve, open_private
@@ -52,6 +50,8 @@ from engine.core.host.oom_evidence import oom_baseline
 from engine.core.plan.resource_guard import check_resources
 from engine.core.plan.run_plan import RunPlan, plan_run
 from engine.core.procs.process_identity import ProcessRef
+from engine.core.procs.run_leftovers import end_leftovers
+from engine.core.procs.run_proof import RunMarker
 from engine.core.procs.stopping import stop_processes
 from engine.core.runs.events import (
     Event,
@@ -107,8 +107,7 @@ def rank_environment(
     cores the ranks share (this process's usable cores unless a scheduler gave fewer)."""
     threads = max(1, (cores or usable_cores()) // max(1, nproc))
     env = {
-        RUN_MARKER_ENV: run_dir.run_id,
-        RUN_DIR_ENV: str(run_dir.path.resolve()),
+        **RunMarker.of_dir(run_dir.path).environment(),
         LAUNCHER_PID_ENV: str(os.getpid()),
         THREADS_ENV: str(threads),
         "OMP_NUM_THREADS": str(threads),
@@ -325,7 +324,11 @@ def launch(
             ranks=tuple(ProcessRef(p.pid, _create_time(p)) for p in processes.values()),
             global_ranks=tuple(processes),
         )
-        write_final_state(run_dir, final, build_summary(run_dir, status, failure, reason), events)
+        summary = build_summary(run_dir, status, failure, reason)
+        leftovers = end_leftovers(
+            RunMarker.of_dir(run_dir.path), leave=config.supervision.leftovers == "leave"
+        )
+        write_final_state(run_dir, final, replace(summary, leftovers=leftovers), events)
     return status
 
 
@@ -431,15 +434,16 @@ def _create_time(p: psutil.Process) -> float:
 
 
 def carry_run_marker(run_dir: RunDir, argv: list[str], module: str = "engine.train.launch") -> None:
-    """Re-execute this launcher (same pid, same start time) with the run marker in its
-    environment when it was started without it (by hand, on another node): `ddptui kill` and
+    """Re-execute this launcher (same pid, same start time) with the run marker (its id and its
+    directory) in its environment when it was started without it (by hand, on another node): `ddptui kill` and
     `clean` stop only processes that carry the marker from their start, which is what
     /proc/PID/environ shows; setting os.environ later would not."""
-    if os.environ.get(RUN_MARKER_ENV) == run_dir.run_id:
+    marker = RunMarker.of_dir(run_dir.path)
+    if marker.mismatch(os.environ, os.getpid()) is None:
         return
     sys.stdout.flush()
     sys.stderr.flush()
-    env = {**os.environ, RUN_MARKER_ENV: run_dir.run_id}
+    env = {**os.environ, **marker.environment()}
     os.execve(sys.executable, [sys.executable, "-m", module, *argv], env)
 
 

@@ -51,13 +51,14 @@ from pathlib import Path
 import psutil
 
 from engine.core.common.disk_space import WriteFailed
-from engine.core.common.run_environment import NODE_ENV, RUN_MARKER_ENV, STACK_DUMP_SIGNAL
+from engine.core.common.run_environment import NODE_ENV, STACK_DUMP_SIGNAL
 from engine.core.common.run_files import open_private, write_json_atomic
 from engine.core.common.statuses import RunStatus
 from engine.core.config.schema import ConfigError
 from engine.core.host.capacity import usable_cores
 from engine.core.host.gpus import sample_gpus
-from engine.core.procs.process_identity import marked_processes, ref_of
+from engine.core.procs.process_identity import ref_of
+from engine.core.procs.run_proof import RunMarker, marked_processes
 from engine.core.procs.stopping import protected_pids, stop_processes
 from engine.core.runs.events import NodeFinished, RunStarted, StopSignalled, read_events
 from engine.core.runs.placement import (
@@ -232,19 +233,18 @@ def prove_node_clean(run_dir: RunDir, node: str, ranks: dict[int, psutil.Process
     # no rank started): they end with it, and are not what the proof is about.
     protected = frozenset(protected_pids() | _own_helpers(ranks))
     rank_pids = {p.pid for p in ranks.values()}
+    marker = RunMarker.of_dir(run_dir.path)
     others = [
         p
-        for p in marked_processes(run_dir.run_id, exclude=protected)
+        for p in marked_processes(marker, exclude=protected)
         if _on_this_node(p, node) and p.pid not in rank_pids
     ]
     daemons = []
     for p in others:
         with contextlib.suppress(psutil.Error):
             daemons.append(f"pid {p.pid} ({p.name()}, parent {p.ppid()}) outlived its rank")
-    stop = stop_processes(others, PROOF_GRACE_SECONDS, run_marker=run_dir.run_id)
-    left = [
-        p.pid for p in marked_processes(run_dir.run_id, exclude=protected) if _on_this_node(p, node)
-    ]
+    stop = stop_processes(others, PROOF_GRACE_SECONDS, run_marker=marker)
+    left = [p.pid for p in marked_processes(marker, exclude=protected) if _on_this_node(p, node)]
     killed_by_launcher = {
         pid
         for e in read_events(node_events_path(run_dir.path, node), run_dir.path)
@@ -418,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = RunDir(args.run_dir)
     if args.finish:
         return finish_run(run_dir)
-    if argv is None and os.environ.get(RUN_MARKER_ENV) != run_dir.run_id:
+    if argv is None:  # re-executed with the run's marker (id and directory) unless it has it
         carry_run_marker(run_dir, sys.argv[1:], module="engine.train.node_launch")
     return run_node(run_dir)
 

@@ -44,9 +44,11 @@ from engine.core.runs.events import (
 )
 from engine.core.runs.rank_states import RankStateTracker, Thresholds
 from engine.core.runs.rundir import RunDir
+from engine.core.runs.stop_request import read_stop_request
 from engine.core.runs.summary import Failure, exit_status
 from engine.core.stacks.diagnosis import RankTarget, take_snapshot
 from engine.core.stacks.snapshot import StackSnapshot, latest_snapshot
+from engine.train.silence_probes import SilenceProbes
 
 # Exits are reaped every POLL_SECONDS, so a dead rank stops its peers at once; the event files
 # are read, and the stall and straggler rules applied, every READ_SECONDS, which keeps the
@@ -70,6 +72,7 @@ class RankWatch:
     exitcode: int | None = None
     exited: bool = False
     stalled: bool = False  # reported stalled, and silent since
+    stalled_since: float = 0.0  # when it was reported stalled
     straggling: bool = False  # reported straggling, and still so
 
 
@@ -115,6 +118,9 @@ class Supervisor:
         self.distributed = config.strategy.name == "ddp"
         self.started = time.time()
         self.stall_episode = False  # a snapshot was taken since a rank went stalled
+        self.probes = SilenceProbes(run_dir.path, distributed=self.distributed)
+        # ranks a probe found stalled while their peers waited on them: (when, why)
+        self.stalled_culprits: dict[int, tuple[float, str]] = {}
         self._snapshot_thread: threading.Thread | None = None
         self._snapshot_done: list[StackSnapshot] = []
 
@@ -127,9 +133,10 @@ class Supervisor:
                 ref = ProcessRef(proc.pid, proc.create_time())
             except psutil.Error:  # gone and reaped: a ref no process has
                 ref = ProcessRef(proc.pid, -1.0)
-            failed = self.watches[rank].failed_event
-            error = failed.error if failed is not None else ""
-            targets.append(RankTarget(rank, ref, reported.get(rank), error))
+            w = self.watches[rank]
+            error = w.failed_event.error if w.failed_event is not None else ""
+            ended = w.exitcode if w.exited else None
+            targets.append(RankTarget(rank, ref, reported.get(rank), error, exitcode=ended))
         return targets
 
     def _take(self, reason: str) -> None:
@@ -144,8 +151,9 @@ class Supervisor:
 
     def snapshot_in_background(self, reason: str) -> None:
         """Every rank's stack, taken while supervision goes on (py-spy may take a second)."""
-        if self._snapshot_thread is not None and self._snapshot_thread.is_alive():
+        if self._snapshot_busy():
             return
+        self.probes.interrupt()
         self._snapshot_thread = threading.Thread(
             target=self._take, args=(reason,), name="stack-snapshot", daemon=True
         )
@@ -195,8 +203,27 @@ class Supervisor:
                 elif isinstance(e, RankFinished):
                     w.finished = True
 
+    def apply_probes(self, now: float) -> None:
+        """Flag the ranks a probe found stalled (``engine.train.silence_probes``), unless they
+        spoke since it began: the stall, its stacks and its culprit, at once."""
+        states = {s.rank: s for s in self.tracker.states(now=now, launcher_alive=True)}
+        for verdict, heard in self.probes.verdicts():
+            w, state = self.watches.get(verdict.rank), states.get(verdict.rank)
+            if w is None or state is None or w.exited or w.stalled:
+                continue
+            if state.last_event_time != heard:
+                continue  # it spoke meanwhile
+            silent = round(state.silent_seconds or 0.0, 1)
+            stalled = RankStalled(rank=w.rank, silent_seconds=silent, why=verdict.why)
+            self.events.write(stalled)
+            self.tracker.feed(stalled)
+            self._snapshot_done.append(verdict.snapshot)
+            w.stalled, w.stalled_since, self.stall_episode = True, now, True
+            self.stalled_culprits.setdefault(w.rank, (now, verdict.why))
+
     def check_health(self, now: float) -> None:
         sup = self.config.supervision
+        self.apply_probes(now)
         states = {
             s.rank: s for s in self.tracker.states(now=now, launcher_alive=True, judge_silence=True)
         }
@@ -208,6 +235,7 @@ class Supervisor:
             silent = state.silent_seconds or 0.0
             if stalled and not w.stalled:
                 self.events.write(RankStalled(rank=w.rank, silent_seconds=round(silent, 1)))
+                w.stalled_since = now
                 if not self.stall_episode:
                     self.stall_episode = True
                     self.snapshot_in_background("stall")
@@ -215,7 +243,7 @@ class Supervisor:
             if (
                 stalled
                 and sup.kill_stalled_after > 0
-                and silent >= (state.stall_after or 0.0) + sup.kill_stalled_after
+                and now - w.stalled_since >= sup.kill_stalled_after
                 and self.stop_deadline is None
             ):
                 self.stall_kill_rank = w.rank
@@ -236,6 +264,12 @@ class Supervisor:
             w.straggling = behind
         if not any(w.stalled for w in self.watches.values()):
             self.stall_episode = False  # the next stall gets its own snapshot
+        if not self._snapshot_busy():
+            live = {r for r, w in self.watches.items() if not (w.exited or w.finished or w.stalled)}
+            self.probes.consider(states, live, self._targets)
+
+    def _snapshot_busy(self) -> bool:
+        return self._snapshot_thread is not None and self._snapshot_thread.is_alive()
 
     def reap(self, processes: dict[int, psutil.Process]) -> None:
         for rank, proc in processes.items():
@@ -265,6 +299,7 @@ class Supervisor:
         are killed."""
         if self.stop_deadline is not None:
             return
+        self.probes.close()  # its py-spy must not meet the stop's
         if stacks:
             self.snapshot_now("before stop")
             self.report_snapshots()
@@ -297,6 +332,22 @@ class Supervisor:
             )
             self.events.write(stop)
             self.tracker.feed(stop)
+
+    def stalled_first(self, cause: Failure | None) -> Failure | None:
+        """A rank found stalled while its peers waited on it, before any rank failed, is the root
+        cause of their failures (a collective's timeout): not the peer that timed out first."""
+        if cause is None or not self.stalled_culprits:
+            return cause
+        rank, (when, why) = min(self.stalled_culprits.items(), key=lambda kv: kv[1][0])
+        failed = [w.failed_event.time for w in self.watches.values() if w.failed_event is not None]
+        if rank == cause.rank or (failed and min(failed) < when):
+            return cause
+        then = f"; {cause.who} then failed: {cause.error}" if cause.rank is not None else ""
+        return Failure(
+            rank=rank,
+            error=f"rank {rank} stalled: {why}{then}",
+            traceback=_log_tail(self.run_dir, rank),
+        )
 
     def root_cause(self) -> Failure | None:
         """The root cause as the rank rules decide it (``RankStateTracker.root_failure``), with
@@ -360,9 +411,10 @@ def supervise(
             last_read = now
         sup.reap(processes)
         if requested and sup.stop_deadline is None:
+            asked = read_stop_request(run_dir)
             sup.begin_stop(
                 RunStatus.KILLED,
-                f"the launcher received {requested[0]}",
+                asked.sentence if asked else f"the launcher received {requested[0]}",
                 stacks=signal_stop_grace is None,
                 grace=signal_stop_grace,
             )
@@ -381,6 +433,7 @@ def supervise(
         if all(w.exited for w in sup.watches.values()):
             break
         time.sleep(POLL_SECONDS)
+    sup.probes.close()
     sup.read_events()
     sup.report_snapshots()
     if sup.stop_status == RunStatus.KILLED:
@@ -392,8 +445,10 @@ def supervise(
             Failure(rank=rank, error=sup.stop_reason, traceback=_log_tail(run_dir, rank)),
             _with_note(sup.stop_reason, sup.culprit_note(rank)),
         )
-    cause = sup.root_cause()
+    cause = sup.stalled_first(sup.root_cause())
     if cause is not None:
+        if cause.every_rank:  # no one rank's doing: a snapshot's "failed first" is no culprit
+            return RunStatus.FAILED, cause, cause.error
         reason = f"rank {cause.rank} failed: {cause.error}"
         return RunStatus.FAILED, cause, _with_note(reason, sup.culprit_note(cause.rank))
     if all(w.exitcode == 0 for w in sup.watches.values()):

@@ -257,6 +257,7 @@ def set_up_rank(
     autocast(config.precision.mode, device)  # refuses fp16 without CUDA before any work
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest kernels once
+    faults.in_setup()
     raw_model, model = build_rank_model(plan, device, rank=rank, model_factory=model_factory)
     train_batches, test_batches = make_rank_batches(
         config, device, rank=rank, world_size=world_size
@@ -411,6 +412,7 @@ def evaluate_epoch(setup: RankSetup, epoch: int, test_batches: TestBatches) -> N
     """The whole test set after ``epoch`` (collectives under DDP: every rank calls it), announced
     as a slow phase, reported as one ``Evaluation`` and one line in the log."""
     setup.events.write(PhaseStarted(rank=setup.rank, phase="evaluation"))
+    setup.faults.before_evaluation(epoch)
     eval_start = synchronized_clock(setup.device)
     if setup.distributed:
         broadcast_buffers(setup.raw_model)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,11 @@ def load_callable(key: str, value: str) -> Callable[..., Any]:
     module_name, attribute = split_factory(value)
     try:
         module = importlib.import_module(module_name)
+    except SystemExit as err:  # not an Exception: it would end the rank with no word of why
+        raise ConfigError(
+            f"{key} = {value!r}: importing {module_name} called sys.exit({err.code!r}); a module "
+            "the engine imports must not exit"
+        ) from None
     except Exception as err:  # the user's module may raise anything while it imports
         raise ConfigError(
             f"{key} = {value!r}: importing {module_name} failed ({type(err).__name__}: {err})"
@@ -42,10 +48,14 @@ def load_callable(key: str, value: str) -> Callable[..., Any]:
 def call_factory(key: str, value: str, factory: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
     """``factory(**kwargs)``; what it raises becomes one sentence naming the key (the traceback
     keeps the rest)."""
+    arguments = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
     try:
         return factory(**kwargs)
+    except SystemExit as err:
+        raise ConfigError(
+            f"{key} = {value!r}: calling it with ({arguments}) called sys.exit({err.code!r})"
+        ) from None
     except Exception as err:
-        arguments = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
         raise ConfigError(
             f"{key} = {value!r}: calling it with ({arguments}) raised {type(err).__name__}: {err}"
         ) from err
@@ -74,9 +84,9 @@ def build_user_model(config: ModelConfig, num_classes: int) -> nn.Module:
     return model
 
 
-def user_datasets(config: DataConfig) -> tuple[Any, Any]:
+def user_datasets(config: DataConfig, num_classes: int | None = None) -> tuple[Any, Any]:
     """``data.factory(**data.factory_args)``: (train, test) data sets of (input tensor, label)
-    pairs, checked on their first sample."""
+    pairs, checked before any training on their first samples (``check_samples``)."""
     factory = load_callable("data.factory", config.factory)
     returned = call_factory("data.factory", config.factory, factory, dict(config.factory_args))
     where = f"data.factory = {config.factory!r}"
@@ -84,19 +94,62 @@ def user_datasets(config: DataConfig) -> tuple[Any, Any]:
         raise ConfigError(
             f"{where} returned a {type(returned).__name__}; expected (train, test) data sets"
         )
-    for split, dataset in zip(("train", "test"), returned, strict=True):
+    check_samples(where, returned[0], returned[1], num_classes)
+    return returned[0], returned[1]
+
+
+def check_samples(where: str, train: Any, test: Any, num_classes: int | None) -> None:
+    """One sentence naming the key and what it returned, instead of torch's own error deep in a
+    DataLoader or the model: each set must have a length and [], and its first two samples must
+    be (input tensor, integer label in 0..num_classes-1) pairs whose inputs have one shape."""
+    shape = None
+    for split, dataset in (("train", train), ("test", test)):
         if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
             raise ConfigError(f"{where}: its {split} set has no len() and [] (not a data set)")
         if len(dataset) == 0:
             raise ConfigError(f"{where}: its {split} set is empty")
-        sample = dataset[0]
-        if not (
-            isinstance(sample, (tuple, list))
-            and len(sample) == 2
-            and isinstance(sample[0], torch.Tensor)
-        ):
+        for index in range(min(2, len(dataset))):
+            sample = dataset[index]
+            said = f"{where}: its {split} set's sample {index}"
+            if not (isinstance(sample, (tuple, list)) and len(sample) == 2):
+                raise ConfigError(
+                    f"{where}: its {split} set's samples are {type(sample).__name__}; expected "
+                    "(input tensor, label) pairs"
+                )
+            inputs, label = sample
+            if not isinstance(inputs, torch.Tensor):
+                raise ConfigError(f"{said} has {_kind(inputs)} as its input; expected a tensor")
+            if shape is not None and tuple(inputs.shape) != shape:
+                raise ConfigError(
+                    f"{said} has an input of shape {tuple(inputs.shape)}, the first train sample "
+                    f"{shape}; every input must have one shape"
+                )
+            shape = tuple(inputs.shape)
+            _check_label(said, label, num_classes)
+
+
+def _check_label(said: str, label: Any, num_classes: int | None) -> None:
+    if isinstance(label, torch.Tensor):
+        if label.numel() != 1 or label.dtype.is_floating_point or label.dtype == torch.bool:
             raise ConfigError(
-                f"{where}: its {split} set's samples are {type(sample).__name__}; expected "
-                "(input tensor, label) pairs"
+                f"{said} has a {label.dtype} tensor of shape {tuple(label.shape)} as its label; "
+                "expected one integer class"
             )
-    return returned[0], returned[1]
+        value = int(label.item())
+    elif isinstance(label, numbers.Integral) and not isinstance(label, bool):
+        value = int(label)
+    else:  # a float, a str, a bool: what a loss would choke on
+        raise ConfigError(f"{said} has {_kind(label)} as its label; expected an integer class")
+    if num_classes is not None and not 0 <= value < num_classes:
+        raise ConfigError(
+            f"{said} has label {value}, outside 0..{num_classes - 1} (model.num_classes = "
+            f"{num_classes})"
+        )
+
+
+def _kind(value: Any) -> str:
+    """What a value is, in a few words: "a str ('cat')", "a tuple of 2"."""
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)}"
+    text = repr(value)
+    return f"a {type(value).__name__} ({text[:40]}{'…' if len(text) > 40 else ''})"

@@ -230,6 +230,10 @@ async def test_a_script_preset_is_listed_with_its_arguments_in_the_form(
         assert "started like torchrun" in info
         for field in ("#epochs", "#max-steps", "#batch", "#train-size", "#precision", "#dataset"):
             assert screen.query_one(field).disabled, field  # the script has its own
+        # ... and they are not shown: a script is described as a script (#21 item 10)
+        assert [row.display for row in screen.query(".engine-fields")] == [False, False, False]
+        shown = screen_text(app)
+        assert not [label for label in ("batch/rank", "max steps", "images") if label in shown]
         args = screen.query_one("#script-args", Input)
         assert args.display and args.value == "--epochs 2"
         check = text_of(screen.query_one("#launch-check"))
@@ -246,6 +250,7 @@ async def test_a_script_preset_is_listed_with_its_arguments_in_the_form(
         screen.select_preset("cpu-demo")
         await settle(pilot)
         assert not screen.query_one("#epochs").disabled
+        assert all(row.display for row in screen.query(".engine-fields"))
         assert not screen.query_one("#script-args-row").display
 
 

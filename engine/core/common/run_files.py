@@ -21,7 +21,9 @@ Reading: ``open_in_run`` opens a file below a run directory without following a 
 any step below it, and refuses anything but a regular file owned by the run directory's owner.
 A user who can write into a run directory (its owner) can plant ``logs/rank-0.log -> /etc/shadow``;
 a reader running as root must not show it. Each refusal is ``UnsafeRunFile`` with one sentence.
-``tail_lines`` reads the end of a log only, however large it has grown.
+``read_run_bytes`` / ``read_run_text`` load a whole file only up to a size limit (a file over it is
+named, not loaded: ``RunFileTooLarge``); ``tail_lines`` reads the end of a log only, however large
+it has grown.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any, BinaryIO, Literal
 
 from engine.core.common import strict_json
 from engine.core.common.disk_space import WriteFailed
+from engine.core.common.formatting import format_bytes
 
 DIR_MODE = 0o755
 PRIVATE_DIR_MODE = 0o700
@@ -161,6 +164,25 @@ def user_name(uid: int) -> str:
         return f"uid {uid}"
 
 
+def refuse_writing(run_path: Path) -> str:
+    """Why this process must not write into the run directory ``run_path`` ("" when it may): only
+    its owner writes there. A reader (root's ``ddptui runs``, ``show``, ``stacks``) that wrote
+    into another user's run directory would leave files its owner cannot replace (and that
+    ``open_in_run`` then refuses), and would write through whatever that user planted there."""
+    try:
+        st = os.lstat(run_path)
+    except OSError as err:
+        return f"{run_path} cannot be read ({err.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{run_path} is a symbolic link: nothing is written through it"
+    if st.st_uid != os.geteuid():
+        return (
+            f"the run directory {run_path} belongs to {user_name(st.st_uid)}: only its owner "
+            "writes there"
+        )
+    return ""
+
+
 def open_in_run(run_path: Path, path: Path) -> BinaryIO:
     """Open ``path`` (a file below ``run_path``) for reading, following no symbolic link below the
     run directory, and only if it is a regular file owned by the run directory's owner.
@@ -210,10 +232,38 @@ def open_in_run(run_path: Path, path: Path) -> BinaryIO:
     return handle
 
 
-def read_run_text(run_path: Path, path: Path) -> str:
-    """The whole of a run file as text, read as ``open_in_run`` allows."""
+# The most of one run file a reader loads: run.json, summary.json and stack snapshots (every rank's
+# stack of a large run fits many times over), config.toml. A file over its limit is named, not
+# loaded: a run directory is its owner's, and root's `ddptui runs` must not read 4 GiB for them.
+JSON_MAX_BYTES = 16 << 20
+CONFIG_MAX_BYTES = 1 << 20
+
+
+class RunFileTooLarge(UnsafeRunFile):
+    """A run file over the size a reader loads of it."""
+
+
+def read_run_bytes(run_path: Path, path: Path, limit: int = JSON_MAX_BYTES) -> bytes:
+    """The whole of a run file, read as ``open_in_run`` allows and only when it holds at most
+    ``limit`` bytes: RunFileTooLarge (one sentence naming the file, its size and the limit)
+    otherwise, before anything is loaded."""
     with open_in_run(run_path, path) as f:
-        return f.read().decode("utf-8", errors="replace")
+        size = os.fstat(f.fileno()).st_size
+        if size <= limit:
+            data = f.read(limit + 1)
+            if len(data) <= limit:  # it may have grown since
+                return data
+            size = len(data)
+    raise RunFileTooLarge(
+        f"{path} is {format_bytes(size)}, over the {format_bytes(limit)} ddptui reads of such a "
+        "file: not loaded"
+    )
+
+
+def read_run_text(run_path: Path, path: Path, limit: int = JSON_MAX_BYTES) -> str:
+    """A run file as text (``read_run_bytes``: no planted link followed, nobody else's file, at
+    most ``limit`` bytes)."""
+    return read_run_bytes(run_path, path, limit).decode("utf-8", errors="replace")
 
 
 def tail_lines(

@@ -104,8 +104,12 @@ class RankActivity(Vocabulary):
     WAITING = "waiting on peers"  # inside a collective, or in backward waiting for the all-reduce
     STOPPED = "stopped by a signal"  # SIGSTOP: alive, but it runs nothing until SIGCONT
     FAILED = "failed"  # it reported an error and is on its way out
-    GONE = "gone"  # no such process any more
+    CRASHED = "crashed"  # it exited badly without reporting an error
+    FINISHED = "finished"  # it exited 0: its work is done, it is never the one others wait for
+    GONE = "gone"  # no such process any more (how it ended is not known)
     UNKNOWN = "unknown"  # no stack could be taken
+    # its process is not provably the run's (engine.core.procs.run_proof): never signalled or read
+    NOT_PROVED = "not provably the run's"
 
 
 class JobState(Vocabulary):
@@ -191,3 +195,18 @@ class LeftoverKind(Vocabulary):
 
     SHM_SEGMENT = "shm-segment"  # /dev/shm/torch_<pid>_...: shared tensors, host memory
     ELASTIC_DIR = "torchelastic-dir"  # /tmp/torchelastic_*: a torchrun agent's files
+
+
+class StopRequester(Vocabulary):
+    """Who asked a run's launcher to stop (``engine.core.runs.stop_request``): a stop the user
+    asked for is said as such, never as a failure with a culprit."""
+
+    KILL = "ddptui kill"
+    CTRL_C = "Ctrl-C"
+    UI = "the UI"
+
+    @property
+    def sentence(self) -> str:
+        """How a run stopped this way says it: "stopped by ddptui kill"."""
+        how = {StopRequester.KILL: "by", StopRequester.CTRL_C: "with", StopRequester.UI: "from"}
+        return f"stopped {how[self]} {self.value}"

@@ -12,6 +12,8 @@ FAULT_EFFECTS = {
     "exit": "os._exit(3)",
     "hang": "block forever before the step's forward",
     "hang-collective": "block forever before the step's backward, its peers in the all-reduce",
+    "hang-setup": "block forever in setup, after joining the process group (STEP unused)",
+    "hang-eval": "block forever as the evaluation after epoch STEP (from 0) starts",
     "sigstop": "stop itself with SIGSTOP: alive, running nothing until SIGCONT",
     "slow": "sleep every step from then on",
     "oom": "allocate until the kernel's OOM killer ends the rank",
@@ -25,7 +27,9 @@ class Fault:
     # What each kind does is in engine.train.faults (one function each).
     kind: str
     rank: int
-    step: int  # global step (counted from 0 across epochs) at which it fires
+    # global step (counted from 0 across epochs) at which it fires; the epoch (from 0) whose
+    # evaluation a hang-eval blocks; nothing for a hang-setup (it blocks the rank's setup)
+    step: int
 
 
 def parse_fault(text: str) -> Fault:

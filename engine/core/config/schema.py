@@ -228,6 +228,9 @@ class DdpConfig:
         _positive("ddp", "timeout_seconds", self.timeout_seconds)
 
 
+LEFTOVER_CHOICES = ("stop", "leave")
+
+
 @dataclass(frozen=True)
 class SupervisionConfig:
     # A rank silent this long is reported stalled. 0 (the default) follows the run's own pace:
@@ -244,8 +247,13 @@ class SupervisionConfig:
     kill_stalled_after: float = 0.0
     # After one rank fails, the others get this long to exit before they are killed.
     failure_grace_seconds: float = 5.0
+    # Processes carrying the run's marker still alive when its ranks have all ended (a script's
+    # daemon): "stop" them (the launcher's way: SIGTERM, a grace, SIGKILL) or "leave" them; the
+    # summary names each either way.
+    leftovers: str = "stop"
 
     def __post_init__(self) -> None:
+        _one_of("supervision", "leftovers", self.leftovers, LEFTOVER_CHOICES)
         _positive("supervision", "stall_seconds", self.stall_seconds, allow_zero=True)
         _positive("supervision", "stall_floor_seconds", self.stall_floor_seconds)
         _positive("supervision", "stall_pace_multiple", self.stall_pace_multiple)

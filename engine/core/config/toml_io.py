@@ -141,10 +141,20 @@ def config_from_mapping(data: Mapping[str, Any], *, name: str, where: str) -> Ru
         raise err.within(where) from None
 
 
+TOML_MAX_BYTES = 1 << 20  # a preset or a config.toml is a few kB: more is no preset
+
+
 def read_toml_file(path: Path, what: str) -> dict[str, Any]:
-    """Parse one TOML file; a missing, unreadable or malformed file is a ConfigError naming it."""
+    """Parse one TOML file; a missing, unreadable, oversized or malformed file is a ConfigError
+    naming it."""
     where = str(path)
     try:
+        if path.stat().st_size > TOML_MAX_BYTES:
+            raise ConfigError(
+                f"{path.stat().st_size} bytes, over the {TOML_MAX_BYTES} a {what} file may hold",
+                where=where,
+                reason="too large",
+            )
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"no such {what} file", where=where) from None
@@ -159,6 +169,10 @@ def read_toml_file(path: Path, what: str) -> dict[str, Any]:
             where=where,
             reason="not UTF-8 text",
         ) from None
+    return _parse_toml(text, where)
+
+
+def _parse_toml(text: str, where: str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
@@ -171,6 +185,14 @@ def load_config(path: Path, *, name: str | None = None) -> RunConfig:
     preset_name = name or str(data.pop("name", path.stem))
     data.pop("name", None)
     return config_from_mapping(data, name=preset_name, where=str(path))
+
+
+def config_from_text(text: str, *, where: str, name: str | None) -> RunConfig:
+    """Validate a config already read (a run directory's config.toml, read as run files are)."""
+    data = _parse_toml(text, where)
+    preset_name = name or str(data.pop("name", Path(where).stem))
+    data.pop("name", None)
+    return config_from_mapping(data, name=preset_name, where=where)
 
 
 # ---- overrides ----------------------------------------------------------------------------------

@@ -71,7 +71,7 @@ def clean_orphans(
     that carry its marker are stopped."""
     cleaned = []
     for job in plan.jobs:
-        marker = job.run_id if job.kind == JobKind.DDPTUI else None
+        marker = job.marker if job.kind == JobKind.DDPTUI else None
         result, skipped = stop_refs(
             [p.ref for p in job.live_processes], grace, all_users=all_users, run_marker=marker
         )

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import psutil
@@ -302,8 +301,8 @@ class GpuScanner:
     (CPU percentages cover the time since the previous scan) and a probe for the processes
     outside every job."""
 
-    def __init__(self, runs_dir: Path | None = None, device_glob: str | None = None) -> None:
-        self.scanner = ProcessScanner(runs_dir, device_glob=device_glob or DEFAULT_DEVICE_GLOB)
+    def __init__(self, device_glob: str | None = None) -> None:
+        self.scanner = ProcessScanner(device_glob=device_glob or DEFAULT_DEVICE_GLOB)
         self.probe = ProcessProbe()
         self.host = HostSampler()
 

@@ -2,8 +2,11 @@
 
 Plain Python. In order, each step taking only processes no earlier step placed:
 
-1. ours, by the run marker ``DDPTUI_RUN_ID`` in the environment; run.json's pids and start times
-   give them their roles (launcher, rank and its global rank), never membership;
+1. ours, by the run marker in their own environment: the run id ``DDPTUI_RUN_ID`` and the run
+   directory ``DDPTUI_RUN_DIR`` (two runs of one id in two directories are two jobs). The run
+   directory is the one the processes carry, wherever it lies, never one looked up by id under
+   the runs directory being looked at; run.json's pids and start times give them their roles
+   (launcher, rank and its global rank), never membership;
 2. foreign workers by a distributed-training environment: torchelastic ones by
    ``TORCHELASTIC_RUN_ID`` and master address, others by master address (or process group);
 3. ``multiprocessing`` spawn children with torch loaded, under the Python process that started
@@ -17,21 +20,24 @@ and last, a child of a rank is that rank's worker.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.core.common.run_environment import RUN_DIR_ENV, RUN_MARKER_ENV
+from engine.core.common.run_environment import LAUNCHER_PID_ENV, RUN_DIR_ENV
 from engine.core.common.statuses import JobKind, ProcessRole
 from engine.core.procs.process_identity import ProcessRef, same_start
 from engine.core.procs.process_scan import (
     ProcessInfo,
     distributed_env,
+    env_int,
     is_python,
     is_spawn_child,
     launcher_of,
     loads_torch,
 )
+from engine.core.procs.run_proof import RunMarker
 from engine.core.runs.placement import read_node_records
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
 
@@ -51,20 +57,25 @@ class FoundJob:
     run_dir: RunDir | None = None
     info: RunInfo | None = None
     info_problem: str = ""
+    marker: RunMarker | None = None  # ours: what every member carries (id and run directory)
 
 
-def locate_run(run_id: str, env: dict[str, str], runs_dir: Path | None) -> RunDir | None:
-    """The run directory of run ``run_id``: the one its process carries in its environment, else
-    the one of that id under ``runs_dir``; None when neither holds a run.json."""
-    candidates = []
-    if env.get(RUN_DIR_ENV):
-        candidates.append(Path(env[RUN_DIR_ENV]))
-    if runs_dir is not None:
-        candidates.append(Path(runs_dir) / run_id)
-    for path in candidates:
-        if path.name == run_id and (path / "run.json").exists():
-            return RunDir(path)
-    return None
+def locate_run(marker: RunMarker) -> tuple[RunDir | None, str]:
+    """The run directory a run's processes carry in their environment, or None and why not: it
+    must be an absolute path named after the run id, a real directory (not a symbolic link) that
+    holds a run.json."""
+    if not marker.run_dir:
+        return None, f"its processes carry no run directory ({RUN_DIR_ENV})"
+    path = Path(marker.run_dir)
+    if not path.is_absolute() or path.name != marker.run_id:
+        return None, f"its processes carry {marker.run_dir}, which is not run {marker.run_id}'s"
+    try:
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            return None, f"its run directory {path} is a symbolic link: not followed"
+        os.lstat(path / "run.json")
+    except OSError:
+        return None, f"its run directory {path} (from its processes' environment) has no run.json"
+    return RunDir(path), ""
 
 
 def process_group(pid: int) -> int | str:
@@ -99,10 +110,10 @@ class _Grouping:
                 yield p
 
 
-def group_jobs(procs: dict[int, ProcessInfo], me: int, runs_dir: Path | None) -> list[FoundJob]:
+def group_jobs(procs: dict[int, ProcessInfo], me: int) -> list[FoundJob]:
     """Every training job among ``procs`` (``me``, this process, left out)."""
     grouping = _Grouping(procs, me)
-    _ours_by_marker(grouping, runs_dir)
+    _ours_by_marker(grouping)
     for job in grouping.jobs.values():
         _roles_from_run_json(grouping, job)
     _foreign_by_environment(grouping)
@@ -113,29 +124,45 @@ def group_jobs(procs: dict[int, ProcessInfo], me: int, runs_dir: Path | None) ->
     return list(grouping.jobs.values())
 
 
-def _ours_by_marker(grouping: _Grouping, runs_dir: Path | None) -> None:
+def _ours_by_marker(grouping: _Grouping) -> None:
+    """Processes carrying a run marker, one job per run id and run directory. A marked process
+    that carries no run directory (a launcher of an older ddptui) joins the one job of its id
+    when there is one, else stands as a job whose directory is unknown."""
+    by_id: dict[str, list[tuple[ProcessInfo, RunMarker]]] = {}
     for p in grouping.unplaced():
-        env = p.environ or {}
-        run_id = env.get(RUN_MARKER_ENV)
-        if not run_id:
-            continue
-        key, label = f"ddptui:{run_id}", f"ddptui run {run_id}"
-        job = grouping.add(key, JobKind.DDPTUI, label, p.pid, ProcessRole.CHILD)
-        job.run_id = run_id
-        if job.run_dir is None:  # any member that carries the run directory names it
-            job.run_dir = locate_run(run_id, env, runs_dir)
+        marker = RunMarker.of_environ(p.environ or {})
+        if marker is not None:
+            by_id.setdefault(marker.run_id, []).append((p, marker))
+    for run_id, members in by_id.items():
+        dirs = sorted({m.run_dir for _, m in members if m.run_dir})
+        for p, marker in members:
+            run_dir = marker.run_dir or (dirs[0] if len(dirs) == 1 else "")
+            key = f"ddptui:{run_id}" if len(dirs) <= 1 else f"ddptui:{run_id}@{run_dir}"
+            job = grouping.add(
+                key, JobKind.DDPTUI, f"ddptui run {run_id}", p.pid, ProcessRole.CHILD
+            )
+            if job.marker is None:
+                job.run_id, job.marker = run_id, RunMarker(run_id, run_dir)
+                job.run_dir, job.info_problem = locate_run(job.marker)
 
 
 def _roles_from_run_json(grouping: _Grouping, job: FoundJob) -> None:
     """The launcher and ranks run.json names, where they carry the marker: run.json can name any
-    process, so only the marker proves one ours."""
+    process, so only the marker proves one ours. Without a run.json, the launcher is the member
+    whose pid the others carry as their launcher's."""
+    if job.marker is not None:
+        _launcher_by_environment(grouping, job)
     if job.run_dir is None:
         return
     try:
-        job.info = job.run_dir.read_run_info()
+        info = job.run_dir.read_run_info()
     except RunDirError as err:
         job.info_problem = str(err)
         return
+    if info.run_id != job.run_id:
+        job.info_problem = f"{job.run_dir.run_json_path} names run {info.run_id}, not {job.run_id}"
+        return
+    job.info = info
     named: list[tuple[int | None, ProcessRef]] = (
         [(None, job.info.launcher)] if job.info.launcher else []
     )
@@ -148,11 +175,21 @@ def _roles_from_run_json(grouping: _Grouping, job: FoundJob) -> None:
         p = grouping.procs.get(ref.pid)
         if p is None or not same_start(p.create_time, ref.start_time):
             continue
-        if not p.zombie and (p.environ or {}).get(RUN_MARKER_ENV) != job.run_id:
+        if not p.zombie and grouping.job_of.get(p.pid) != job.key:  # not carrying its marker
             continue
         grouping.place(job, p.pid, ProcessRole.LAUNCHER if rank is None else ProcessRole.RANK)
         if rank is not None:
             job.ranks[p.pid] = rank
+
+
+def _launcher_by_environment(grouping: _Grouping, job: FoundJob) -> None:
+    named = {
+        pid
+        for m in job.members
+        if (pid := env_int((grouping.procs[m].environ or {}).get(LAUNCHER_PID_ENV)))
+    }
+    for pid in named & set(job.members):
+        grouping.place(job, pid, ProcessRole.LAUNCHER)
 
 
 def _foreign_by_environment(grouping: _Grouping) -> None:

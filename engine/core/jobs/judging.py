@@ -1,8 +1,9 @@
 """Judging a grouped job: whether its launcher lives (so whether the job is orphaned), and the
 state of each of its processes and of the whole job.
 
-Plain Python. For our runs the launcher is exact: run.json's launcher alive with its recorded
-start time (or, with no run.json to go by, the launcher pid every rank carries). For foreign jobs
+Plain Python. For our runs the launcher is exact, and a job is orphaned only on proof: run.json's
+launcher (found in the run directory the processes carry) and the launcher pid every rank carries
+are gone by pid and start time; a launcher that cannot be told is unknown, never gone. For foreign jobs
 it is judged from each worker's nearest ancestor outside the job: a launcher (torchrun & co.) or,
 for torchelastic and spawn workers, the Python process that started them. A worker adopted by
 something else (init, a container's pid 1, a subreaper) has lost its launcher. The parent pid
@@ -16,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from engine.core.common.run_environment import LAUNCHER_PID_ENV
-from engine.core.common.statuses import JobKind, JobState, ProcessRole
+from engine.core.common.statuses import JobKind, JobState, ProcessRole, ProcessState
 from engine.core.jobs.grouping import FoundJob
-from engine.core.procs.process_identity import ref_alive
+from engine.core.procs.process_identity import START_TIME_TOLERANCE, ProcessRef, lookup
 from engine.core.procs.process_scan import ProcessInfo, env_int, is_python, launcher_of
 
 # (launcher pid, alive: True / False / None for cannot tell, why in one sentence)
@@ -36,37 +37,60 @@ def launcher_state(job: FoundJob, procs: dict[int, ProcessInfo]) -> LauncherVerd
 
 
 def _our_launcher(job: FoundJob, procs: dict[int, ProcessInfo]) -> LauncherVerdict:
+    """Alive when any evidence shows the launcher alive; gone only on proof (every launcher the
+    run names, by run.json's pid and start time or by the pid its ranks carry, is gone or its pid
+    now names a later process); else unknown, and an unknown launcher never makes a job
+    orphaned."""
+    for member, role in job.members.items():
+        if role == ProcessRole.LAUNCHER and not procs[member].zombie:
+            return member, True, f"its launcher (pid {member}) is running"
+    verdicts: list[LauncherVerdict] = []
     if job.info is not None and job.info.launcher is not None:
-        ref = job.info.launcher
-        if ref_alive(ref):
-            return ref.pid, True, f"its launcher (pid {ref.pid}) is running"
-        return ref.pid, False, f"its launcher (pid {ref.pid}, from run.json) is gone"
-    # no run.json to go by: the launcher pid every rank carries in its environment
-    pids = sorted(
-        {
-            pid
-            for m in job.members
-            if (pid := env_int((procs[m].environ or {}).get(LAUNCHER_PID_ENV)))
-        }
-    )
-    live = [pid for pid in pids if _is_our_launcher(procs, pid, job)]
-    if live:
-        return live[0], True, f"its launcher (pid {live[0]}) is running"
-    for pid, role in job.members.items():
-        if role == ProcessRole.LAUNCHER and not procs[pid].zombie:
-            return pid, True, f"its launcher (pid {pid}) is running"
-    if pids:
-        why = job.info_problem or "its run directory was not found"
-        return pids[0], False, f"its launcher (pid {pids[0]}) is gone ({why})"
+        verdicts.append(_recorded_launcher(job.info.launcher))
+    earliest = min(procs[m].create_time for m in job.members)
+    carried = {
+        pid for m in job.members if (pid := env_int((procs[m].environ or {}).get(LAUNCHER_PID_ENV)))
+    }
+    verdicts += [_carried_launcher(pid, procs.get(pid), earliest) for pid in sorted(carried)]
+    if alive := [v for v in verdicts if v[1]]:
+        return alive[0]
+    if verdicts and all(v[1] is False for v in verdicts):
+        why = f" ({job.info_problem})" if job.info_problem and job.info is None else ""
+        return verdicts[0][0], False, verdicts[0][2] + why
+    unknown = [v for v in verdicts if v[1] is None]
+    if unknown:
+        return unknown[0]
     return None, None, job.info_problem or "its launcher is unknown"
 
 
-def _is_our_launcher(procs: dict[int, ProcessInfo], pid: int, job: FoundJob) -> bool:
-    p = procs.get(pid)
-    if p is None or p.zombie:
-        return False
-    earliest = min(procs[m].create_time for m in job.members)
-    return launcher_of(p) == "ddptui" and p.create_time <= earliest + 0.5
+def _recorded_launcher(ref: ProcessRef) -> LauncherVerdict:
+    """run.json's launcher, by pid and start time."""
+    state, _ = lookup(ref)
+    if state == ProcessState.UNREADABLE:
+        return ref.pid, None, f"its launcher (pid {ref.pid}) cannot be inspected"
+    if state in (ProcessState.RUNNING, ProcessState.STOPPED):
+        return ref.pid, True, f"its launcher (pid {ref.pid}) is running"
+    if state == ProcessState.REUSED:
+        return (
+            ref.pid,
+            False,
+            (
+                f"its launcher (pid {ref.pid}, from run.json) is gone: the pid now names a later process"
+            ),
+        )
+    return ref.pid, False, f"its launcher (pid {ref.pid}, from run.json) is gone"
+
+
+def _carried_launcher(pid: int, p: ProcessInfo | None, earliest: float) -> LauncherVerdict:
+    """The launcher pid the ranks carry: the process with that pid is their launcher only if it
+    started no later than the first of them (a pid is not reused while its process lives)."""
+    if p is None:
+        return pid, False, f"its launcher (pid {pid}) is gone"
+    if p.create_time > earliest + START_TIME_TOLERANCE:
+        return pid, False, f"its launcher (pid {pid}) is gone: the pid now names a later process"
+    if p.zombie:
+        return pid, False, f"its launcher (pid {pid}) has exited"
+    return pid, True, f"its launcher (pid {pid}) is running"
 
 
 def _foreign_launcher(job: FoundJob, procs: dict[int, ProcessInfo]) -> LauncherVerdict:

@@ -35,6 +35,7 @@ from engine.core.procs.device_holders import (
 )
 from engine.core.procs.process_identity import ProcessProbe, ProcessRef
 from engine.core.procs.process_scan import ProcessInfo, env_int, is_python, snapshot_processes
+from engine.core.procs.run_proof import RunMarker
 from engine.core.runs.observer import RunObserver
 from engine.core.runs.rundir import RunDir
 
@@ -79,7 +80,8 @@ class TrainingJob:
     launcher_pid: int | None = None
     launcher_alive: bool | None = None  # None: unknown
     run_id: str | None = None
-    run_dir: str | None = None
+    run_dir: str | None = None  # ours: the run directory its processes carry, where it holds a run
+    marker: RunMarker | None = None  # ours: what every process of it carries (id and directory)
 
     @property
     def own(self) -> bool:
@@ -137,8 +139,7 @@ class ProcessScanner:
     since the previous scan and each run's observer reads only what its run appended since. A
     fresh scanner measures CPU over ``cpu_interval`` seconds."""
 
-    def __init__(self, runs_dir: Path | None = None, device_glob: str | None = None) -> None:
-        self.runs_dir = runs_dir
+    def __init__(self, device_glob: str | None = None) -> None:
         # tests pass a glob of files of their own, held open by real processes
         self.device_glob = device_glob or DEFAULT_DEVICE_GLOB
         self._cpu: dict[tuple[int, float], psutil.Process] = {}
@@ -149,7 +150,7 @@ class ProcessScanner:
     def scan(self, *, gpus: GpuInventory | None = None, cpu_interval: float = 0.0) -> ProcessTable:
         self._now = now = time.time()
         procs = snapshot_processes()
-        jobs = group_jobs(procs, os.getpid(), self.runs_dir)
+        jobs = group_jobs(procs, os.getpid())
         inventory = sample_gpus() if gpus is None else gpus
         holders = scan_device_holders(self.device_glob)
         join = join_gpus(inventory, holders, {pid: p.zombie for pid, p in procs.items()})
@@ -244,6 +245,7 @@ class ProcessScanner:
             launcher_alive=launcher_alive,
             run_id=job.run_id,
             run_dir=str(job.run_dir.path) if job.run_dir else None,
+            marker=job.marker,
         )
 
 
@@ -358,8 +360,7 @@ def _visibility_notes(procs: dict[int, ProcessInfo]) -> list[str]:
     return notes
 
 
-def scan_processes(
-    runs_dir: Path | None = None, *, gpus: GpuInventory | None = None, cpu_interval: float = 0.2
-) -> ProcessTable:
-    """One-shot scan (``ddptui ps``): jobs, processes, states, GPU memory, and what was not seen."""
-    return ProcessScanner(runs_dir).scan(gpus=gpus, cpu_interval=cpu_interval)
+def scan_processes(*, gpus: GpuInventory | None = None, cpu_interval: float = 0.2) -> ProcessTable:
+    """One-shot scan (``ddptui ps``): jobs, processes, states, GPU memory, and what was not seen.
+    Each of our runs is found from its processes, wherever its run directory lies."""
+    return ProcessScanner().scan(gpus=gpus, cpu_interval=cpu_interval)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
+from engine.core.common.statuses import StopRequester
 from engine.core.config.schema import RunConfig
 from engine.core.ops.kill import KillResult, kill_run
 from engine.core.ops.run_snapshot import snapshot_run
@@ -46,7 +47,7 @@ class Backend(Protocol):
         grace: float = 10.0,
         *,
         allow_other_users: bool = False,
-        reason: str = "",
+        by: StopRequester = StopRequester.KILL,
     ) -> KillResult:
         """Stop exactly the run's processes, verified; the summary says killed."""
         ...
@@ -67,9 +68,9 @@ class LocalBackend:
         grace: float = 10.0,
         *,
         allow_other_users: bool = False,
-        reason: str = "",
+        by: StopRequester = StopRequester.KILL,
     ) -> KillResult:
-        return kill_run(run_dir, grace, allow_other_users=allow_other_users, reason=reason)
+        return kill_run(run_dir, grace, allow_other_users=allow_other_users, by=by)
 
 
 class SlurmBackend:
@@ -88,9 +89,9 @@ class SlurmBackend:
         grace: float = 10.0,  # Slurm's KillWait governs; the node launchers' own grace is shorter
         *,
         allow_other_users: bool = False,
-        reason: str = "",
+        by: StopRequester = StopRequester.KILL,
     ) -> KillResult:
-        return kill_slurm_run(run_dir, allow_other_users=allow_other_users, reason=reason)
+        return kill_slurm_run(run_dir, allow_other_users=allow_other_users, reason=by.sentence)
 
 
 LOCAL = LocalBackend()

@@ -16,10 +16,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine.core.common.statuses import RunStatus
+from engine.core.common.statuses import RunStatus, StopRequester
 from engine.core.ops.run_start import StartedRun
-from engine.core.procs.process_identity import marked_processes
+from engine.core.procs.run_proof import RunMarker, marked_processes
 from engine.core.runs.observer import RunObserver, RunState
+from engine.core.runs.stop_request import request_stop
 
 # How long ranks may take to end after their launcher did, before the run is left unsettled
 # (orphaned ranks, for `ddptui clean`).
@@ -57,6 +58,7 @@ def follow_run(
         if not interrupted:
             interrupted = True
             on_interrupt()
+            request_stop(started.run_dir, StopRequester.CTRL_C)
             started.process.send_signal(signal.SIGTERM)
 
     previous = signal.signal(signal.SIGINT, stop)
@@ -71,7 +73,9 @@ def follow_run(
             state = observer.observe()
         # and whatever else the run started (multiprocessing's resource tracker, a DataLoader
         # worker): `ddptui run` returns when nothing of the run is left, where it can tell
-        while marked_processes(started.run_id) and time.monotonic() < deadline:
+        while (
+            marked_processes(RunMarker.of_dir(started.run_dir.path)) and time.monotonic() < deadline
+        ):
             time.sleep(poll_seconds)
         over = state.status == RunStatus.LOST or (state.slurm is not None and state.final)
         if over and not started.run_dir.summary_path.exists():

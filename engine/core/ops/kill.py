@@ -21,20 +21,17 @@ from dataclasses import dataclass
 import psutil
 
 from engine.core.common.config_error import ConfigError
-from engine.core.common.run_files import user_name
-from engine.core.common.statuses import KillOutcome, ProcessState, RunStatus
-from engine.core.config.toml_io import load_config
+from engine.core.common.run_files import refuse_writing, user_name
+from engine.core.common.statuses import KillOutcome, ProcessState, RunStatus, StopRequester
 from engine.core.ops.run_snapshot import snapshot_run
 from engine.core.procs.process_identity import (
     ProcessRef,
     identify,
-    lookup,
-    marked_processes,
-    marker_mismatch,
     process_ended,
     state_of,
     user_of,
 )
+from engine.core.procs.run_proof import RunMarker, directory_owner, marked_processes, prove
 from engine.core.procs.stopping import (
     POLL_SECONDS,
     KillRefused,
@@ -49,6 +46,7 @@ from engine.core.procs.stopping import (
 from engine.core.runs.events import StopSignalled, read_events
 from engine.core.runs.rundir import RunDir, RunDirError, run_dir_owner
 from engine.core.runs.settle import record_killed
+from engine.core.runs.stop_request import request_stop
 from engine.core.stacks.snapshot import StackSnapshot
 
 # How long past its grace period a launcher may take to finish its stop: its SIGKILL, reaping its
@@ -75,6 +73,7 @@ class KillResult:
     skipped: tuple[str, ...] = ()  # one sentence each: a pid left alone and why
     gpu_check: str = ""
     summary_written: bool = False
+    unwritten: str = ""  # why the killer could not write the summary (another user's directory)
     stacks: StackSnapshot | None = None  # every rank's stack, taken before anything was signalled
     by_launcher: bool = False  # the run's live launcher stopped its ranks and wrote the summary
     grace_seconds: float = 0.0  # between SIGTERM and SIGKILL, as the ranks were given it
@@ -112,48 +111,51 @@ def check_run_owner(run_dir: RunDir, *, allow_other_users: bool) -> None:
         )
 
 
-def _named_process(ref: ProcessRef, role: str, run_id: str) -> tuple[psutil.Process | None, str]:
-    """The live process run.json names for ``role``, or None and (when it is not simply gone)
-    the sentence saying why it is left alone."""
-    state, proc = lookup(ref)
-    if state == ProcessState.UNREADABLE:
-        return None, f"pid {ref.pid} ({role}) cannot be inspected"
-    if state == ProcessState.REUSED:
+def _named_process(
+    ref: ProcessRef, role: str, marker: RunMarker, owner_uid: int | None
+) -> tuple[psutil.Process | None, str]:
+    """The live process run.json names for ``role``, proved to be the run's
+    (``engine.core.procs.run_proof.prove``), or None and (when it is not simply gone) the
+    sentence saying why it is left alone."""
+    proc, why = prove(ref, marker, owner_uid)
+    if not why:
+        return proc, ""
+    if why.endswith("now belongs to another process"):
         now = identify(ref.pid)
-        since = (
-            f", started {time.strftime('%H:%M:%S', time.localtime(now.start_time))}" if now else ""
-        )
-        return None, (
-            f"pid {ref.pid} ({role} in run.json) now belongs to another process{since}: left alone"
-        )
-    if proc is None or not state.alive:
-        return None, ""
-    foreign = marker_mismatch(proc, run_id)
-    if foreign:
-        return None, f"{foreign} ({role} in run.json): left alone"
-    return proc, ""
+        if now is not None:
+            why += f", started {time.strftime('%H:%M:%S', time.localtime(now.start_time))}"
+    return None, f"{why} ({role} in run.json): left alone"
+
+
+def _owner_to_prove(run_dir: RunDir, allow_other_users: bool) -> int | None:
+    """Whose processes may be the run's: the run directory's owner's, anyone's when root asked
+    for every user's."""
+    return None if allow_other_users else directory_owner(run_dir.path)
 
 
 def run_targets(
-    run_dir: RunDir, protected: set[int] | None = None
+    run_dir: RunDir, protected: set[int] | None = None, *, allow_other_users: bool = False
 ) -> tuple[list[tuple[psutil.Process, str]], list[str]]:
     """The live processes that are provably the run's (not yet descendants), each with its role:
-    the launcher and ranks run.json names (pid and start time) that also carry the run's marker,
-    and every other process carrying the marker. A sentence for each pid run.json names that is
-    left alone (another process now has its pid, or it does not carry the marker)."""
+    the launcher and ranks run.json names (pid and start time) that also carry the run's marker
+    (its id *and* this run directory) and belong to the run directory's owner, and every other
+    process carrying that marker. A run of the same id in another directory is another run. A
+    sentence for each pid run.json names that is left alone."""
     protected = protected_pids() if protected is None else protected
     info = run_dir.read_run_info()  # RunDirError: the caller says so and stops
+    marker = RunMarker.of_dir(run_dir.path)
+    owner = _owner_to_prove(run_dir, allow_other_users)
     found: dict[int, tuple[psutil.Process, str]] = {}
     skipped: list[str] = []
     named = [(info.launcher, "launcher")] if info.launcher is not None else []
     named += [(ref, f"rank {rank}") for rank, ref in info.ranked()]
     for ref, role in named:
-        proc, why = _named_process(ref, role, run_dir.run_id)
+        proc, why = _named_process(ref, role, marker, owner)
         if why:
             skipped.append(why)
         if proc is not None:
             found[proc.pid] = (proc, role)
-    for proc in marked_processes(run_dir.run_id, exclude=frozenset(protected)):
+    for proc in marked_processes(marker, owner_uid=owner, exclude=frozenset(protected)):
         found.setdefault(proc.pid, (proc, "marked"))
     return list(found.values()), skipped
 
@@ -171,7 +173,7 @@ def _status_before(run_dir: RunDir) -> RunStatus:
 def _launcher_grace(run_dir: RunDir) -> float | None:
     """The grace period the run's launcher gives its ranks (its preset's supervision)."""
     try:
-        return load_config(run_dir.config_path).supervision.failure_grace_seconds
+        return run_dir.load_config().supervision.failure_grace_seconds
     except (ConfigError, OSError):
         return None
 
@@ -187,13 +189,19 @@ def _killed_by_launcher(run_dir: RunDir, since: float) -> set[int]:
 
 
 def ask_launcher_to_stop(
-    run_dir: RunDir, launcher: psutil.Process, members: list[psutil.Process], wait: float
+    run_dir: RunDir,
+    launcher: psutil.Process,
+    members: list[psutil.Process],
+    wait: float,
+    by: StopRequester = StopRequester.KILL,
 ) -> tuple[StopResult, bool]:
-    """SIGTERM to the launcher only, then wait up to ``wait`` seconds for it to end. Returns what
-    of ``members`` (and their descendants) ended meanwhile and how, as the launcher's events tell
-    it, and whether the launcher finished its stop (it ended and summary.json is there)."""
+    """Leave word who asks (``engine.core.runs.stop_request``), SIGTERM to the launcher only, then
+    wait up to ``wait`` seconds for it to end. Returns what of ``members`` (and their descendants)
+    ended meanwhile and how, as the launcher's events tell it, and whether the launcher finished
+    its stop (it ended and summary.json is there)."""
     watched = {p.pid: p for p in [*members, *descendants(members)]}
     asked, started = time.time(), time.monotonic()
+    request_stop(run_dir, by)
     if not signal_process(launcher, signal.SIGTERM):
         return StopResult(), False
     deadline = started + wait
@@ -216,17 +224,20 @@ def _stop_run(
     *,
     allow_other_users: bool,
     protected: set[int],
+    by: StopRequester,
 ) -> tuple[StopResult, bool, float]:
     """Stop the run's processes: through its live launcher where it has one, else (or when it does
     not finish in time) directly, then whatever carrying the marker is left. Returns what was
     stopped and how, whether the launcher did it, and the grace the ranks were given."""
-    marker = run_dir.run_id
+    marker = RunMarker.of_dir(run_dir.path)
     launcher = next((p for p, role in found if role == "launcher"), None)
     result, by_launcher, given = StopResult(), False, grace
     if launcher is not None and state_of(launcher) == ProcessState.RUNNING:  # it can act
         launcher_grace = _launcher_grace(run_dir)
         wait = max(grace, launcher_grace or grace) + LAUNCHER_STOP_MARGIN_SECONDS
-        result, by_launcher = ask_launcher_to_stop(run_dir, launcher, [p for p, _ in found], wait)
+        result, by_launcher = ask_launcher_to_stop(
+            run_dir, launcher, [p for p, _ in found], wait, by
+        )
         if by_launcher and launcher_grace is not None:
             given = launcher_grace
     rest = [p for p, _ in found if p.pid not in result.stopped and not process_ended(p)]
@@ -237,7 +248,11 @@ def _stop_run(
     # a last look for marked processes that slipped through (started while we were stopping)
     late = [
         p
-        for p in marked_processes(marker, exclude=frozenset(protected))
+        for p in marked_processes(
+            marker,
+            owner_uid=_owner_to_prove(run_dir, allow_other_users),
+            exclude=frozenset(protected),
+        )
         if p.pid not in result.stopped
     ]
     if late:
@@ -250,15 +265,15 @@ def _stop_run(
 
 
 def _nothing_left(
-    run_dir: RunDir, status_before: RunStatus, skipped: list[str], reason: str
+    run_dir: RunDir, status_before: RunStatus, skipped: list[str], by: StopRequester
 ) -> KillResult:
     """Nothing of the run runs: a finished run is left as it is, an unfinished one is recorded as
     killed (its launcher ended without a summary)."""
     finished = status_before.final
     written = not finished and record_killed(
         run_dir,
-        reason
-        or "ddptui kill found no process left: the launcher had ended without writing a summary",
+        f"{by.sentence}, which found no process left: the launcher had ended without writing a "
+        "summary",
     )
     return KillResult(
         run_id=run_dir.run_id,
@@ -266,6 +281,7 @@ def _nothing_left(
         status_before=status_before,
         skipped=tuple(skipped),
         summary_written=written,
+        unwritten="" if finished else refuse_writing(run_dir.path),
     )
 
 
@@ -275,7 +291,7 @@ def kill_run(
     *,
     allow_other_users: bool = False,
     check_gpu: bool = True,
-    reason: str = "",
+    by: StopRequester = StopRequester.KILL,
 ) -> KillResult:
     """Stop exactly the processes of one run: the launcher and ranks run.json names (pid and start
     time), every process carrying its run marker, and all their descendants carrying it too; a
@@ -286,14 +302,15 @@ def kill_run(
     target is another user's, or a target is this process's own ancestor) before signalling
     anything. A finished run with nothing left is reported as such and left alone; a finished
     run's leftovers are stopped without touching its summary. Otherwise summary.json ends up with
-    status ``killed``: the launcher's, or (``reason``) the killer's when the launcher could not.
+    status ``killed``, saying who asked (``by``): the launcher's, or the killer's when the
+    launcher could not write it.
     """
     check_run_owner(run_dir, allow_other_users=allow_other_users)
     status_before = _status_before(run_dir)
     protected = protected_pids()
-    found, skipped = run_targets(run_dir, protected)
+    found, skipped = run_targets(run_dir, protected, allow_other_users=allow_other_users)
     if not found:
-        return _nothing_left(run_dir, status_before, skipped, reason)
+        return _nothing_left(run_dir, status_before, skipped, by)
     for proc, role in found:
         why = refusal(proc, allow_other_users=allow_other_users, protected=protected)
         if why:
@@ -301,17 +318,19 @@ def kill_run(
     targets = tuple(Target(p.pid, p.create_time(), role, user_of(p)) for p, role in found)
     finished = status_before.final
     # The evidence of why the run was stuck dies with it: take every rank's stack first.
-    stacks = None if finished else snapshot_run(run_dir, reason="before kill")
+    stacks = (
+        None
+        if finished
+        else snapshot_run(run_dir, reason="before kill", all_users=allow_other_users)
+    )
     result, by_launcher, given = _stop_run(
-        run_dir, found, grace, allow_other_users=allow_other_users, protected=protected
+        run_dir, found, grace, allow_other_users=allow_other_users, protected=protected, by=by
     )
     pids = [t.pid for t in targets] + list(result.stopped)
     written = (
         not finished
         and not by_launcher
-        and record_killed(
-            run_dir, reason or f"stopped by ddptui kill (SIGTERM, SIGKILL after {grace:g} s)"
-        )
+        and record_killed(run_dir, f"{by.sentence} (SIGTERM, SIGKILL after {grace:g} s)")
     )
     return KillResult(
         run_id=run_dir.run_id,
@@ -322,6 +341,7 @@ def kill_run(
         skipped=tuple(skipped),
         gpu_check=gpu_memory_left(pids) if check_gpu else "",
         summary_written=written,
+        unwritten="" if finished or by_launcher else refuse_writing(run_dir.path),
         stacks=stacks,
         by_launcher=by_launcher,
         grace_seconds=given,

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.core.common.statuses import RunStatus
-from engine.core.procs.process_identity import live_run_markers
+from engine.core.procs.run_proof import live_run_markers
 from engine.core.runs.observer import observe_run
 from engine.core.runs.run_listing import RunListing
 from engine.core.runs.rundir import RunDir, run_dir_owner

@@ -1,36 +1,86 @@
 """Taking a run's stacks from outside its launcher: ``ddptui kill`` (before it signals anything),
 ``ddptui stacks`` and the UI's stacks view. Plain Python.
 
-The ranks are the ones run.json names (pid + start time), each with when it last reported, as the
-run observer reads them; the snapshot itself is ``engine.core.stacks.diagnosis.take_snapshot``.
+The ranks are the ones run.json names (pid + start time) that prove to be the run's, each with
+when it last reported, as the run observer reads them; the snapshot itself is
+``engine.core.stacks.diagnosis.take_snapshot``.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import stat
 
+from engine.core.common.run_files import refuse_writing
+from engine.core.common.statuses import RankStatus
 from engine.core.procs.process_identity import ProcessProbe
+from engine.core.procs.run_proof import RunMarker, directory_owner, prove
 from engine.core.runs.observer import RunObserver
+from engine.core.runs.rank_states import RankState
 from engine.core.runs.rundir import RunDir
 from engine.core.stacks.diagnosis import RankTarget, take_snapshot
 from engine.core.stacks.snapshot import StackSnapshot
 
 
 def snapshot_run(
-    run_dir: RunDir, *, reason: str, probe: ProcessProbe | None = None, save: bool = True
+    run_dir: RunDir,
+    *,
+    reason: str,
+    probe: ProcessProbe | None = None,
+    save: bool = True,
+    all_users: bool = False,
 ) -> StackSnapshot | None:
     """Every rank's stack now, what each was doing and the culprit; stored in the run directory
-    (where it may be written). None when run.json names no rank or none of them is alive."""
+    (where this user may write it). None when run.json names no rank or none of them is alive.
+
+    Only a rank proved to be the run's (``engine.core.procs.run_proof.prove``: its marker and
+    this run directory in its own environment, its pid and start time, and the run directory's
+    owner unless ``all_users``) is asked for its stack; any other is in the snapshot with why
+    not, and neither signalled nor read (``StackSnapshot.proved`` counts the ranks that were)."""
     probe = probe or ProcessProbe()
     state = RunObserver(run_dir, probe=probe, settle=False).observe()
     info = state.info
     if info is None or not info.ranks or not any(probe.alive(r) for r in info.ranks):
         return None
-    reported = {r.rank: r.last_event_time for r in state.ranks}
-    targets = [RankTarget(rank, ref, reported.get(rank)) for rank, ref in info.ranked()]
+    ranks = {r.rank: r for r in state.ranks}
+    marker = RunMarker.of_dir(run_dir.path)
+    owner = None if all_users else directory_owner(run_dir.path)
+    targets = []
+    for rank, ref in info.ranked():
+        _, why = prove(ref, marker, owner)
+        seen = ranks.get(rank)
+        targets.append(
+            RankTarget(
+                rank,
+                ref,
+                seen.last_event_time if seen else None,
+                seen.error if seen else "",
+                refused=f"not provably the run's: {why}" if why else "",
+                exitcode=_ended(seen),
+            )
+        )
     return take_snapshot(
-        run_dir.path, targets, reason=reason, distributed=info.world_size > 1, save=save
+        run_dir.path,
+        targets,
+        reason=reason,
+        distributed=info.world_size > 1,
+        save=save and any(not t.refused for t in targets),
     )
+
+
+def _ended(rank: RankState | None) -> int | None:
+    """How a rank ended, as a wait status, once the events say it did (else None)."""
+    if rank is None:
+        return None
+    if rank.state == RankStatus.DONE:
+        return 0
+    if rank.signal is not None:
+        try:
+            return -signal.Signals[rank.signal].value
+        except KeyError:
+            return -1
+    return rank.exitcode
 
 
 def request_flight_recorder_dumps(run_dir: RunDir) -> int:
@@ -38,6 +88,8 @@ def request_flight_recorder_dumps(run_dir: RunDir) -> int:
     a byte is written into its debug pipe (``flight-recorder/pipe_rank_<r>.pipe``). Returns how
     many ranks were asked; gloo ranks have no pipe (they dump when a collective times out)."""
     asked = 0
+    if refuse_writing(run_dir.path) or run_dir.flight_recorder_dir.is_symlink():
+        return 0  # another user's run: nothing is written into their files
     try:
         pipes = sorted(run_dir.flight_recorder_dir.glob("pipe_rank_*"))
     except OSError:
@@ -48,8 +100,9 @@ def request_flight_recorder_dumps(run_dir: RunDir) -> int:
         except OSError:  # no reader: that rank is gone
             continue
         try:
-            os.write(fd, b"1\n")
-            asked += 1
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):  # a pipe, never a file planted in its place
+                os.write(fd, b"1\n")
+                asked += 1
         except OSError:
             pass
         finally:

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Protocol
 
 from engine.core.common.disk_space import write_failure
-from engine.core.common.run_environment import RUN_DIR_ENV, RUN_MARKER_ENV
 from engine.core.common.run_files import SpaceReserve, open_private, write_atomic
 from engine.core.common.statuses import RunStatus
 from engine.core.config.schema import RunConfig
@@ -29,6 +28,7 @@ from engine.core.config.toml_io import to_toml
 from engine.core.host import gpus
 from engine.core.plan.resource_guard import ResourceCheck, check_resources
 from engine.core.plan.run_plan import RunPlan, plan_run
+from engine.core.procs.run_proof import RunMarker
 from engine.core.runs.rundir import (
     RunDir,
     RunDirError,
@@ -166,15 +166,13 @@ def start_run(
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            # The launcher carries the run marker from its first instruction: `ddptui kill` and
-            # `clean` stop only processes that carry it.
-            # The marker and the run directory: what proves the launcher the run's, and where
-            # `ddptui ps` finds its run.json wherever --runs-dir points.
+            # The launcher carries the run marker (its id and its directory) from its first
+            # instruction: `ddptui kill` and `clean` stop only processes that carry it, and
+            # `ddptui ps` finds the run's directory from it, wherever it lies.
             env={
                 **os.environ,
                 "PYTHONUNBUFFERED": "1",
-                RUN_MARKER_ENV: run_dir.run_id,
-                RUN_DIR_ENV: str(run_dir.path.resolve()),
+                **RunMarker.of_dir(run_dir.path).environment(),
             },
         )
     return StartedRun(run_dir=run_dir, plan=plan, process=process, resources=resources)

@@ -38,7 +38,7 @@ PROOF_WAIT_SECONDS = 40.0
 POLL_SECONDS = 0.2
 
 
-def request_stop(run_dir: RunDir, *, reason: str) -> str:
+def request_cancel(run_dir: RunDir, *, reason: str) -> str:
     """Record that ddptui asked for the run's end, then cancel its job (or its step, inside the
     user's allocation). Returns "" or why Slurm refused."""
     info = run_dir.read_run_info()
@@ -151,7 +151,7 @@ def kill_slurm_run(
     if before.status == RunStatus.RUNNING:
         stacks = snapshot_slurm_run(run_dir, reason="before kill")
     targets = _targets(view)
-    problem = request_stop(run_dir, reason=reason or "stopped by ddptui kill")
+    problem = request_cancel(run_dir, reason=reason or "stopped by ddptui kill")
     if problem:
         return KillResult(
             run_id=run_dir.run_id,

@@ -25,9 +25,9 @@ from pathlib import Path
 
 from engine.core.common.config_error import ConfigError
 from engine.core.common.disk_space import write_failure
-from engine.core.common.run_environment import RUN_MARKER_ENV
+from engine.core.common.run_environment import RUN_DIR_ENV, RUN_MARKER_ENV
 from engine.core.common.run_files import SpaceReserve, make_dirs, open_private, write_atomic
-from engine.core.common.statuses import RunStatus
+from engine.core.common.statuses import RunStatus, StopRequester
 from engine.core.config.devices import parse_device_spec
 from engine.core.config.schema import RunConfig
 from engine.core.config.toml_io import to_toml
@@ -41,7 +41,7 @@ from engine.core.host.slurm_cluster import (
 )
 from engine.core.host.slurm_jobs import QUEUE, read_job
 from engine.core.ops.run_start import LauncherHandle
-from engine.core.ops.slurm_stop import request_stop
+from engine.core.ops.slurm_stop import request_cancel
 from engine.core.plan.run_plan import RunPlan, plan_run
 from engine.core.procs.process_identity import ProcessRef, identify
 from engine.core.runs.placement import (
@@ -196,6 +196,15 @@ def _resources(config: RunConfig, request: SlurmRequest) -> list[str]:
     return []
 
 
+def _export(run_dir: RunDir) -> str:
+    """srun's environment: all of it, plus the run marker in full (id and directory: what proves a
+    process the run's on any node). A directory whose path has a comma cannot go in srun's list;
+    the node launcher then re-executes itself with it (``carry_run_marker``)."""
+    path = str(run_dir.path.resolve())
+    where = f"{RUN_DIR_ENV}={path}," if "," not in path else ""
+    return f"--export=ALL,{RUN_MARKER_ENV}={run_dir.run_id},{where}PYTHONUNBUFFERED=1"
+
+
 def srun_command(run_dir: RunDir, config: RunConfig, request: SlurmRequest) -> list[str]:
     """The step: one node launcher per node, carrying the run marker from its first instruction."""
     return [
@@ -205,7 +214,7 @@ def srun_command(run_dir: RunDir, config: RunConfig, request: SlurmRequest) -> l
         "--ntasks-per-node=1",
         *(r for r in _resources(config, request) if r != "--exclusive"),
         "--kill-on-bad-exit=0",
-        f"--export=ALL,{RUN_MARKER_ENV}={run_dir.run_id},PYTHONUNBUFFERED=1",
+        _export(run_dir),
         sys.executable,
         "-m",
         "engine.train.node_launch",
@@ -282,7 +291,7 @@ class SlurmJobHandle:
 
     def send_signal(self, sig: int) -> None:
         if sig in (signal.SIGTERM, signal.SIGINT):
-            request_stop(self.run_dir, reason="stopped by Ctrl-C in ddptui run")
+            request_cancel(self.run_dir, reason=StopRequester.CTRL_C.sentence)
 
 
 def _make_run_dir(config: RunConfig, runs_dir: Path, run_id: str | None) -> RunDir:

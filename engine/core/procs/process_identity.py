@@ -16,7 +16,6 @@ from typing import Any
 
 import psutil
 
-from engine.core.common.run_environment import RUN_MARKER_ENV
 from engine.core.common.run_files import user_name
 from engine.core.common.statuses import ProcessState
 
@@ -107,24 +106,6 @@ def find_process(ref: ProcessRef) -> psutil.Process | None:
     return proc if state.alive else None
 
 
-def marker_mismatch(proc: psutil.Process, run_id: str) -> str | None:
-    """Why ``proc`` is not provably a process of run ``run_id``, or None when it carries the run
-    marker (``DDPTUI_RUN_ID``, set by ``run_start`` for the launcher and inherited by every rank
-    and worker) with that id. A pid and start time alone prove nothing: run.json can be written by
-    anyone who can write the run directory."""
-    try:
-        marker = proc.environ().get(RUN_MARKER_ENV)
-    except psutil.NoSuchProcess:
-        return f"pid {proc.pid} is gone"
-    except (psutil.Error, OSError) as err:
-        return f"pid {proc.pid}'s environment cannot be read ({type(err).__name__}), so it is not provably this run's"
-    if marker is None:
-        return f"pid {proc.pid} does not carry the run marker {RUN_MARKER_ENV}={run_id}"
-    if marker != run_id:
-        return f"pid {proc.pid} carries the marker of another run ({RUN_MARKER_ENV}={marker})"
-    return None
-
-
 def ref_alive(ref: ProcessRef | None) -> bool:
     return ref is not None and lookup(ref)[0].alive
 
@@ -133,35 +114,6 @@ def process_ended(proc: psutil.Process) -> bool:
     """True once ``proc`` (this very process, not a later one with its pid) is gone or a zombie;
     False while it cannot be told (``UNREADABLE``)."""
     return state_of(proc).ended
-
-
-def marked_processes(run_id: str, *, exclude: frozenset[int] = frozenset()) -> list[psutil.Process]:
-    """Live processes carrying run ``run_id``'s marker in their environment (its launcher, ranks,
-    their children, multiprocessing's helpers), zombies left out."""
-    found = []
-    for proc in psutil.process_iter(["pid"]):
-        if proc.pid in exclude:
-            continue
-        try:
-            if proc.environ().get(RUN_MARKER_ENV) == run_id and not process_ended(proc):
-                found.append(proc)
-        except (psutil.Error, OSError):
-            continue
-    return found
-
-
-def live_run_markers() -> dict[str, list[int]]:
-    """Run id -> the live processes carrying that run's marker, found in one pass over every
-    process this user can read (zombies left out)."""
-    found: dict[str, list[int]] = {}
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            marker = proc.environ().get(RUN_MARKER_ENV)
-            if marker and not process_ended(proc):
-                found.setdefault(marker, []).append(proc.pid)
-        except (psutil.Error, OSError):
-            continue
-    return found
 
 
 @dataclass(frozen=True)

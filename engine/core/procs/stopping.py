@@ -23,13 +23,8 @@ from engine.core.common.formatting import format_bytes
 from engine.core.common.run_files import user_name
 from engine.core.common.statuses import ProcessState
 from engine.core.host.gpus import sample_gpus
-from engine.core.procs.process_identity import (
-    ProcessRef,
-    lookup,
-    marker_mismatch,
-    process_ended,
-    user_of,
-)
+from engine.core.procs.process_identity import ProcessRef, lookup, process_ended, user_of
+from engine.core.procs.run_proof import RunMarker, marker_mismatch
 
 POLL_SECONDS = 0.05
 KILL_WAIT_SECONDS = 5.0  # after SIGKILL: a process in uninterruptible sleep may take a moment
@@ -151,15 +146,15 @@ def stop_processes(
     allow_other_users: bool = False,
     include_descendants: bool = True,
     kill_wait: float = KILL_WAIT_SECONDS,
-    run_marker: str | None = None,
+    run_marker: RunMarker | None = None,
 ) -> StopResult:
     """SIGTERM ``processes`` (and their descendants), wait up to ``grace`` seconds, SIGKILL the
     rest (and any child they started meanwhile), wait up to ``kill_wait``, report who is left.
 
     The ``psutil.Process`` objects carry their start time: a pid reused since they were made is
     never signalled. Protected and other users' processes are refused, not signalled. With
-    ``run_marker``, a descendant is stopped only if it carries that run's marker too; one that
-    does not is left alone (``left_alone``).
+    ``run_marker``, a descendant is stopped only if it carries that run's marker (id and run
+    directory) too; one that does not is left alone (``left_alone``).
     """
     started = time.monotonic()
     protected = protected_pids()
@@ -248,13 +243,13 @@ def stop_refs(
     grace: float,
     *,
     all_users: bool = False,
-    run_marker: str | None = None,
+    run_marker: RunMarker | None = None,
 ) -> tuple[StopResult, tuple[str, ...]]:
     """Stop the processes ``refs`` name (and their descendants), each looked up again by pid and
     start time first: one that ended since it was listed is left out, a reused pid is left alone,
-    and with ``run_marker`` one that does not carry that run's marker is left alone (one sentence
-    each in the second item). ``ddptui clean`` and the GPUs and Processes screens stop through
-    this."""
+    and with ``run_marker`` one that does not carry that run's marker (id and run directory) is
+    left alone (one sentence each in the second item). ``ddptui clean`` and the GPUs and Processes
+    screens stop through this."""
     procs: list[psutil.Process] = []
     skipped: list[str] = []
     for ref in refs:

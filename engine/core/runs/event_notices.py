@@ -31,7 +31,8 @@ def event_notice(e: Event) -> str:
         how = f"signal {e.signal}" if e.signal else f"exit code {e.exitcode}"
         return f"rank {e.rank} (pid {e.pid}) exited: {how}"
     if isinstance(e, RankStalled):
-        return f"launcher: rank {e.rank} silent for {e.silent_seconds:.0f} s"
+        why = f": {e.why}" if e.why else ""
+        return f"launcher: rank {e.rank} silent for {e.silent_seconds:.0f} s{why}"
     if isinstance(e, RankStraggling):
         return (
             f"launcher: rank {e.rank} straggling ({e.step_seconds:.2f} s a step, "

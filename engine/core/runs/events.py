@@ -19,6 +19,7 @@ from typing import Any, BinaryIO, ClassVar
 
 from engine.core.common import strict_json
 from engine.core.common.disk_space import WriteFailed
+from engine.core.common.formatting import format_bytes
 from engine.core.common.run_files import (
     FILE_MODE,
     UnsafeRunFile,
@@ -190,11 +191,14 @@ class RankExited(Event):
 
 @dataclass(frozen=True)
 class RankStalled(Event):
-    """The launcher saw no event from this rank for ``silent_seconds``."""
+    """The launcher saw no event from this rank for ``silent_seconds``; ``why`` is what its stacks
+    showed when a probe found it stalled before any silence rule (``engine.core.stacks.stall_probe``),
+    "" when a silence rule did."""
 
     type: ClassVar[str] = "rank_stalled"
     rank: int
     silent_seconds: float
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -348,13 +352,24 @@ class EventWriter:
         self.close()
 
 
+# An event is a few hundred bytes; a line longer than this is no event (it is skipped and counted,
+# never held). An event file over EVENTS_FILE_MAX_BYTES (a week of reports at the engine's rate
+# fits many times) is named, not read: a run directory is its owner's to fill.
+EVENT_LINE_MAX_BYTES = 64 << 10
+EVENTS_FILE_MAX_BYTES = 1 << 30
+READ_CHUNK_BYTES = 1 << 20
+
+
 @dataclass
 class EventTail:
     """Incremental reader of one JSONL file: each ``read_new`` returns the events appended since.
 
-    A partial last line is left for the next call; unreadable lines are counted in ``skipped``.
-    Given the run directory (``run_path``), it opens the file as ``engine.core.common.run_files.open_in_run``
-    allows: never through a symbolic link, never another user's file; ``refused`` then says why.
+    Bounded: the file is read in chunks, a line over ``EVENT_LINE_MAX_BYTES`` is skipped (and
+    counted) without being held, and a file over ``EVENTS_FILE_MAX_BYTES`` is not read at all
+    (``refused`` says so). A partial last line is left for the next call; unreadable lines are
+    counted in ``skipped``. Given the run directory (``run_path``), it opens the file as
+    ``engine.core.common.run_files.open_in_run`` allows: never through a symbolic link, never
+    another user's file; ``refused`` then says why.
     """
 
     path: Path
@@ -363,25 +378,47 @@ class EventTail:
     skipped: int = 0
     refused: str = ""
     _partial: bytes = b""
+    _overlong: bool = False  # within a line too long to hold: dropped up to its newline
 
     def read_new(self) -> list[Event]:
+        events: list[Event] = []
         try:
             with self._open() as f:
+                size = os.fstat(f.fileno()).st_size
+                if size > EVENTS_FILE_MAX_BYTES:
+                    self.refused = (
+                        f"{self.path} is {format_bytes(size)}, over the "
+                        f"{format_bytes(EVENTS_FILE_MAX_BYTES)} ddptui reads of an event file: "
+                        "not loaded"
+                    )
+                    return []
                 f.seek(self.offset)
-                chunk = f.read()
+                while chunk := f.read(READ_CHUNK_BYTES):
+                    self.offset += len(chunk)
+                    events += self._parse(chunk)
         except FileNotFoundError:
-            return []
+            return events
         except UnsafeRunFile as err:
             self.refused = str(err)
-            return []
+            return events
         self.refused = ""
-        self.offset += len(chunk)
-        data = self._partial + chunk
-        lines = data.split(b"\n")
+        return events
+
+    def _parse(self, chunk: bytes) -> list[Event]:
+        lines = (self._partial + chunk).split(b"\n")
         self._partial = lines.pop()  # empty when the chunk ended on a newline
+        if self._overlong and lines:  # the rest of the overlong line ends here
+            self._overlong = False
+            self.skipped += 1
+            lines.pop(0)
+        if len(self._partial) > EVENT_LINE_MAX_BYTES:
+            self._partial, self._overlong = b"", True
         events = []
         for raw in lines:
             if not raw.strip():
+                continue
+            if len(raw) > EVENT_LINE_MAX_BYTES:
+                self.skipped += 1
                 continue
             try:
                 events.append(event_from_json(raw.decode("utf-8", errors="replace")))

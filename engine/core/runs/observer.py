@@ -19,6 +19,7 @@ recorded itself and started the ranks), ``orphaned`` when the launcher is gone b
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -29,7 +30,6 @@ from engine.core.common.config_error import ConfigError
 from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.config.devices import DevicePlan
 from engine.core.config.schema import RunConfig
-from engine.core.config.toml_io import load_config
 from engine.core.host.slurm_jobs import read_job
 from engine.core.procs.process_identity import ProcessProbe
 from engine.core.runs.events import EventTail
@@ -187,10 +187,10 @@ class RunObserver:
         """Thresholds and epochs from config.toml once it is there (defaults otherwise)."""
         if self._config is not None or self._config_problem:
             return
-        if not self.run_dir.config_path.exists():
+        if not os.path.lexists(self.run_dir.config_path):
             return
         try:
-            self._config = load_config(self.run_dir.config_path)
+            self._config = self.run_dir.load_config()
         except ConfigError as err:  # a broken config must not hide the ranks
             self._config_problem = str(err)
             return

@@ -57,6 +57,9 @@ NOTICES_KEPT = 20
 REPORT_TIMES_KEPT = 8
 
 
+# A rank this many of its step gaps late is probed (a look at the stacks decides, not a rule).
+PROBE_PACE_MULTIPLE = 3.0
+
 # The engine's known slow phases: no step report is due while a rank is in one.
 SLOW_PHASES = frozenset({"setup", "warmup", "evaluation", "checkpoint"})
 TRAINING = "training"
@@ -98,6 +101,11 @@ class Thresholds:
         return (
             f"stalled when silent {silent}, straggler at {self.straggler_factor:g}x the median step"
         )
+
+    def probe_after(self, expected_gap: float | None) -> float:
+        """Seconds of silence, in any phase, after which the launcher looks at the rank's stacks
+        (``engine.core.stacks.stall_probe``): past its normal pace, before the slow-phase rule."""
+        return max(self.stall_floor_seconds, PROBE_PACE_MULTIPLE * (expected_gap or 0.0))
 
     def stall_after(self, phase: str, expected_gap: float | None) -> float:
         """Seconds of silence that make a rank in ``phase`` stalled."""
@@ -145,6 +153,7 @@ class RankState:
     pid: int | None = None
     phase: str = ""  # setup | warmup | training | evaluation | checkpoint ("" before any event)
     stall_after: float | None = None  # the silence that would make it stalled now
+    probe_after: float | None = None  # the silence after which the launcher probes its stacks
     device: str = "?"  # "cpu", "cuda:0" (from its RankStarted)
     gpu_index: int | None = None
     report: StepReport | None = None
@@ -413,6 +422,9 @@ class RankStateTracker:
             pid=f.pid,
             phase=f.phase,
             stall_after=self.stall_after(f) if f.live and status is None else None,
+            probe_after=self.thresholds.probe_after(f.expected_gap())
+            if f.live and status is None
+            else None,
             device=f.device,
             gpu_index=f.gpu_index,
             report=f.report,
@@ -445,9 +457,8 @@ class RankStateTracker:
         report = f.stalled_report
         if report is not None and (f.last_event_time is None or report.time > f.last_event_time):
             said = f"silent for {silent:.0f} s" if silent is not None else "silent"
-            return replace(
-                base, state=RankStatus.STALLED, reason=f"{said} (reported by the launcher)"
-            )
+            why = report.why or "reported by the launcher"
+            return replace(base, state=RankStatus.STALLED, reason=f"{said} ({why})")
         if judge_silence and silent is not None and silent >= (base.stall_after or 0.0):
             why = f"silent for {silent:.0f} s"
             if not launcher_alive:

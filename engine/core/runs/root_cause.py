@@ -67,7 +67,9 @@ def root_failure(
 ) -> Failure | None:
     """The rule: a rank that exited badly without reporting an error and was not stopped comes
     first (the first of them to exit), since its peers' errors follow from its disappearance;
-    else the first error a rank reported; else there is none. ``status`` is the run's final
+    else, when every rank reported the same error, no one rank (``every_rank``: the run's
+    configuration or code); else the first error a rank reported; else there is none.
+    ``status`` is the run's final
     status when known; ``recorded``: the launcher names every rank it stops."""
     crashed = [
         e
@@ -90,6 +92,17 @@ def root_failure(
         return None
     first = min(reported, key=lambda e: (e.failure.time if e.failure else 0.0, e.rank))
     assert first.failure is not None
+    if (
+        len(reported) == len(ends) > 1
+        and len({e.failure.error for e in reported if e.failure}) == 1
+    ):
+        # not one rank's fault: every rank met the same error (a configuration, the code)
+        return Failure(
+            rank=None,
+            error=f"every rank failed with the same error: {first.failure.error}",
+            traceback=first.failure.traceback,
+            every_rank=True,
+        )
     return Failure(
         rank=first.rank,
         exitcode=first.exited.exitcode if first.exited else None,

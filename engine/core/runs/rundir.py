@@ -31,15 +31,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.core.common.config_error import ConfigError
 from engine.core.common.run_environment import RUN_MARKER_ENV, STACKS_DIR
 from engine.core.common.run_files import (
+    CONFIG_MAX_BYTES,
     DIR_MODE,
     PRIVATE_DIR_MODE,
+    UnsafeRunFile,
     make_dirs,
+    read_run_bytes,
+    read_run_text,
     user_name,
     write_json_atomic,
 )
 from engine.core.common.statuses import RunStatus
+from engine.core.config.schema import RunConfig
+from engine.core.config.toml_io import config_from_text
 from engine.core.host.oom_evidence import OomBaseline
 from engine.core.procs.process_identity import ProcessRef
 from engine.core.runs.placement import SlurmPlacement
@@ -62,11 +69,15 @@ def new_run_id(preset: str) -> str:
     return f"{stamp}-{preset}-{secrets.token_hex(2)}"
 
 
-def _read_versioned_json(path: Path, what: str) -> dict[str, Any]:
+def _read_versioned_json(run_path: Path, path: Path, what: str) -> dict[str, Any]:
+    """A JSON file of the run directory ``run_path``, read through no planted link, only when it
+    is the run directory owner's and within ``JSON_MAX_BYTES`` (else RunDirError naming why)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_run_bytes(run_path, path).decode("utf-8"))
     except FileNotFoundError:
         raise RunDirError(f"{path}: no {what} here") from None
+    except UnsafeRunFile as err:
+        raise RunDirError(str(err)) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise RunDirError(f"{path}: {what} is corrupt ({err})") from None
     if not isinstance(data, dict):
@@ -278,12 +289,27 @@ class RunDir:
         make_dirs(self.events_dir, DIR_MODE)
         make_dirs(self.logs_dir, PRIVATE_DIR_MODE)
 
+    # config.toml
+    def load_config(self) -> RunConfig:
+        """The run's config.toml, read as every run file is (no planted link, the owner's file,
+        at most ``CONFIG_MAX_BYTES``); ConfigError names the file and what is wrong."""
+        where = str(self.config_path)
+        try:
+            text = read_run_text(self.path, self.config_path, CONFIG_MAX_BYTES)
+        except FileNotFoundError:
+            raise ConfigError("no such config file", where=where) from None
+        except OSError as err:
+            raise ConfigError(
+                f"cannot be read ({err})", where=where, reason="cannot be read"
+            ) from None
+        return config_from_text(text, where=where, name=None)
+
     # run.json
     def write_run_info(self, info: RunInfo) -> None:
         write_json_atomic(self.run_json_path, info.to_json())
 
     def read_run_info(self) -> RunInfo:
-        data = _read_versioned_json(self.run_json_path, "run.json")
+        data = _read_versioned_json(self.path, self.run_json_path, "run.json")
         try:
             return RunInfo.from_json(data)
         except (KeyError, TypeError, ValueError) as err:
@@ -294,11 +320,11 @@ class RunDir:
         write_json_atomic(self.summary_path, {"schema": RUN_SCHEMA_VERSION, **summary.to_json()})
 
     def read_summary(self) -> RunSummary | None:
-        """The summary, or None while the run has not finished; RunDirError when it is corrupt
-        or from a newer ddptui."""
-        if not self.summary_path.exists():
+        """The summary, or None while the run has not finished; RunDirError when it is corrupt,
+        from a newer ddptui, too large, or not a file of the run directory's owner."""
+        if not os.path.lexists(self.summary_path):
             return None
-        data = _read_versioned_json(self.summary_path, "summary.json")
+        data = _read_versioned_json(self.path, self.summary_path, "summary.json")
         try:
             return RunSummary.from_json(data)
         except (KeyError, TypeError, ValueError) as err:
@@ -385,10 +411,15 @@ def find_run(runs_dir: Path, run_id: str) -> RunDir:
     check_run_id(run_id)
     check_runs_dir(runs_dir)
     exact = runs_dir / run_id
+    if exact.is_symlink():
+        raise RunDirError(
+            f"{exact} is a symbolic link ({os.readlink(exact)}): a run directory is never "
+            "followed through one"
+        )
     if _is_run(exact):
         return RunDir(exact)
     if runs_dir.is_dir():
-        names = sorted(p.name for p in _entries(runs_dir) if run_id in p.name)
+        names = sorted(p.name for p in _run_entries(runs_dir) if run_id in p.name)
         of_preset = [n for n in names if preset_of_run_id(n) == run_id and _is_run(runs_dir / n)]
         if of_preset:  # ids sort by their start time: the last is the newest
             return RunDir(runs_dir / of_preset[-1])
@@ -411,7 +442,10 @@ def find_run(runs_dir: Path, run_id: str) -> RunDir:
 
 
 def _is_run(path: Path) -> bool:
-    return (path / "run.json").exists() or (path / "config.toml").exists()
+    """A run directory: not a symbolic link, holding its run.json or config.toml."""
+    return not path.is_symlink() and (
+        (path / "run.json").exists() or (path / "config.toml").exists()
+    )
 
 
 def list_runs(runs_dir: Path) -> list[RunDir]:
@@ -427,7 +461,10 @@ def run_names(runs_dir: Path, known: Collection[str] = ()) -> list[str]:
     if not runs_dir.is_dir():
         return []
     try:
-        names = sorted(os.listdir(runs_dir))
+        # a symbolic link there is no run directory (it could point at any directory, /root
+        # included); the entry's own type says so without another system call
+        with os.scandir(runs_dir) as entries:
+            names = sorted(e.name for e in entries if not e.is_symlink())
     except OSError as err:
         raise RunDirError(f"--runs-dir {runs_dir} cannot be listed ({err.strerror})") from None
     # Names and os.path, not a Path a file: this runs at every listing, over every run there is.
@@ -439,9 +476,11 @@ def run_names(runs_dir: Path, known: Collection[str] = ()) -> list[str]:
     ]
 
 
-def _entries(runs_dir: Path) -> list[Path]:
+def _run_entries(runs_dir: Path) -> list[Path]:
+    """The directories in ``runs_dir``; a symbolic link there is no run directory (it could point
+    at any directory of the machine, /root included)."""
     try:
-        return list(runs_dir.iterdir())
+        return [p for p in runs_dir.iterdir() if not p.is_symlink() and p.is_dir()]
     except OSError as err:
         raise RunDirError(f"--runs-dir {runs_dir} cannot be listed ({err.strerror})") from None
 
@@ -452,7 +491,7 @@ def run_dir_owner(run_dir: RunDir) -> str | None:
     me = os.getuid()
     for path in (run_dir.path, run_dir.run_json_path):
         try:
-            uid = path.lstat().st_uid if path != run_dir.path else path.stat().st_uid
+            uid = path.lstat().st_uid
         except OSError:
             continue
         if uid != me:

@@ -15,7 +15,7 @@ import re
 import threading
 from typing import Any, TextIO
 
-from engine.core.runs.events import EventWriter, MetricsReported
+from engine.core.runs.events import EventWriter, MetricsReported, PhaseStarted
 from engine.core.runs.step_reporter import StepReporter
 
 # tqdm's bar: "  40%|████      | 400/1000 [00:12<00:18, 33.2it/s]" (any unit, either way round).
@@ -47,6 +47,9 @@ class ScriptReporter:
             self.lr = lr if lr is not None else self.lr
             if self.steps == 1:  # time steps from the first one on, not from the script's start
                 self._step_reports.restart()
+                # word that training began (its pace not known yet): the rank is heard from
+                # here, not only from its start, so a hang in its first steps is judged from now
+                self.events.write(PhaseStarted(rank=self.rank, phase="warmup"))
                 return
             if self._step_reports.step_done():
                 self._report()

@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from engine.core.common.disk_space import write_failure
-from engine.core.common.run_files import SpaceReserve
+from engine.core.common.run_files import SpaceReserve, refuse_writing
 from engine.core.common.statuses import RunStatus
 from engine.core.config.schema import ConfigError
 from engine.core.host.oom_evidence import sigkill_cause
@@ -115,10 +115,14 @@ def settle_run(run_dir: RunDir, summary: RunSummary) -> str:
     """Write ``summary`` and run.json's final state, unless a summary exists already.
 
     Returns "" when written (or when another writer was first), else one sentence saying why it
-    could not be (a full or read-only disk): the caller shows it, the summary it holds stands.
+    could not be (a full or read-only disk, or another user's run directory, which only its owner
+    writes): the caller shows it, the summary it holds stands.
     """
     if run_dir.summary_path.exists():
         return ""
+    refused = refuse_writing(run_dir.path)
+    if refused:
+        return f"the summary was not saved: {refused}"
     SpaceReserve(run_dir.path).release()  # set aside at the start for exactly this write
     with contextlib.suppress(OSError):  # the file store of ranks that are gone
         run_dir.rendezvous_path.unlink(missing_ok=True)

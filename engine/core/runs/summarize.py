@@ -11,11 +11,11 @@ import time
 
 from engine.core.common.statuses import RunStatus
 from engine.core.config.devices import DevicePlan
-from engine.core.config.toml_io import load_config
 from engine.core.runs.events import (
     EpochEnded,
     Evaluation,
     Event,
+    MetricsReported,
     RankStarted,
     RunStarted,
     StepProgress,
@@ -118,7 +118,7 @@ def build_summary(
     Works on whatever the run left: a run killed before rank 0 wrote anything gets a summary with
     no epochs. ``failure`` defaults to the root cause the events show when ``status`` is failed.
     """
-    config = load_config(run_dir.config_path)
+    config = run_dir.load_config()
     try:
         info: RunInfo | None = run_dir.read_run_info()
     except RunDirError:  # a summary must be written even next to a broken run.json
@@ -155,6 +155,7 @@ def build_summary(
         diagnosis=latest_snapshot(run_dir.path),
         global_steps=_last_global_step(rank0),
         warnings=figure_warnings(epochs, _first_loss(rank0)),
+        reported=_last_reported(rank0),
     )
 
 
@@ -169,6 +170,15 @@ def _first_loss(rank0_events: list[Event]) -> tuple[float, int] | None:
         ),
         None,
     )
+
+
+def _last_reported(rank0_events: list[Event]) -> dict[str, float]:
+    """What rank 0 of a script last reported of each figure (``ddptui.report``)."""
+    found: dict[str, float] = {}
+    for e in rank0_events:
+        if isinstance(e, MetricsReported):
+            found.update(e.metrics)
+    return found
 
 
 def _last_global_step(rank0_events: list[Event]) -> int | None:

@@ -37,7 +37,9 @@ class EpochFigures:
 
 @dataclass(frozen=True)
 class Failure:
-    """The root cause of a failed run: the first rank to fail."""
+    """The root cause of a failed run: the first rank to fail; ``rank`` None with
+    ``every_rank``: every rank failed with the same error (the run's configuration or code, no
+    one rank's fault), else the launcher."""
 
     rank: int | None
     exitcode: int | None = None
@@ -45,13 +47,15 @@ class Failure:
     error: str = ""
     traceback: str = ""
     node: str = ""  # the node of that rank, in a run across nodes
+    every_rank: bool = False
 
     @property
     def who(self) -> str:
-        """ "rank 1", "rank 1 on n2" across nodes, or "the launcher"."""
-        if self.rank is None:
-            return "the launcher"
-        return f"rank {self.rank} on {self.node}" if self.node else f"rank {self.rank}"
+        """Whose failure it is, in words: "rank 1", "rank 1 on n2" across nodes, "every rank",
+        "the launcher"."""
+        if self.rank is not None:
+            return f"rank {self.rank} on {self.node}" if self.node else f"rank {self.rank}"
+        return "every rank" if self.every_rank else "the launcher"
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,10 @@ class RunSummary:
     diagnosis: StackSnapshot | None = None  # the last stack snapshot of the ranks, if one was taken
     global_steps: int | None = None  # optimizer steps rank 0 reported (a script's only figure)
     warnings: tuple[str, ...] = ()  # one sentence each: what a reader must know of the figures
+    # one sentence each: a process of the run alive when its ranks had ended, and what became of it
+    leftovers: tuple[str, ...] = ()
+    # a script's: what rank 0 last reported with ddptui.report (its own figures, named its way)
+    reported: dict[str, float] = field(default_factory=dict)
     # Cores other processes kept busy while it ran, when a bench measured it (never in the run's
     # own summary.json: a bench adds it to the copy it records).
     outside_load_cores: float | None = None
@@ -139,6 +147,7 @@ class RunSummary:
             for r in data.get("ranks") or []
         )
         values["warnings"] = tuple(str(w) for w in data.get("warnings") or ())
+        values["leftovers"] = tuple(str(w) for w in data.get("leftovers") or ())
         failure = data.get("failure")
         values["failure"] = Failure(**_known(Failure, failure)) if failure else None
         diagnosis = data.get("diagnosis")

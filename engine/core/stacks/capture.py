@@ -35,6 +35,7 @@ from engine.core.stacks.snapshot import Frame, ThreadStack, ordered_threads, thr
 PY_SPY_TIMEOUT_SECONDS = 5.0  # per attempt: with native frames, then without
 DUMP_WAIT_SECONDS = 5.0  # for faulthandler to write the dump after the signal
 DUMP_QUIET_SECONDS = 0.15  # the dump is complete once the file stops growing this long
+DUMP_MAX_BYTES = 4 << 20  # of one dump: every thread's stack of any real process fits
 
 PY_SPY = "py-spy"
 FAULTHANDLER = "faulthandler"
@@ -198,7 +199,7 @@ def faulthandler_dump(
     try:  # RUN_DIR/stacks/pid-N.txt: read as every run file is, through no planted link
         with open_in_run(dump_file.parent.parent, dump_file) as f:
             f.seek(start)
-            return f.read(size - start).decode("utf-8", errors="replace"), ""
+            return f.read(min(size - start, DUMP_MAX_BYTES)).decode("utf-8", errors="replace"), ""
     except OSError as err:
         return "", f"its stack file could not be read ({err})"
 

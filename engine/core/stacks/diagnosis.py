@@ -5,14 +5,16 @@ stack (``engine.core.stacks.capture``), judges them and stores the ``StackSnapsh
 
 A snapshot is taken when a rank is flagged stalled, before every stop of ranks, and on demand. Per
 rank it says its activity (``RankActivity``: stepping in its own code, waiting on its peers inside
-a collective or in backward, stopped by a signal, gone). The culprit is the rank that is not
-waiting on its peers or, when every rank waits, the one that went silent first. Plain Python.
+a collective or in backward, stopped by a signal, failed, crashed, finished, gone). A culprit is
+named only on evidence (``choose_culprit``): the rank that crashed or failed first, or the one
+rank not waiting while its peers wait on it. Plain Python.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 import sysconfig
 import time
 from collections.abc import Callable
@@ -60,8 +62,14 @@ COLLECTIVES = frozenset(
         "recv",
         "wait",
         "_store_based_barrier",
+        "init_process_group",  # waiting for every rank to join
+        "rendezvous",
     }
 )
+
+
+# A rank silent this much longer than the first error of its peers is what they failed on.
+QUIET_MARGIN_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,10 @@ class RankTarget:
     last_event_time: float | None = None
     error: str = ""  # the error it reported, when it failed
     node: str = ""  # the node it runs on, in a run across nodes
+    # why its process is not provably the run's: then it is neither signalled nor read
+    refused: str = ""
+    # how it ended, once it has (a wait status: negative for a signal), else None
+    exitcode: int | None = None
 
 
 # ---- reading a stack -------------------------------------------------------------------------
@@ -134,29 +146,57 @@ def _shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _first(candidates: list[RankDiagnosis]) -> RankDiagnosis:
+    """The one of ``candidates`` that spoke last the earliest (the first to fail or go silent)."""
+    return min(
+        candidates,
+        key=lambda r: (r.last_event_time if r.last_event_time is not None else 0.0, r.rank),
+    )
+
+
 def choose_culprit(ranks: tuple[RankDiagnosis, ...]) -> tuple[int | None, str]:
-    """The rank the others wait for, with the reason."""
-    if not ranks:
-        return None, ""
-    own = [r for r in ranks if r.activity in (RankActivity.STEPPING, RankActivity.STOPPED)]
-    if len(own) == 1:
-        return own[0].rank, "the only rank not waiting on its peers"
+    """The rank the others wait for, with the reason; or None, with why there is none. Only on
+    evidence: the rank that crashed first; else the one rank not waiting (stepping in its own
+    code, stopped, gone) while its peers wait on it, or failed waiting for it after it had gone
+    quiet; else the rank that failed first, unless every rank failed the same way (the run's
+    configuration or code, not one rank). A healthy run (every rank stepping, or every rank in
+    a collective at that moment), a rank that exited 0 and a rank not proved to be the run's are
+    never the culprit."""
+    crashed = [r for r in ranks if r.activity == RankActivity.CRASHED]
+    if crashed:
+        return _first(crashed).rank, "it crashed first (it exited without reporting an error)"
+    failed = [r for r in ranks if r.activity == RankActivity.FAILED]
+    waiting = [r for r in ranks if r.activity == RankActivity.WAITING]
+    behind = [
+        r
+        for r in ranks
+        if r.activity in (RankActivity.STEPPING, RankActivity.STOPPED, RankActivity.GONE)
+    ]
+    if len(behind) == 1 and (waiting or failed) and _quiet_before(behind[0], failed):
+        if behind[0].activity == RankActivity.GONE:
+            return behind[0].rank, "it is gone while its peers wait for it"
+        return behind[0].rank, "the only rank not waiting on its peers"
+    if failed:
+        if len(failed) == len(ranks) > 1 and len({r.detail for r in failed}) == 1:
+            return None, "every rank failed with the same error: the run's configuration or code"
+        return _first(failed).rank, "it failed first"
+    if waiting and behind:
+        listed = ", ".join(str(r.rank) for r in behind)
+        return None, f"ranks {listed} are not waiting on their peers: no single one is behind"
+    if waiting:
+        return None, "every rank is in a collective: none is behind the others"
+    return None, "no rank waits on another"
 
-    def silent_first(candidates: list[RankDiagnosis]) -> RankDiagnosis:
-        return min(
-            candidates,
-            key=lambda r: (r.last_event_time if r.last_event_time is not None else 0.0, r.rank),
-        )
 
-    if own:
-        first = silent_first(own)
-        return first.rank, "not waiting on its peers, and the first of those to go silent"
-    gone = [r for r in ranks if r.activity == RankActivity.GONE]
-    if gone and len(gone) < len(ranks):
-        first = silent_first(gone)
-        return first.rank, "it is gone while its peers wait for it"
-    first = silent_first(list(ranks))
-    return first.rank, "every rank waits; it went silent first"
+def _quiet_before(rank: RankDiagnosis, failed: list[RankDiagnosis]) -> bool:
+    """Whether ``rank`` went quiet well before any of ``failed`` failed: then their errors (a
+    collective's timeout) are its doing. True when none failed."""
+    if not failed:
+        return True
+    if rank.last_event_time is None:
+        return True  # never heard from: it never got going
+    first_failure = _first(failed).last_event_time
+    return first_failure is not None and rank.last_event_time < first_failure - QUIET_MARGIN_SECONDS
 
 
 def diagnose(
@@ -166,7 +206,14 @@ def diagnose(
     for rank in sorted(stacks):
         target, stack = stacks[rank]
         activity, detail, frame = read_activity(stack, distributed=distributed)
-        if target.error and activity != RankActivity.GONE:  # the victim, not the one it waited for
+        if target.refused:
+            activity = RankActivity.NOT_PROVED
+        elif target.exitcode == 0:  # its work is done: never the one its peers wait for
+            activity, detail = RankActivity.FINISHED, "exited 0"
+        elif target.exitcode is not None and not target.error:
+            activity, detail = RankActivity.CRASHED, f"exited with {_exit_words(target.exitcode)}"
+        elif target.error and activity != RankActivity.GONE:
+            # the victim, not the one it waited for
             activity, detail = RankActivity.FAILED, _shorten(target.error, 100)
         found.append(
             RankDiagnosis(
@@ -184,6 +231,16 @@ def diagnose(
             )
         )
     return tuple(found)
+
+
+def _exit_words(code: int) -> str:
+    """A wait status in words: "code 3", "SIGKILL"."""
+    if code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+    return f"code {code}"
 
 
 # ---- taking one ----------------------------------------------------------------------
@@ -206,6 +263,8 @@ def take_snapshot(
     directory = stacks_dir(run_dir_path)
 
     def one(target: RankTarget) -> tuple[RankTarget, ProcessStack]:
+        if target.refused:
+            return target, ProcessStack(target.ref.pid, problem=target.refused)
         dump = directory / faulthandler_file_name(target.ref.pid, target.node)
         return target, capture_stack(target.ref, dump, use_py_spy=use_py_spy)
 

@@ -19,7 +19,12 @@ from typing import Any
 
 from engine.core.common import strict_json
 from engine.core.common.run_environment import STACKS_DIR
-from engine.core.common.run_files import PRIVATE_DIR_MODE, open_private, read_run_text
+from engine.core.common.run_files import (
+    PRIVATE_DIR_MODE,
+    open_private,
+    read_run_text,
+    refuse_writing,
+)
 from engine.core.common.statuses import RankActivity
 
 SNAPSHOT_SUFFIX = ".json"
@@ -149,8 +154,14 @@ class RankDiagnosis:
             return f"{who} stopped by a signal (SIGSTOP){resume}"
         if self.activity == RankActivity.GONE:
             return f"{who} is gone"
+        if self.activity == RankActivity.FINISHED:
+            return f"{who} finished (exited 0)"
+        if self.activity == RankActivity.CRASHED:
+            return f"{who} crashed ({self.detail})"
         if self.activity == RankActivity.FAILED:
             return f"{who} failed ({self.detail})" if self.detail else f"{who} failed"
+        if self.activity == RankActivity.NOT_PROVED:
+            return f"{who}: left alone ({self.problem})"
         return f"{who}: no stack ({self.problem or 'unknown'})"
 
     def to_json(self) -> dict[str, Any]:
@@ -198,6 +209,11 @@ class StackSnapshot:
     path: str = ""  # where it is stored ("" until saved)
 
     @property
+    def proved(self) -> int:
+        """How many of its ranks proved to be the run's (the others were left alone)."""
+        return sum(r.activity != RankActivity.NOT_PROVED for r in self.ranks)
+
+    @property
     def culprit(self) -> RankDiagnosis | None:
         return next((r for r in self.ranks if r.rank == self.culprit_rank), None)
 
@@ -239,7 +255,10 @@ def stacks_dir(run_dir_path: Path) -> Path:
 
 def save_snapshot(run_dir_path: Path, snapshot: StackSnapshot) -> StackSnapshot:
     """Write it as ``stacks/<time>-<reason>.json`` (private to this user); on a disk that refuses,
-    the snapshot is returned unsaved."""
+    or in another user's run directory (only its owner writes there), the snapshot is returned
+    unsaved."""
+    if refuse_writing(Path(run_dir_path)):
+        return snapshot
     directory = stacks_dir(run_dir_path)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(snapshot.time))
     micro = f"{snapshot.time % 1:.6f}"[2:]
