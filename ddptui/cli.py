@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "rm": ("runs", "rm_command", "Remove ended runs' directories (asks first)."),
     "gpus": ("gpus", "gpus_command", "Every GPU and every process on it, named for what it is."),
     "ps": ("processes", "ps_command", "Distributed-training processes here, grouped into jobs."),
-    "kill": ("processes", "kill_command", "Stop exactly the processes of one run."),
+    "kill": ("kill", "kill_command", "Stop exactly the processes of one run."),
     "stacks": (
         "stacks",
         "stacks_command",

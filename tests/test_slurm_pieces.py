@@ -96,7 +96,8 @@ def test_the_batch_script_starts_one_node_launcher_per_node_then_settles(tmp_pat
         "--ntasks-per-node=1",
         "--cpus-per-task=3",
     ]
-    assert f"--export=ALL,DDPTUI_RUN_ID={run_dir.run_id},PYTHONUNBUFFERED=1" in step
+    marker = f"DDPTUI_RUN_ID={run_dir.run_id},DDPTUI_RUN_DIR={run_dir.path.resolve()}"
+    assert f"--export=ALL,{marker},PYTHONUNBUFFERED=1" in step
     assert step[-3:] == ["-m", "engine.train.node_launch", str(run_dir.path.resolve())]
     assert script[-2].endswith(f"engine.train.node_launch --finish {run_dir.path}")
     assert script[-4:-2] == [" ".join(step), "code=$?"] and script[-1] == "exit $code"

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from ddptui.cli import main
 from ddptui.commands.gpus import render_gpus
-from ddptui.commands.processes import _kill_report
+from ddptui.commands.kill import _kill_report
 from ddptui.stack_report import diagnosis_lines
 from ddptui.terminal_progress import result_line
 from ddptui.widgets.gpu_process_list import memory_cell
@@ -183,7 +183,7 @@ def test_stacks_of_a_pid_say_pid_not_rank_minus_one() -> None:
 
 
 def test_a_run_outside_the_runs_dir_has_its_launcher_and_ranks(
-    runs_dir: Path, tmp_path: Path, pen: ProcessPen
+    tmp_path: Path, pen: ProcessPen
 ) -> None:
     elsewhere = tmp_path / "elsewhere"
     run_id = "20260101-000000-made-away"
@@ -195,7 +195,7 @@ def test_a_run_outside_the_runs_dir_has_its_launcher_and_ranks(
     ranks = [pen.python(env=run_dir_env), pen.python(env=run_dir_env)]
     make_run(elsewhere, run_id, launcher=ref_of(launcher), ranks=[ref_of(r) for r in ranks])
     assert pen.wait_until(lambda: _carries(ranks[-1].pid, RUN_DIR_ENV))
-    table = scan_processes(runs_dir, gpus=NO_NVML, cpu_interval=0.0)
+    table = scan_processes(gpus=NO_NVML, cpu_interval=0.0)
     (job,) = [j for j in table.jobs if j.run_id == run_id]
     roles = {p.pid: (p.role, p.rank) for p in job.processes}
     assert roles == {
@@ -211,7 +211,7 @@ def test_a_torchrun_job_without_an_id_is_named_by_where_it_meets(pen: ProcessPen
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}  # fmt: skip
     worker = pen.python(env=env)
     assert pen.wait_until(lambda: _carries(worker.pid, "TORCHELASTIC_RUN_ID"))
-    table = scan_processes(None, gpus=NO_NVML, cpu_interval=0.0)
+    table = scan_processes(gpus=NO_NVML, cpu_interval=0.0)
     found = table.job_of(worker.pid)
     assert found is not None and found[0].label == f"torchrun job at 127.0.0.1:{port}"
 
