@@ -69,6 +69,7 @@ class RunsScreen(PollingScreen):
         self.state = ""  # the state shown ("": every run)
         self.removing = False
         self._shown: list[RunListing] = []
+        self._head: Text | None = None  # the head line as last drawn
         self._lister: RunLister | None = None
 
     def compose(self) -> ComposeResult:
@@ -113,7 +114,9 @@ class RunsScreen(PollingScreen):
             head.append(f" · showing {self.state} ({len(shown)}; f: next state)", style="yellow")
         else:
             head.append(" · Enter opens (re-attaches to a running one)")
-        self.query_one("#runs-head", Static).update(head)
+        if head != self._head:  # an unchanged line is not redrawn (a re-layout each poll)
+            self._head = head
+            self.query_one("#runs-head", Static).update(head)
         table = self.query_one(DataTable)
         if shown == self._shown:
             for run in shown:
