@@ -159,6 +159,25 @@ class MetricsReported(Event):
 
 
 @dataclass(frozen=True)
+class StepBreakdownReported(Event):
+    """Throttled like ``StepProgress``: where a rank's timed steps went since its previous
+    breakdown, in mean seconds per step (``engine.train.step_timing`` measures them with global
+    hooks; ``engine.core.runs.step_breakdown`` reads them). ``sync`` is None where the gradient
+    sync was not timed apart from backward (a user's script: its DDP module is not ours)."""
+
+    type: ClassVar[str] = "step_breakdown"
+    rank: int
+    steps: int  # timed steps these figures are the mean of
+    data: float  # end of the previous optimizer step to the first forward
+    forward: float  # the outermost forward calls of modules with parameters
+    backward: float  # last forward to the optimizer step, with the sync it waits for
+    sync: float | None  # the gradient sync backward waited for, where timed on its own
+    optimizer: float  # the optimizer step
+    other: float  # the rest: between two forwards of one step, or a step with no forward seen
+    clock: str = "cpu"  # "cuda": timed on the GPU with CUDA events
+
+
+@dataclass(frozen=True)
 class RankFinished(Event):
     type: ClassVar[str] = "rank_finished"
     rank: int
@@ -253,6 +272,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         RankFailed,
         PhaseStarted,
         MetricsReported,
+        StepBreakdownReported,
         RankFinished,
         RunStarted,
         RankExited,
