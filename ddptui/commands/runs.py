@@ -20,6 +20,7 @@ from engine.core.config.toml_io import load_config
 from engine.core.runs.observer import RunState, observe_run
 from engine.core.runs.rank_states import RankState, Thresholds
 from engine.core.runs.rundir import RunDirError, find_run, list_runs
+from engine.core.runs.step_breakdown import StepBreakdown, StepPart
 from engine.core.runs.summary import RunSummary
 
 
@@ -103,6 +104,38 @@ def _rank_rows(ranks: tuple[RankState, ...], now: float) -> list[str]:
     return ["  " + line.rstrip() for line in aligned_columns(rows)]
 
 
+def _per_step(seconds: float | None, total: float) -> str:
+    if seconds is None:
+        return "-"
+    share = f" {seconds / total:.0%}" if total > 0 else ""
+    return f"{1000 * seconds:.1f}{share}"
+
+
+def _split_lines(progress: RunState) -> list[str]:
+    """Each rank's step split in milliseconds per step and share of the step, then the cause."""
+    split: tuple[StepBreakdown, ...] = progress.step_breakdown
+    if not split:
+        return []
+    which = "the whole run" if progress.final else "recent steps"
+    clock = "GPU time" if any(b.clock == "cuda" for b in split) else "wall time"
+    rows = [("RANK", "STEP", *(p.value.upper() for p in StepPart), "TIMED")]
+    for b in split:
+        parts = b.parts()
+        rows.append(
+            (
+                str(b.rank),
+                f"{1000 * b.total:.1f}",
+                *(_per_step(parts.get(part), b.total) for part in StepPart),
+                str(b.steps),
+            )
+        )
+    lines = [f"step split   ms per step and share, {which}, {clock} (sync -: in backward)"]
+    lines += ["  " + line.rstrip() for line in aligned_columns(rows)]
+    if progress.bottleneck is not None:
+        lines.append(f"bottleneck {progress.bottleneck.sentence}")
+    return lines
+
+
 def _config_lines(progress: RunState) -> list[str]:
     path = progress.path / "config.toml"
     try:
@@ -156,7 +189,8 @@ def _summary_lines(summary: RunSummary) -> list[str]:
 def show_command(run_id: str, runs_dir: Path, as_json: bool) -> None:
     """Show one run (an id or a unique prefix): its config, each rank's state (running, stalled,
     straggler, failed, done, stopped) with epoch, step, loss, images/s and time since its last
-    event, the summary figures and, for a failed run, the root cause with its traceback.
+    event, each rank's step split (data wait, forward, backward, sync, optimizer, other) with the
+    run's bottleneck, the summary figures and, for a failed run, the root cause with its traceback.
 
     Exit codes: 0 shown, 2 bad input (unknown run id; an unreadable run.json is shown as far as
     it can be, then named on stderr).
@@ -190,6 +224,9 @@ def show_command(run_id: str, runs_dir: Path, as_json: bool) -> None:
             "",
             *(_rank_rows(progress.ranks, now) if progress.ranks else ["  no rank has reported"]),
         ]
+        split = _split_lines(progress)
+        if split:
+            lines += ["", *split]
         if progress.summary:
             lines += ["", *_summary_lines(progress.summary)]
         if progress.diagnosis is not None:

@@ -362,11 +362,14 @@ class StepTimer:
 
     # -- steps -----------------------------------------------------------------------------------
 
-    def _step_done(self) -> None:
+    def _clock(self) -> Clock:
         if self.clock is None:
             self.clock = self._make_clock()
             self.clock_name = getattr(self.clock, "name", "cpu")
-        clock = self.clock
+        return self.clock
+
+    def _step_done(self) -> None:
+        clock = self._clock()
         self._thread = threading.get_ident()
         now = None
         step = self._step
@@ -389,12 +392,15 @@ class StepTimer:
         self._hook_modules()
 
     def restart(self) -> None:
-        """The next step starts now (an epoch's first): a step being timed is timed again from
-        here, as is one the last ``flush`` put aside."""
-        if self.clock is None or (self._step is None and self._countdown > 0):
+        """The next step starts now (an epoch's first, the engine's first step included): a
+        step being timed is timed again from here, as is one the last ``flush`` put aside."""
+        if not self._handles:
             return
-        self._thread = threading.get_ident()
-        self._begin(self.clock.mark())
+        first = self.clock is None
+        clock = self._clock()
+        if first or self._step is not None or self._countdown <= 0:
+            self._thread = threading.get_ident()
+            self._begin(clock.mark())
 
     def _resolve(self, wait: bool) -> None:
         """Split the finished steps the clock can read (the GPU has passed their marks)."""
