@@ -20,6 +20,7 @@ from engine.core.runs.step_breakdown import (
     StepPart,
     find_bottleneck,
 )
+from engine.core.runs.step_curves import MAX_POINTS, StepCurveFold
 from engine.core.runs.summary import RunSummary
 from tests.fixtures.live_runs import ddptui, run_processes
 from tests.fixtures.made_runs import make_run
@@ -180,3 +181,32 @@ def test_a_live_run_shows_its_recent_split_and_its_curves(tmp_path: Path) -> Non
     assert state.curves.rank == 0
     assert [s for s, _ in state.curves.loss()] == [4 * (i + 1) for i in range(10)]
     assert state.curves.rate()[0] == "images/s"
+
+
+def test_the_curves_keep_the_lowest_rank_and_a_bounded_whole_run() -> None:
+    fold = StepCurveFold()
+    fold.feed_all([step(1, s, loss=1.0) for s in range(1, 4)])
+    assert fold.curves().rank == 1
+    fold.feed_all([step(0, s, loss=float(s)) for s in range(1, 3 * MAX_POINTS)])
+    curves = fold.curves()
+    assert curves.rank == 0 and fold.curves() is curves  # the same object until a new point
+    steps = [p.global_step for p in curves.points]
+    assert len(steps) <= MAX_POINTS and steps == sorted(steps)
+    assert steps[-1] == 3 * MAX_POINTS - 1  # the newest point is always kept
+    assert steps[0] == 1  # and the run's start: the whole length, coarser
+
+
+def test_a_stacked_bar_fills_its_width_part_by_part() -> None:
+    from ddptui.widgets.step_split import PART_STYLES, stacked_bar
+
+    split = StepBreakdown(0, 10, 0.1, 0.3, 0.35, 0.2, 0.049, 0.001)
+    bar = stacked_bar(split, 40)
+    assert bar.plain == "█" * 40
+    widths = [(span.style, span.end - span.start) for span in bar.spans]
+    assert widths == [
+        (PART_STYLES[StepPart.DATA], 4),
+        (PART_STYLES[StepPart.FORWARD], 12),
+        (PART_STYLES[StepPart.BACKWARD], 14),
+        (PART_STYLES[StepPart.SYNC], 8),
+        (PART_STYLES[StepPart.OPTIMIZER], 2),
+    ]  # other, 0.1 % of the step, takes no cell
