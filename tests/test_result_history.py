@@ -117,7 +117,7 @@ def test_the_step_split_is_kept_and_a_bench_recorded_before_it_reads_back(tmp_pa
     its version) is unchanged: a file written before the split existed reads back without one."""
     db = tmp_path / "results.sqlite3"
     split = tuple(
-        StepBreakdown(r, 50, 0.01, 0.03, 0.05, 0.02 if r else 0.0, 0.004, 0.0) for r in range(4)
+        StepBreakdown(r, 50, 50, 0.01, 0.03, 0.05, 0.02 if r else 0.0, 0.004, 0.0) for r in range(4)
     )
     s = replace(run_summary("r-ddp4", 6.1, devices=4), step_breakdown=split, bottleneck="why")
     table = build_speedup_table(

@@ -27,10 +27,12 @@ def split(
     other: float = 0.001,
     steps: int = 20,
 ) -> StepBreakdown:
-    return StepBreakdown(rank, steps, data, forward, backward, sync, optimizer, other)
+    return StepBreakdown(rank, steps, steps, data, forward, backward, sync, optimizer, other)
 
 
-def reported(rank: int, steps: int, **parts: float | None) -> StepBreakdownReported:
+def reported(
+    rank: int, steps: int, timed: int | None = None, **parts: float | None
+) -> StepBreakdownReported:
     values: dict[str, float | None] = {
         "data": 0.0,
         "forward": 0.0,
@@ -40,7 +42,8 @@ def reported(rank: int, steps: int, **parts: float | None) -> StepBreakdownRepor
         "other": 0.0,
     }
     values.update(parts)
-    return StepBreakdownReported(rank=rank, steps=steps, **values)  # type: ignore[arg-type]
+    timed = steps if timed is None else timed
+    return StepBreakdownReported(rank=rank, steps=steps, timed=timed, **values)  # type: ignore[arg-type]
 
 
 def progress(rank: int, global_step: int, step_seconds: float) -> StepProgress:
@@ -70,7 +73,8 @@ def test_the_fold_weights_each_report_by_its_steps_over_the_whole_run_and_recent
     fold.feed_all(
         [
             reported(0, 1, data=1.0, forward=1.0, backward=1.0, sync=1.0, optimizer=1.0),
-            reported(0, 3, data=0.2, forward=0.2, backward=0.2, sync=0.0, optimizer=0.2),
+            # one step timed in three: its figures stand for all three
+            reported(0, 3, 1, data=0.2, forward=0.2, backward=0.2, sync=0.0, optimizer=0.2),
             *[reported(0, 1, data=0.1, forward=0.3) for _ in range(8)],
             reported(1, 2, data=0.4, forward=0.2, backward=0.1, optimizer=0.1, other=0.2),
             # step reports: 10 steps of 0.5 s, then 30 of 0.1 s (each covers steps since the last)
@@ -80,7 +84,7 @@ def test_the_fold_weights_each_report_by_its_steps_over_the_whole_run_and_recent
     )
     whole = {b.rank: b for b in fold.whole_run()}
     rank0 = whole[0]
-    assert rank0.steps == 12
+    assert (rank0.steps, rank0.timed) == (12, 10)
     assert rank0.data == pytest.approx((1.0 + 3 * 0.2 + 8 * 0.1) / 12)
     assert rank0.sync == pytest.approx(1.0 / 12)  # timed in some reports: timed for the rank
     assert rank0.step_seconds is None  # rank 0 sent no step report

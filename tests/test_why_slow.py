@@ -48,7 +48,7 @@ def assert_adds_up(split: tuple[StepBreakdown, ...], world_size: int) -> None:
     reports, every step) within 10 %."""
     assert [b.rank for b in split] == list(range(world_size))
     for b in split:
-        assert b.steps >= 3 and b.step_seconds is not None, b
+        assert b.timed >= 3 and b.step_seconds is not None, b
         assert b.total == pytest.approx(b.step_seconds, rel=0.10), b
         assert min(b.parts().values()) >= 0.0 and b.forward > 0 and b.backward > 0
 
@@ -150,7 +150,7 @@ def test_a_rank_with_a_slow_forward_is_named_compute_on_that_rank(
 
 def breakdown(rank: int, data: float, steps: int = 4) -> StepBreakdownReported:
     return StepBreakdownReported(
-        rank=rank, steps=steps, data=data, forward=0.01, backward=0.02, sync=0.001,
+        rank=rank, steps=steps, timed=steps, data=data, forward=0.01, backward=0.02, sync=0.001,
         optimizer=0.001, other=0.0,
     )  # fmt: skip
 
@@ -199,7 +199,7 @@ def test_the_curves_keep_the_lowest_rank_and_a_bounded_whole_run() -> None:
 def test_a_stacked_bar_fills_its_width_part_by_part() -> None:
     from ddptui.widgets.step_split import PART_STYLES, stacked_bar
 
-    split = StepBreakdown(0, 10, 0.1, 0.3, 0.35, 0.2, 0.049, 0.001)
+    split = StepBreakdown(0, 10, 10, 0.1, 0.3, 0.35, 0.2, 0.049, 0.001)
     bar = stacked_bar(split, 40)
     assert bar.plain == "█" * 40
     widths = [(span.style, span.end - span.start) for span in bar.spans]

@@ -126,7 +126,7 @@ def _split_lines(progress: RunState) -> list[str]:
                 str(b.rank),
                 f"{1000 * b.total:.1f}",
                 *(_per_step(parts.get(part), b.total) for part in StepPart),
-                str(b.steps),
+                f"{b.timed}/{b.steps}",
             )
         )
     lines = [f"step split   ms per step and share, {which}, {clock} (sync -: in backward)"]

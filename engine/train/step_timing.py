@@ -176,9 +176,10 @@ def split_step(step: TimedStep, clock: Clock, sync_timed: bool) -> StepParts:
 
 @dataclass
 class _Window:
-    """Timed steps since the last report, summed."""
+    """The steps since the last report: how many, and the timed ones' parts summed."""
 
     steps: int = 0
+    timed: int = 0
     data: float = 0.0
     forward: float = 0.0
     backward: float = 0.0
@@ -187,7 +188,7 @@ class _Window:
     other: float = 0.0
 
     def add(self, parts: StepParts) -> None:
-        self.steps += 1
+        self.timed += 1
         self.data += parts.data
         self.forward += parts.forward
         self.backward += parts.backward
@@ -197,10 +198,11 @@ class _Window:
         self.other += parts.other
 
     def event(self, rank: int, clock: str) -> StepBreakdownReported:
-        n = self.steps
+        n = self.timed
         return StepBreakdownReported(
             rank=rank,
-            steps=n,
+            steps=max(self.steps, n),
+            timed=n,
             data=self.data / n,
             forward=self.forward / n,
             backward=self.backward / n,
@@ -257,6 +259,7 @@ class StepTimer:
         self._pending: deque[TimedStep] = deque()  # finished, waiting for the GPU
         self._window = _Window()
         self._countdown = 1  # optimizer steps until the next timed step begins
+        self._started = False  # a step has begun (the first optimizer step, or a restart)
         self._gap = 1
         self.timed = 0  # steps split so far
         self._last_report = time.monotonic()
@@ -371,6 +374,9 @@ class StepTimer:
     def _step_done(self) -> None:
         clock = self._clock()
         self._thread = threading.get_ident()
+        if self._started:  # a script's first step started nothing: it is no step's end
+            self._window.steps += 1
+        self._started = True
         now = None
         step = self._step
         if step is not None and step.optimizer_start is not None:
@@ -398,6 +404,7 @@ class StepTimer:
             return
         first = self.clock is None
         clock = self._clock()
+        self._started = True
         if first or self._step is not None or self._countdown <= 0:
             self._thread = threading.get_ident()
             self._begin(clock.mark())
@@ -426,7 +433,7 @@ class StepTimer:
             clock.release(self._pending.popleft().marks())
 
     def _maybe_report(self, force: bool = False) -> None:
-        if self._window.steps == 0:
+        if self._window.timed == 0:  # its steps stay in the window until one is timed
             return
         now = time.monotonic()
         if not force and now - self._last_report < self.interval:

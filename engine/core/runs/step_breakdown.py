@@ -13,9 +13,11 @@ times a second, the mean seconds per step of each part (``StepBreakdownReported`
 ``optimizer``  the optimizer step
 ``other``      the rest: between two forwards of one step, or a step whose forward was not seen
 
-The parts of one step add up to it, from one optimizer step to the next. ``StepBreakdownFold``
-folds the events into each rank's ``StepBreakdown`` (over the whole run, and over its recent
-reports while it runs); ``find_bottleneck`` names the cause from them.
+The parts of one step add up to it, from one optimizer step to the next. A rank times one step in
+N (every one of its first steps), so each report is the mean of its timed steps standing for all
+the steps since the previous report: ``StepBreakdownFold`` weights each by those steps, as the
+step reports' own step time is weighted, into each rank's ``StepBreakdown`` (over the whole run,
+and over its recent reports while it runs); ``find_bottleneck`` names the cause from them.
 
 Plain Python, pure: no I/O, so the observer, the summary and the tests feed it events they read.
 """
@@ -62,7 +64,8 @@ class StepPart(Vocabulary):
 
 @dataclass(frozen=True)
 class StepBreakdown:
-    """One rank's step, split: mean seconds per step of each part over ``steps`` timed steps.
+    """One rank's step, split: mean seconds per step of each part over ``steps`` steps, from the
+    ``timed`` ones among them.
 
     ``step_seconds`` is the rank's step time as its step reports measured it (every step, not
     only the timed ones), when known: what the parts are checked against.
@@ -70,6 +73,7 @@ class StepBreakdown:
 
     rank: int
     steps: int
+    timed: int
     data: float
     forward: float
     backward: float
@@ -135,14 +139,16 @@ class _PartSums:
     """Seconds of each part summed over timed steps (a mean per event, weighted by its steps)."""
 
     steps: int = 0
+    timed: int = 0
     seconds: dict[StepPart, float] = field(default_factory=lambda: dict.fromkeys(StepPart, 0.0))
     sync_timed: bool = False
     clock: str = "cpu"
 
     def add(self, e: StepBreakdownReported) -> None:
-        if e.steps <= 0:
+        if e.steps <= 0 or e.timed <= 0:
             return
         self.steps += e.steps
+        self.timed += e.timed
         self.clock = e.clock
         self.sync_timed = self.sync_timed or e.sync is not None
         for part, value in (
@@ -162,6 +168,7 @@ class _PartSums:
         return StepBreakdown(
             rank=rank,
             steps=self.steps,
+            timed=self.timed,
             data=mean[StepPart.DATA],
             forward=mean[StepPart.FORWARD],
             backward=mean[StepPart.BACKWARD],
@@ -262,7 +269,7 @@ def _percent(share: float) -> str:
 def find_bottleneck(breakdowns: Sequence[StepBreakdown]) -> Bottleneck | None:
     """The run's bottleneck from its ranks' splits, in one sentence; None while no rank has
     timed ``MIN_TIMED_STEPS`` steps. A slow rank is named before what every rank shares."""
-    ranks = [b for b in breakdowns if b.steps >= MIN_TIMED_STEPS and b.total > 0]
+    ranks = [b for b in breakdowns if b.timed >= MIN_TIMED_STEPS and b.total > 0]
     if not ranks:
         return None
     return (
