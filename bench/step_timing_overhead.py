@@ -14,8 +14,10 @@ Target (issue 23): at most 1 % fewer steps/s with the hooks (ratio >= 0.99). Two
   calls a step of the tutorial's model (and the engine's small CNN) makes, its step time and the
   one-in-N the sampler picks for it, the hooks' share of its steps.
 - **end to end, at the same moment**: pairs of ``ddptui run``, one with the hooks and one
-  without, started together (four ranks sharing the cores, so whatever else the machine does hits
-  both alike, as ``bench/script_overhead.py`` does); each side's steps/s over the window where
+  without, started together, so whatever else the machine does hits both alike (as
+  ``bench/script_overhead.py`` does); one rank each by default (``--ranks``), so on 2 cores each
+  run has a core of its own (with two ranks each, four ranks take turns on two cores and one
+  run of a pair outpaces the other by up to 2x either way, whatever the hooks do); each side's steps/s over the window where
   both are in the middle of their training, from rank 0's step events; hooks over no hooks, the
   median of the pairs. Which side starts first alternates.
 
@@ -31,6 +33,7 @@ import argparse
 import itertools
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -249,10 +252,10 @@ def report_parts() -> None:
 def command(workload: str, runs: Path, timing: bool, args: argparse.Namespace) -> list[str]:
     on = f"training.step_timing={'true' if timing else 'false'}"
     if workload == "script":
-        return [sys.executable, "-m", "ddptui", "run", str(SCRIPT), "--devices", "cpu:2",
+        return [sys.executable, "-m", "ddptui", "run", str(SCRIPT), "--devices", f"cpu:{args.ranks}",
                 "--runs-dir", str(runs), "--set", on, "--",
                 "--epochs", str(args.script_epochs), "--steps", str(args.script_steps)]  # fmt: skip
-    return [sys.executable, "-m", "ddptui", "run", "cpu-demo", "--devices", "cpu:2",
+    return [sys.executable, "-m", "ddptui", "run", "cpu-demo", "--devices", f"cpu:{args.ranks}",
             "--runs-dir", str(runs), "--set", on, "--batch-size", "32", "--epochs", "1",
             "--set", f"training.max_steps={args.engine_steps}",
             "--set", "training.evaluate=false", "--set", "training.checkpoint=false"]  # fmt: skip
@@ -280,16 +283,23 @@ def pair(workload: str, tmp: Path, args: argparse.Namespace, timed_first: bool) 
     """Hooks over no hooks: steps/s over the window where both runs are in the middle of their
     training (past its first fifth, before its last tenth)."""
     dirs = {timing: tmp / f"{workload}-{timing}-{time.monotonic_ns()}" for timing in (True, False)}
-    procs = {}
-    for timing in (True, False) if timed_first else (False, True):
-        dirs[timing].mkdir()
-        procs[timing] = subprocess.Popen(
-            command(workload, dirs[timing], timing, args), cwd=REPO,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-    for timing, proc in procs.items():
-        if proc.wait(timeout=900) != 0:
-            raise SystemExit(f"the {workload} run with step_timing={timing} failed")
+    procs: dict[bool, subprocess.Popen[bytes]] = {}
+    try:
+        for timing in (True, False) if timed_first else (False, True):
+            dirs[timing].mkdir()
+            procs[timing] = subprocess.Popen(
+                command(workload, dirs[timing], timing, args), cwd=REPO,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+        for timing, proc in procs.items():
+            if proc.wait(timeout=900) != 0:
+                raise SystemExit(f"the {workload} run with step_timing={timing} failed")
+    finally:  # interrupted: each `ddptui run` stops its run as on Ctrl-C, and is waited for
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        for proc in procs.values():
+            proc.wait(timeout=120)
     points = {timing: ticks(path) for timing, path in dirs.items()}
     spans = [(p[0][0], p[-1][0]) for p in points.values()]
     start = max(a + 0.2 * (b - a) for a, b in spans)
@@ -320,6 +330,12 @@ def report_pairs(args: argparse.Namespace) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", type=int, default=6, help="pairs of runs per workload")
+    parser.add_argument(
+        "--ranks",
+        type=int,
+        default=1,
+        help="ranks per run (1: on 2 cores each run of a pair has a core of its own)",
+    )
     parser.add_argument(
         "--workloads", nargs="+", default=["script", "engine"], choices=["script", "engine"]
     )

@@ -1,7 +1,8 @@
-"""The step timer (engine.train.step_timing) in this process, on the CPU: a step's marks turned into
-its parts, the global hooks on a real model and optimizer (what counts as the forward, whose
-thread), nothing of the training changed, every hook gone after ``close``, a failing hook that
-turns timing off instead of failing the step, and the DDP communication hook on one gloo rank."""
+"""The step timer (engine.train.step_timing, its marks engine.train.step_marks) in this process, on
+the CPU: a step's marks turned into its parts, the global hooks on a real model and optimizer
+(what counts as the forward, whose thread), nothing of the training changed, every hook gone
+after ``close``, a failing hook that turns timing off instead of failing the step, and the DDP
+communication hook on one gloo rank."""
 
 from __future__ import annotations
 
@@ -21,13 +22,11 @@ from torch.nn.parallel import DistributedDataParallel
 
 from engine.core.runs.events import EventWriter, StepBreakdownReported, read_events
 from engine.train import step_timing
+from engine.train.step_marks import HostClock, TimedStep, split_step
 from engine.train.step_timing import (
     ALL_TIMED_FIRST,
-    HostClock,
     StepTimer,
-    TimedStep,
     next_gap,
-    split_step,
     start_step_timing,
     step_timer_for_rank,
 )

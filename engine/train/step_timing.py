@@ -19,7 +19,8 @@ The parts of the timed steps are written as ``StepBreakdownReported`` events, at
 ``training.report_interval`` seconds (``engine.core.runs.step_breakdown`` reads them).
 
 On a GPU the marks are CUDA events, resolved a few steps later once the GPU has passed them:
-never a synchronize in the step. The hooks never change what the model or the optimizer
+never a synchronize in the step (the marks, the clocks and a step's parts from its marks:
+``engine.train.step_marks``). The hooks never change what the model or the optimizer
 compute, and a hook that fails turns the timing off instead of failing the step.
 """
 
@@ -35,11 +36,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any
 
 from engine.core.runs.events import EventWriter, StepBreakdownReported
+from engine.train.step_marks import Clock, CudaClock, HostClock, StepParts, TimedStep, split_step
 
 # What a module call costs with the global hooks in place, and what one timed step's own
 # bookkeeping costs: an estimate on the high side (bench/step_timing_overhead.py).
@@ -50,128 +52,6 @@ COST_SHARE = 0.002
 ALL_TIMED_FIRST = 20  # a short run still gets its split from every one of its first steps
 MAX_GAP = 64  # at least one step in this many is timed
 PENDING_KEPT = 16  # CUDA-timed steps waiting for the GPU; more are dropped, not waited for
-
-
-class Clock(Protocol):
-    """Marks points of a step and tells the seconds between them."""
-
-    def mark(self) -> Any: ...
-
-    def seconds(self, start: Any, end: Any) -> float: ...
-
-    def passed(self, mark: Any) -> bool: ...
-
-    def wait(self, mark: Any) -> None: ...
-
-    def release(self, marks: list[Any]) -> None: ...
-
-
-class HostClock:
-    """Wall time on the host: what a CPU rank's steps take."""
-
-    name = "cpu"
-
-    def mark(self) -> float:
-        return time.perf_counter()
-
-    def seconds(self, start: float, end: float) -> float:
-        return end - start
-
-    def passed(self, mark: float) -> bool:
-        return True
-
-    def wait(self, mark: float) -> None:
-        return None
-
-    def release(self, marks: list[Any]) -> None:
-        return None
-
-
-class CudaClock:
-    """GPU time: a CUDA event recorded on the current stream at each mark, read once the GPU has
-    passed it (``passed``), so the step never waits for the device. Events are reused."""
-
-    name = "cuda"
-
-    def __init__(self, torch: ModuleType) -> None:
-        self._event = torch.cuda.Event
-        self._free: list[Any] = []
-
-    def mark(self) -> Any:
-        event = self._free.pop() if self._free else self._event(enable_timing=True)
-        event.record()
-        return event
-
-    def seconds(self, start: Any, end: Any) -> float:
-        return float(start.elapsed_time(end)) / 1000.0
-
-    def passed(self, mark: Any) -> bool:
-        return bool(mark.query())
-
-    def wait(self, mark: Any) -> None:
-        mark.synchronize()
-
-    def release(self, marks: list[Any]) -> None:
-        self._free.extend(marks)
-
-
-@dataclass
-class TimedStep:
-    """The marks of one timed step, from the previous optimizer step's end to its own."""
-
-    start: Any
-    forwards: list[list[Any]] = field(default_factory=list)  # [start, end or None] each
-    bucket_ready: list[Any] = field(default_factory=list)  # a gradient bucket went to sync
-    bucket_synced: list[Any] = field(default_factory=list)  # its sync was done
-    optimizer_start: Any = None
-    end: Any = None
-    module_calls: int = 0
-
-    def marks(self) -> list[Any]:
-        inner = [m for pair in self.forwards for m in pair if m is not None]
-        ends = [self.optimizer_start, self.end]
-        found = [self.start, *inner, *self.bucket_ready, *self.bucket_synced, *ends]
-        return [m for m in found if m is not None]
-
-
-@dataclass(frozen=True)
-class StepParts:
-    """Seconds of each part of one step; they add up to ``total``."""
-
-    data: float
-    forward: float
-    backward: float
-    sync: float | None
-    optimizer: float
-    other: float
-    total: float
-
-
-def split_step(step: TimedStep, clock: Clock, sync_timed: bool) -> StepParts:
-    """The parts of one finished step from its marks (``other`` takes what the rest leave)."""
-
-    def at(mark: Any) -> float:  # seconds from the step's start
-        return clock.seconds(step.start, mark)
-
-    total = max(0.0, at(step.end))
-    optimizer_start = min(total, max(0.0, at(step.optimizer_start)))
-    optimizer = total - optimizer_start
-    forwards = [(at(s), at(e)) for s, e in step.forwards if e is not None]
-    data = forward = backward = 0.0
-    if forwards:
-        data = max(0.0, forwards[0][0])
-        forward = sum(max(0.0, e - s) for s, e in forwards)
-        backward = max(0.0, optimizer_start - forwards[-1][1])
-    sync: float | None = None
-    if sync_timed:
-        sync = 0.0
-        if step.bucket_ready and step.bucket_synced:
-            last_ready = max(at(m) for m in step.bucket_ready)
-            last_synced = max(at(m) for m in step.bucket_synced)
-            sync = min(backward, max(0.0, last_synced - last_ready))
-            backward -= sync
-    other = max(0.0, total - data - forward - backward - (sync or 0.0) - optimizer)
-    return StepParts(data, forward, backward, sync, optimizer, other, total)
 
 
 @dataclass
