@@ -211,3 +211,43 @@ def test_the_comm_hook_times_the_sync_and_averages_as_ddp_does(
         assert torch.equal(a, b)  # the timed hook averages the gradients as DDP's own does
     (report,) = breakdowns(events)
     assert report.timed == 3 and report.sync is not None and report.sync >= 0.0
+
+
+class LaggingGpuClock(HostClock):
+    """A GPU's clock as the timer sees it: a mark is readable only once the device has passed
+    it, here ``lag`` marks after it was made; ``wait`` (a synchronize) is counted."""
+
+    name = "cuda"
+
+    def __init__(self, lag: int) -> None:
+        self.lag = lag
+        self.made: list[float] = []
+        self.waits = 0
+
+    def mark(self) -> float:
+        self.made.append(time.perf_counter())
+        return self.made[-1]
+
+    def passed(self, mark: float) -> bool:
+        return self.made.index(mark) < len(self.made) - self.lag
+
+    def wait(self, mark: float) -> None:
+        self.waits += 1
+
+
+def test_on_a_gpu_steps_are_read_once_the_device_passed_them_never_waited_for(
+    events: EventWriter,
+) -> None:
+    clock = LaggingGpuClock(lag=12)  # about three steps behind
+    timer = StepTimer(events, 0, 0.0, make_clock=lambda: clock)
+    timer.install(optimizer_hooks, module_hooks)
+    train(15, timer)
+    assert clock.waits == 0  # nothing in the steps waited for the device
+    during = breakdowns(events)
+    assert during and all(e.clock == "cuda" for e in during)
+    assert sum(e.timed for e in during) < 14  # the last steps are still on the device
+    timer.flush()  # the epoch's or the script's end: now it may wait
+    timer.close()
+    assert clock.waits > 0
+    after = breakdowns(events)
+    assert sum(e.timed for e in after) == 14 and sum(e.steps for e in after) == 14

@@ -83,6 +83,7 @@ def test_a_cpu_demo_run_splits_every_ranks_step_with_the_sync_apart(runs_dir: Pa
     }  # fmt: skip
     text = ddptui("show", run_dir.run_id, "--runs-dir", str(runs_dir)).stdout
     assert f"bottleneck {summary.bottleneck}" in text
+    assert f"  step: {summary.bottleneck} (ddptui show {run_dir.run_id}" in result.stdout
 
 
 @pytest.mark.slow

@@ -90,6 +90,7 @@ class TimedStep:
     optimizer_start: Any = None
     end: Any = None
     module_calls: int = 0
+    stands_for: int = 1  # itself and the untimed steps since the previous timed one
 
     def marks(self) -> list[Any]:
         inner = [m for pair in self.forwards for m in pair if m is not None]

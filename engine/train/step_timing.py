@@ -15,8 +15,9 @@ change to the model: torch's global hooks, the same for the engine's loop and a 
 The module hooks cost every module call a few microseconds, so they are in place only for the
 steps being timed: every one of the first ``ALL_TIMED_FIRST``, then one step in N, N chosen so
 that timing costs ``COST_SHARE`` of the steps (``bench/step_timing_overhead.py`` measures it).
-The parts of the timed steps are written as ``StepBreakdownReported`` events, at most one per
-``training.report_interval`` seconds (``engine.core.runs.step_breakdown`` reads them).
+Each timed step stands for itself and the untimed steps before it; their parts are written as
+``StepBreakdownReported`` events, at most one per ``training.report_interval`` seconds
+(``engine.core.runs.step_breakdown`` reads them).
 
 On a GPU the marks are CUDA events, resolved a few steps later once the GPU has passed them:
 never a synchronize in the step (the marks, the clocks and a step's parts from its marks:
@@ -56,7 +57,8 @@ PENDING_KEPT = 16  # CUDA-timed steps waiting for the GPU; more are dropped, not
 
 @dataclass
 class _Window:
-    """The steps since the last report: how many, and the timed ones' parts summed."""
+    """The steps split since the last report: each timed step's parts counted for the steps it
+    stands for (itself and the untimed ones before it), so the means are of every step."""
 
     steps: int = 0
     timed: int = 0
@@ -67,22 +69,23 @@ class _Window:
     optimizer: float = 0.0
     other: float = 0.0
 
-    def add(self, parts: StepParts) -> None:
-        self.timed += 1
-        self.data += parts.data
-        self.forward += parts.forward
-        self.backward += parts.backward
+    def add(self, parts: StepParts, steps: int, timed: int = 1) -> None:
+        self.steps += steps
+        self.timed += timed
+        self.data += parts.data * steps
+        self.forward += parts.forward * steps
+        self.backward += parts.backward * steps
         if parts.sync is not None:
-            self.sync = (self.sync or 0.0) + parts.sync
-        self.optimizer += parts.optimizer
-        self.other += parts.other
+            self.sync = (self.sync or 0.0) + parts.sync * steps
+        self.optimizer += parts.optimizer * steps
+        self.other += parts.other * steps
 
     def event(self, rank: int, clock: str) -> StepBreakdownReported:
-        n = self.timed
+        n = self.steps
         return StepBreakdownReported(
             rank=rank,
-            steps=max(self.steps, n),
-            timed=n,
+            steps=n,
+            timed=self.timed,
             data=self.data / n,
             forward=self.forward / n,
             backward=self.backward / n,
@@ -140,6 +143,8 @@ class StepTimer:
         self._window = _Window()
         self._countdown = 1  # optimizer steps until the next timed step begins
         self._started = False  # a step has begun (the first optimizer step, or a restart)
+        self._untimed = 0  # steps done since the last timed one ended
+        self._last_parts: StepParts | None = None  # the latest timed step's
         self._gap = 1
         self.timed = 0  # steps split so far
         self._last_report = time.monotonic()
@@ -254,14 +259,16 @@ class StepTimer:
     def _step_done(self) -> None:
         clock = self._clock()
         self._thread = threading.get_ident()
-        if self._started:  # a script's first step started nothing: it is no step's end
-            self._window.steps += 1
-        self._started = True
         now = None
         step = self._step
         if step is not None and step.optimizer_start is not None:
             now = step.end = clock.mark()
+            step.stands_for = self._untimed + 1
+            self._untimed = 0
             self._pending.append(step)
+        elif self._started:  # a script's first step started nothing: it is no step's end
+            self._untimed += 1
+        self._started = True
         self._step = None
         self._resolve(wait=False)
         self._countdown -= 1
@@ -306,7 +313,8 @@ class StepTimer:
             with self._lock:
                 parts = split_step(step, clock, self.sync_timed)
             clock.release(marks)
-            self._window.add(parts)
+            self._window.add(parts, step.stands_for)
+            self._last_parts = parts
             self.timed += 1
             self._gap = next_gap(step.module_calls, parts.total, self.timed, self._rng)
         while len(self._pending) > PENDING_KEPT:  # the GPU is far behind: drop, never wait
@@ -331,6 +339,10 @@ class StepTimer:
             self._countdown = 0
         self._unhook_modules()
         self._resolve(wait=True)
+        if self._untimed and self._last_parts is not None and self._window.timed:
+            # the last steps, after the last timed one: it stands for them too
+            self._window.add(self._last_parts, self._untimed, timed=0)
+            self._untimed = 0
         self._maybe_report(force=True)
 
     # -- the gradient sync ---------------------------------------------------------------------

@@ -160,16 +160,17 @@ class MetricsReported(Event):
 
 @dataclass(frozen=True)
 class StepBreakdownReported(Event):
-    """Throttled like ``StepProgress``: where a rank's steps went since its previous breakdown,
-    in mean seconds per step of the ``timed`` ones among its ``steps`` (``engine.train.step_timing``
-    measures them with global hooks, one step in N; ``engine.core.runs.step_breakdown`` reads them).
+    """Throttled like ``StepProgress``: where a rank's ``steps`` since its previous breakdown went,
+    in mean seconds per step, from the ``timed`` ones among them, each standing for itself and the
+    untimed steps before it (``engine.train.step_timing`` times one step in N with global hooks;
+    ``engine.core.runs.step_breakdown`` reads them).
     ``sync`` is None where the gradient sync was not timed apart from backward (a user's script:
     its DDP module is not ours)."""
 
     type: ClassVar[str] = "step_breakdown"
     rank: int
     steps: int  # optimizer steps since the previous breakdown: what these figures stand for
-    timed: int  # of those, the steps timed: the figures are their mean
+    timed: int  # of those, the steps timed
     data: float  # end of the previous optimizer step to the first forward
     forward: float  # the outermost forward calls of modules with parameters
     backward: float  # last forward to the optimizer step, with the sync it waits for

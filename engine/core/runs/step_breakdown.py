@@ -14,10 +14,11 @@ times a second, the mean seconds per step of each part (``StepBreakdownReported`
 ``other``      the rest: between two forwards of one step, or a step whose forward was not seen
 
 The parts of one step add up to it, from one optimizer step to the next. A rank times one step in
-N (every one of its first steps), so each report is the mean of its timed steps standing for all
-the steps since the previous report: ``StepBreakdownFold`` weights each by those steps, as the
-step reports' own step time is weighted, into each rank's ``StepBreakdown`` (over the whole run,
-and over its recent reports while it runs); ``find_bottleneck`` names the cause from them.
+N (every one of its first steps), each timed step standing for itself and the untimed steps
+before it, so a report's figures are means over all the steps since the previous report:
+``StepBreakdownFold`` weights each by those steps, as the step reports' own step time is
+weighted, into each rank's ``StepBreakdown`` (over the whole run, and over its recent reports
+while it runs); ``find_bottleneck`` names the cause from them.
 
 Plain Python, pure: no I/O, so the observer, the summary and the tests feed it events they read.
 """
