@@ -33,6 +33,7 @@ import argparse
 import itertools
 import os
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -61,6 +62,7 @@ from engine.train.step_timing import (
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "tests" / "fixtures" / "tutorial_ddp.py"
+STEADY_CPU = re.compile(r"steady cpu ms/step ([0-9.]+)")
 
 
 # ---- the parts ---------------------------------------------------------------------------------
@@ -279,9 +281,19 @@ def step_at(points: list[tuple[float, int]], when: float) -> float:
     raise ValueError(f"no step events around {when}")
 
 
-def pair(workload: str, tmp: Path, args: argparse.Namespace, timed_first: bool) -> float:
-    """Hooks over no hooks: steps/s over the window where both runs are in the middle of their
-    training (past its first fifth, before its last tenth)."""
+def steady_cpu(runs: Path) -> float | None:
+    """Rank 0's CPU milliseconds a step from its second epoch on, as the script prints it."""
+    (run,) = list_runs(runs)
+    found = STEADY_CPU.findall(run.rank_log_path(0).read_text(errors="replace"))
+    return float(found[-1]) if found else None
+
+
+def pair(
+    workload: str, tmp: Path, args: argparse.Namespace, timed_first: bool
+) -> tuple[float, float | None]:
+    """Hooks over no hooks: (steps/s over the window where both runs are in the middle of their
+    training (past its first fifth, before its last tenth); for the script, its rank 0's CPU a
+    step, no hooks over hooks)."""
     dirs = {timing: tmp / f"{workload}-{timing}-{time.monotonic_ns()}" for timing in (True, False)}
     procs: dict[bool, subprocess.Popen[bytes]] = {}
     try:
@@ -309,22 +321,36 @@ def pair(workload: str, tmp: Path, args: argparse.Namespace, timed_first: bool) 
             f"the pair's runs trained together {end - start:.1f} s only: use more steps"
         )
     rate = {k: (step_at(p, end) - step_at(p, start)) / (end - start) for k, p in points.items()}
-    return rate[True] / rate[False]
+    cpu = {timing: steady_cpu(path) for timing, path in dirs.items()}
+    on, off = cpu[True], cpu[False]
+    return rate[True] / rate[False], (off / on if on and off else None)
 
 
 def report_pairs(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="ddptui-bench-") as tmp:
         for workload in args.workloads:
-            ratios = []
+            ratios, cpus = [], []
             for n in range(args.pairs):
-                ratios.append(pair(workload, Path(tmp), args, timed_first=n % 2 == 0))
-                print(f"  {workload} pair {n + 1}: hooks / no hooks {ratios[-1]:.3f}", flush=True)
+                ratio, cpu = pair(workload, Path(tmp), args, timed_first=n % 2 == 0)
+                ratios.append(ratio)
+                cpus += [cpu] if cpu is not None else []
+                said = f", rank 0's CPU a step without / with {cpu:.3f}" if cpu else ""
+                print(
+                    f"  {workload} pair {n + 1}: steps/s with / without {ratio:.3f}{said}",
+                    flush=True,
+                )
             print(
                 f"{workload}: steps/s with the hooks over without, median of {len(ratios)} pairs "
                 f"started together: {statistics.median(ratios):.3f} ({min(ratios):.3f}-"
                 f"{max(ratios):.3f}); target >= 0.99",
                 flush=True,
             )
+            if cpus:
+                print(
+                    f"{workload}: rank 0's CPU a step without the hooks over with, median: "
+                    f"{statistics.median(cpus):.3f} ({min(cpus):.3f}-{max(cpus):.3f})",
+                    flush=True,
+                )
 
 
 def main() -> int:
