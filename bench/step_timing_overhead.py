@@ -181,6 +181,44 @@ def per_bucket_seconds(events: EventWriter, tmp: Path, steps: int = 2_000) -> fl
         dist.destroy_process_group()
 
 
+def interleaved_blocks(blocks: int = 40, steps: int = 100) -> tuple[list[float], list[float]]:
+    """The tutorial's loop on one gloo rank's DDP, in blocks of ``steps`` steps with the step
+    timer in place and taken out, alternating: (wall, CPU) ratios of each pair of blocks, the
+    block without the hooks over the block with them (per step: below 1, the hooks cost)."""
+    with tempfile.TemporaryDirectory(prefix="ddptui-bench-") as tmp:
+        store = dist.FileStore(str(Path(tmp) / "store"), 1)
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+        try:
+            model = DistributedDataParallel(tutorial_model())
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+            criterion = nn.CrossEntropyLoss()
+            x, y = torch.randn(32, 3, 32, 32), torch.randint(0, 2, (32,))
+
+            def block() -> tuple[float, float]:
+                wall, cpu = time.perf_counter(), time.process_time()
+                for _ in range(steps):
+                    optimizer.zero_grad()
+                    criterion(model(x), y).backward()
+                    optimizer.step()
+                return (time.perf_counter() - wall) / steps, (time.process_time() - cpu) / steps
+
+            events = EventWriter(Path(tmp) / "rank-0.jsonl")
+            block()  # warm up
+            walls, cpus = [], []
+            for _ in range(blocks):
+                timer = start_step_timing(events, 0, 0.25)
+                timer.timed = ALL_TIMED_FIRST  # a run's steady state: one step in N timed
+                with_hooks = block()
+                timer.close()
+                without = block()
+                walls.append(without[0] / with_hooks[0])
+                cpus.append(without[1] / with_hooks[1])
+            events.close()
+            return walls, cpus
+        finally:
+            dist.destroy_process_group()
+
+
 def step_profile(
     make_model: Callable[[], nn.Module], batch: int, classes: int
 ) -> tuple[float, int]:
@@ -208,6 +246,11 @@ def step_profile(
     return statistics.median(seconds[10:]), calls[0]
 
 
+def quartiles(values: list[float]) -> str:
+    low, _, high = statistics.quantiles(values, n=4)
+    return f"{low:.3f}-{high:.3f}"
+
+
 def mean_gap(calls: int, step: float) -> float:
     rng = random.Random(0)
     return statistics.mean(next_gap(calls, step, ALL_TIMED_FIRST, rng) for _ in range(20_000))
@@ -223,6 +266,14 @@ def report_parts() -> None:
             f"the parts: a module call while a step is timed {1e6 * call:+.2f} us; a step not "
             f"timed {1e6 * untimed:+.2f} us (the optimizer hooks); a timed step's own marks, "
             f"split, report and module hooks in and out {1e6 * timed:+.2f} us",
+            flush=True,
+        )
+        walls, cpus = interleaved_blocks()
+        print(
+            "the tutorial's loop in one process (one gloo rank), 40 blocks of 100 steps with the "
+            "hooks and 40 without, alternating; without over with, per step: wall median "
+            f"{statistics.median(walls):.4f} (quartiles {quartiles(walls)}), CPU median "
+            f"{statistics.median(cpus):.4f} (quartiles {quartiles(cpus)})",
             flush=True,
         )
         bucket = per_bucket_seconds(events, Path(tmp))
