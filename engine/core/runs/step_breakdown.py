@@ -42,8 +42,11 @@ MIN_TIMED_STEPS = 3
 INPUT_SHARE = 0.25
 INPUT_AGAINST = 2.5
 INPUT_MARGIN = 0.15
-# A rank computes slowly when its compute time is at least this many times the others' median.
+# A rank computes slowly when its compute time is at least this many times the others' median,
+# and the excess at least this share of its step (a slower forward in a step that mostly waits
+# for data is not what slows the run).
 COMPUTE_FACTOR = 1.5
+COMPUTE_MARGIN = 0.10
 # Every rank waiting at least this share of its step in gradient sync: communication-bound.
 SYNC_SHARE = 0.30
 # Every rank waiting at least this share of its step for data: input-bound as a whole.
@@ -312,7 +315,12 @@ def _compute_rank(ranks: Sequence[StepBreakdown]) -> Bottleneck | None:
     found = []
     for b in ranks:
         others = statistics.median(o.compute for o in _others(ranks, b.rank))
-        if others > 0 and b.compute >= COMPUTE_FACTOR * others:
+        excess = b.compute - others
+        if (
+            others > 0
+            and b.compute >= COMPUTE_FACTOR * others
+            and excess >= COMPUTE_MARGIN * b.total
+        ):
             found.append((b.compute / others, b.rank, b.sync_timed))
     if not found:
         return None
