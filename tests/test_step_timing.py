@@ -239,7 +239,7 @@ def test_on_a_gpu_steps_are_read_once_the_device_passed_them_never_waited_for(
     events: EventWriter,
 ) -> None:
     clock = LaggingGpuClock(lag=12)  # about three steps behind
-    timer = StepTimer(events, 0, 0.0, make_clock=lambda: clock)
+    timer = StepTimer(events, 0, 0.0, make_clock=lambda _device: clock)
     timer.install(optimizer_hooks, module_hooks)
     train(15, timer)
     assert clock.waits == 0  # nothing in the steps waited for the device
@@ -251,3 +251,45 @@ def test_on_a_gpu_steps_are_read_once_the_device_passed_them_never_waited_for(
     assert clock.waits > 0
     after = breakdowns(events)
     assert sum(e.timed for e in after) == 14 and sum(e.steps for e in after) == 14
+
+
+def test_the_gpu_clock_marks_on_the_training_devices_stream_from_any_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No GPU here: torch's CUDA calls are stood in for, to check which clock a rank gets and
+    which stream its marks go to (the device of the optimizer's parameters, not the thread's
+    current device: a collective's callback may run on a thread whose current device is 0)."""
+    from types import SimpleNamespace
+
+    from engine.train.step_marks import CudaClock
+    from engine.train.step_timing import clock_for_this_process, parameters_device
+
+    recorded: list[object] = []
+
+    class StandInEvent:
+        def __init__(self, enable_timing: bool) -> None:
+            assert enable_timing
+
+        def record(self, stream: object) -> None:
+            recorded.append(stream)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "Event", StandInEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: f"stream of {device}")
+    gpu3 = torch.device("cuda", 3)
+    optimizer = SimpleNamespace(param_groups=[{"params": [SimpleNamespace(device=gpu3)]}])
+    assert parameters_device(optimizer) == gpu3
+    assert parameters_device(object()) is None
+    clock = clock_for_this_process(gpu3)
+    assert isinstance(clock, CudaClock) and clock.device == gpu3
+    clock.mark()
+    callback = threading.Thread(target=clock.mark)  # as from a collective's callback
+    callback.start()
+    callback.join()
+    assert recorded == ["stream of cuda:3", "stream of cuda:3"]
+    # A model trained on the CPU in a process that uses CUDA: the host's clock.
+    assert isinstance(clock_for_this_process(torch.device("cpu")), HostClock)
+    # No device known yet (the engine's first epoch): CUDA's current device.
+    assert clock_for_this_process(None).device == torch.device("cuda", 0)  # type: ignore[attr-defined]

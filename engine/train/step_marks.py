@@ -35,6 +35,9 @@ class HostClock:
 
     name = "cpu"
 
+    def __init__(self, device: Any = None) -> None:
+        self.device = device
+
     def mark(self) -> float:
         return time.perf_counter()
 
@@ -52,18 +55,21 @@ class HostClock:
 
 
 class CudaClock:
-    """GPU time: a CUDA event recorded on the current stream at each mark, read once the GPU has
-    passed it (``passed``), so the step never waits for the device. Events are reused."""
+    """GPU time: a CUDA event recorded at each mark on ``device``'s current stream (whichever
+    thread marks: the training thread, autograd's, a collective's callback), read once the GPU
+    has passed it (``passed``), so the step never waits for the device. Events are reused."""
 
     name = "cuda"
 
-    def __init__(self, torch: ModuleType) -> None:
+    def __init__(self, torch: ModuleType, device: Any) -> None:
+        self.device = device
         self._event = torch.cuda.Event
+        self._stream = torch.cuda.current_stream
         self._free: list[Any] = []
 
     def mark(self) -> Any:
         event = self._free.pop() if self._free else self._event(enable_timing=True)
-        event.record()
+        event.record(self._stream(self.device))
         return event
 
     def seconds(self, start: Any, end: Any) -> float:

@@ -113,8 +113,8 @@ class StepTimer:
 
     ``restart`` starts the next step now (an epoch's start: the time between epochs is in no
     step); ``flush`` writes what was timed since the last report (waiting for the GPU, at an
-    epoch's end or the script's). ``make_clock`` picks the clock at the first step: the GPU's
-    when CUDA is in use there.
+    epoch's end or the script's). ``make_clock(device)`` makes the clock at the first step, for
+    the device of the optimizer's parameters (None: not known yet): the GPU's for a CUDA device.
     """
 
     def __init__(
@@ -123,12 +123,12 @@ class StepTimer:
         rank: int,
         interval: float,
         *,
-        make_clock: Callable[[], Clock] | None = None,
+        make_clock: Callable[[Any], Clock] | None = None,
     ) -> None:
         self.events = events
         self.rank = rank
         self.interval = interval
-        self._make_clock: Callable[[], Clock] = make_clock or HostClock
+        self._make_clock: Callable[[Any], Clock] = make_clock or HostClock
         self.clock: Clock | None = None
         self.clock_name = "cpu"
         self.sync_timed = False  # a communication hook times the gradient sync
@@ -242,22 +242,22 @@ class StepTimer:
         except Exception as err:
             self._fail(err)
 
-    def _optimizer_done(self, _optimizer: Any, _args: Any, _kwargs: Any) -> None:
+    def _optimizer_done(self, optimizer: Any, _args: Any, _kwargs: Any) -> None:
         try:
-            self._step_done()
+            self._step_done(optimizer)
         except Exception as err:
             self._fail(err)
 
     # -- steps -----------------------------------------------------------------------------------
 
-    def _clock(self) -> Clock:
+    def _clock(self, device: Any = None) -> Clock:
         if self.clock is None:
-            self.clock = self._make_clock()
+            self.clock = self._make_clock(device)
             self.clock_name = getattr(self.clock, "name", "cpu")
         return self.clock
 
-    def _step_done(self) -> None:
-        clock = self._clock()
+    def _step_done(self, optimizer: Any = None) -> None:
+        clock = self._clock(parameters_device(optimizer) if self.clock is None else None)
         self._thread = threading.get_ident()
         now = None
         step = self._step
@@ -307,7 +307,8 @@ class StepTimer:
             if wait:
                 for mark in marks:
                     clock.wait(mark)
-            elif not all(map(clock.passed, marks)):
+            # the step's end first: one query while the device is behind (it passes last)
+            elif not clock.passed(step.end) or not all(map(clock.passed, marks)):
                 break
             self._pending.popleft()
             with self._lock:
@@ -347,6 +348,15 @@ class StepTimer:
 
     # -- the gradient sync ---------------------------------------------------------------------
 
+    def _mark_into(self, marks: list[Any], clock: Clock) -> None:
+        """A mark from the gradient sync's threads; a failure there stops the timing and never
+        reaches the sync."""
+        try:
+            with self._lock:
+                marks.append(clock.mark())
+        except Exception as err:
+            self._fail(err)
+
     def bucket_hook(self, allreduce: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
         """A DDP communication hook: ``allreduce`` (the default all-reduce hook: the same mean
         of the gradients), with when each bucket went to sync and when its sync was done marked
@@ -357,14 +367,13 @@ class StepTimer:
             clock = self.clock
             if step is None or clock is None:
                 return allreduce(process_group, bucket)
-            with self._lock:
-                step.bucket_ready.append(clock.mark())
+            self._mark_into(step.bucket_ready, clock)
             synced = allreduce(process_group, bucket)
 
             def done(future: Any) -> Any:
-                with self._lock:
-                    step.bucket_synced.append(clock.mark())
-                return future.value()
+                value = future.value()  # first: a failed sync raises here, as without the timer
+                self._mark_into(step.bucket_synced, clock)
+                return value
 
             return synced.then(done)
 
@@ -376,20 +385,38 @@ class StepTimer:
 # ---- putting it in place ---------------------------------------------------------------------
 
 
-def clock_for_this_process() -> Clock:
-    """The GPU's clock where this process uses CUDA (a script: once it has initialised CUDA by
-    its first optimizer step), else the host's."""
+def parameters_device(optimizer: Any) -> Any:
+    """The device of the optimizer's first parameter (where the model trains), or None."""
+    with contextlib.suppress(Exception):
+        return optimizer.param_groups[0]["params"][0].device
+    return None
+
+
+def clock_for_this_process(device: Any = None) -> Clock:
+    """The GPU's clock for a CUDA ``device`` (where the optimizer's parameters are), else the
+    host's; with no device known (the engine's first epoch starting), CUDA's current device
+    where this process has initialised CUDA."""
     torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-        return CudaClock(torch)
-    return HostClock()
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return HostClock()
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return CudaClock(torch, device) if device.type == "cuda" else HostClock()
 
 
-def start_step_timing(events: EventWriter, rank: int, interval: float) -> StepTimer:
-    """A timer with its optimizer hooks in place, in a process that has imported torch."""
+def start_step_timing(
+    events: EventWriter, rank: int, interval: float, device: Any = None
+) -> StepTimer:
+    """A timer with its optimizer hooks in place, in a process that has imported torch; its
+    clock for ``device`` when given, else for where the optimizer's parameters are."""
     optimizer = sys.modules["torch.optim.optimizer"]
     modules = sys.modules["torch.nn.modules.module"]
-    timer = StepTimer(events, rank, interval, make_clock=clock_for_this_process)
+    timer = StepTimer(
+        events,
+        rank,
+        interval,
+        make_clock=lambda found: clock_for_this_process(device if device is not None else found),
+    )
     timer.install(optimizer, modules)
     return timer
 
@@ -404,14 +431,14 @@ def time_gradient_sync(model: Any, timer: StepTimer) -> None:
 
 
 def step_timer_for_rank(
-    enabled: bool, events: EventWriter, rank: int, interval: float, model: Any
+    enabled: bool, events: EventWriter, rank: int, interval: float, model: Any, device: Any = None
 ) -> StepTimer:
-    """The engine rank's timer, with the gradient sync timed apart when ``model`` is the
-    DistributedDataParallel module the engine made; with ``training.step_timing`` off, one that
-    installs no hook and times nothing."""
+    """The engine rank's timer on ``device`` (the rank's), with the gradient sync timed apart
+    when ``model`` is the DistributedDataParallel module the engine made; with
+    ``training.step_timing`` off, one that installs no hook and times nothing."""
     if not enabled:
         return StepTimer(events, rank, interval)
-    timer = start_step_timing(events, rank, interval)
+    timer = start_step_timing(events, rank, interval, device)
     if hasattr(model, "register_comm_hook"):
         time_gradient_sync(model, timer)
     return timer

@@ -288,7 +288,7 @@ def set_up_rank(
         step_reports=StepReporter(events, rank, training.report_interval),
         events=events,
         step_timer=step_timer_for_rank(
-            training.step_timing, events, rank, training.report_interval, model
+            training.step_timing, events, rank, training.report_interval, model, device
         ),
     )
     print(
