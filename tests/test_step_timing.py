@@ -293,3 +293,26 @@ def test_the_gpu_clock_marks_on_the_training_devices_stream_from_any_thread(
     assert isinstance(clock_for_this_process(torch.device("cpu")), HostClock)
     # No device known yet (the engine's first epoch): CUDA's current device.
     assert clock_for_this_process(None).device == torch.device("cuda", 0)  # type: ignore[attr-defined]
+
+
+def test_inside_a_compiled_graph_the_hooks_break_nothing(events: EventWriter) -> None:
+    """TorchDynamo traces a compiled module's call, global hooks included: the hooks must do
+    nothing there that breaks the user's graph (the eager backend: no compiler needed)."""
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    timer = start_step_timing(events, rank=0, interval=3600.0)
+    model = tiny_model()
+    model.compile(backend="eager")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(4, 8), torch.randint(0, 2, (4,))
+    for _ in range(5):
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    timer.flush()
+    timer.close()
+    torch._dynamo.reset()
+    assert dict(counters["graph_break"]) == {}
+    (report,) = breakdowns(events)
+    assert report.forward == 0.0 and report.other > 0  # compiled in place: its call is unseen

@@ -96,6 +96,10 @@ class _Window:
         )
 
 
+def _never() -> bool:
+    return False
+
+
 def next_gap(module_calls: int, step_seconds: float, steps_timed: int, rng: random.Random) -> int:
     """Steps until the next timed one: 1 for the first ``ALL_TIMED_FIRST``, then as many as keep
     the hooks' cost (``module_calls`` hooked calls and the step's own marks) to ``COST_SHARE`` of
@@ -133,6 +137,9 @@ class StepTimer:
         self.clock_name = "cpu"
         self.sync_timed = False  # a communication hook times the gradient sync
         self._module_module: ModuleType | None = None
+        # torch.compiler.is_compiling: True while TorchDynamo traces a module's call, hooks
+        # included; a hook must then do nothing it cannot trace, or it breaks the user's graph.
+        self._compiling: Callable[[], bool] = _never
         self._handles: list[Any] = []
         self._module_handles: list[Any] = []
         self._thread: int | None = None  # the thread that steps the optimizer
@@ -158,6 +165,8 @@ class StepTimer:
         """Register the optimizer step hooks (``torch.optim.optimizer``); the module hooks
         (``torch.nn.modules.module``) are registered for timed steps only."""
         self._module_module = module_module
+        compiler = getattr(sys.modules.get("torch"), "compiler", None)
+        self._compiling = getattr(compiler, "is_compiling", _never)
         self._handles = [
             optimizer_module.register_optimizer_step_pre_hook(self._optimizer_started),
             optimizer_module.register_optimizer_step_post_hook(self._optimizer_done),
@@ -206,6 +215,8 @@ class StepTimer:
     # -- the hooks (they return None: nothing of the call changes) ------------------------------
 
     def _forward_started(self, module: Any, _args: Any) -> None:
+        if self._compiling():  # traced into a compiled graph: a no-op there
+            return
         step = self._step
         if step is None or threading.get_ident() != self._thread:
             return
@@ -221,6 +232,8 @@ class StepTimer:
             self._fail(err)
 
     def _forward_done(self, module: Any, _args: Any, _output: Any) -> None:
+        if self._compiling():
+            return
         step = self._step
         if step is None or threading.get_ident() != self._thread:
             return
