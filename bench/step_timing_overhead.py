@@ -10,9 +10,15 @@ Target (issue 23): at most 1 % fewer steps/s with the hooks (ratio >= 0.99). Two
   on a shared machine to show a fraction of a percent): what the module hooks add to one module
   call while a step is timed, what the optimizer hooks add to a step that is not timed, what a
   timed step's own marks, split and report add (with its module hooks put in and taken out), and
-  what the engine's timed all-reduce adds to a gradient bucket against DDP's own. With the module
-  calls a step of the tutorial's model (and the engine's small CNN) makes, its step time and the
-  one-in-N the sampler picks for it, the hooks' share of its steps.
+  what the engine's timed all-reduce adds to a gradient bucket against DDP's own. A timed step of
+  a real loop costs more than those parts add up to, so it is measured too (below: every fifth
+  step timed). With it, the module calls a step of the tutorial's model (and the engine's small
+  CNN) makes, its step time and the one-in-N the sampler picks for it: the hooks' share of its
+  steps.
+- **in one process, interleaved**: the tutorial's loop (one gloo rank's DDP) in 40 pairs of
+  blocks of 100 steps, with the timer and without, alternating which comes first; the median of
+  the pairs' ratios, wall and CPU time a step; then the same with every fifth step timed, which
+  gives what one timed step costs.
 - **end to end, at the same moment**: pairs of ``ddptui run``, one with the hooks and one
   without, started together, so whatever else the machine does hits both alike (as
   ``bench/script_overhead.py`` does); one rank each by default (``--ranks``), so on 2 cores each
@@ -52,9 +58,12 @@ from torch.nn.parallel import DistributedDataParallel
 
 from engine.core.runs.events import EventWriter, StepProgress, read_events
 from engine.core.runs.rundir import list_runs
+from engine.train import step_timing
 from engine.train.models import SmallCNN
 from engine.train.step_timing import (
     ALL_TIMED_FIRST,
+    HOOKED_CALL_SECONDS,
+    TIMED_STEP_SECONDS,
     next_gap,
     start_step_timing,
     step_timer_for_rank,
@@ -181,11 +190,23 @@ def per_bucket_seconds(events: EventWriter, tmp: Path, steps: int = 2_000) -> fl
         dist.destroy_process_group()
 
 
-def interleaved_blocks(blocks: int = 40, steps: int = 100) -> tuple[list[float], list[float]]:
+def interleaved_blocks(
+    blocks: int = 40, steps: int = 100, every: int | None = None
+) -> tuple[list[float], list[float]]:
     """The tutorial's loop on one gloo rank's DDP, in pairs of blocks of ``steps`` steps, one with
     the step timer in place and one without (which comes first alternates): (wall, CPU) ratios of
     each pair, the block without the hooks over the block with them (per step: below 1, the
-    hooks cost)."""
+    hooks cost). ``every``: time every so many steps instead of as the sampler picks."""
+    sampler = step_timing.next_gap
+    if every is not None:
+        step_timing.next_gap = lambda *_args: every
+    try:
+        return _interleaved(blocks, steps)
+    finally:
+        step_timing.next_gap = sampler
+
+
+def _interleaved(blocks: int, steps: int) -> tuple[list[float], list[float]]:
     with tempfile.TemporaryDirectory(prefix="ddptui-bench-") as tmp:
         store = dist.FileStore(str(Path(tmp) / "store"), 1)
         dist.init_process_group("gloo", store=store, rank=0, world_size=1)
@@ -280,6 +301,16 @@ def report_parts() -> None:
             f"{statistics.median(cpus):.4f} (quartiles {quartiles(cpus)})",
             flush=True,
         )
+        step, _ = step_profile(tutorial_model, 32, 2)
+        _, every5 = interleaved_blocks(every=5)
+        per_timed = (1 / statistics.median(every5) - 1) * step * 5
+        print(
+            f"the same with every fifth step timed: CPU {statistics.median(every5):.4f} "
+            f"(quartiles {quartiles(every5)}): a timed step of this loop costs about "
+            f"{1e6 * per_timed:.0f} us more than an untimed one (the sampler reckons "
+            f"{1e6 * (7 * HOOKED_CALL_SECONDS + TIMED_STEP_SECONDS):.0f} us for its 7 calls)",
+            flush=True,
+        )
         bucket = per_bucket_seconds(events, Path(tmp))
         print(
             f"the engine's DDP: the timed all-reduce adds {1e6 * bucket:+.2f} us to a gradient "
@@ -293,11 +324,14 @@ def report_parts() -> None:
         ):
             step, calls = step_profile(make, batch, classes)
             gap = mean_gap(calls, step)
-            cost = (calls * call + timed) / gap + untimed * (gap - 1) / gap + buckets * bucket
+            # a timed step as the real loop measured it, its module calls' share scaled
+            timed_step = max(per_timed, timed) * calls / 7
+            cost = timed_step / gap + untimed * (gap - 1) / gap + buckets * bucket
             print(
                 f"{name}: {1e3 * step:.2f} ms a step, {calls} module calls; one step in "
-                f"{gap:.1f} timed after the first {ALL_TIMED_FIRST}: {1e6 * cost:.1f} us a step, "
-                f"{100 * cost / step:.3f} % of it; estimated steps/s ratio {1 - cost / step:.4f}",
+                f"{gap:.1f} timed after the first {ALL_TIMED_FIRST}, each ~{1e6 * timed_step:.0f}"
+                f" us: {1e6 * cost:.1f} us a step, {100 * cost / step:.3f} % of it; estimated "
+                f"steps/s ratio {1 - cost / step:.4f}",
                 flush=True,
             )
         events.close()

@@ -83,10 +83,10 @@ def test_a_steps_marks_become_parts_that_add_up_to_it() -> None:
 def test_the_gap_between_timed_steps_keeps_their_cost_to_the_share() -> None:
     rng = random.Random(0)
     assert next_gap(100, 0.001, ALL_TIMED_FIRST - 1, rng) == 1  # the first steps: every one
-    # 7 hooked calls on a 3.6 ms step: (70 + 40) us / (0.2 % of 3.6 ms) = 15.3, so 16 on average
-    gaps = [next_gap(7, 0.0036, 100, rng) for _ in range(2000)]
-    assert min(gaps) >= 1 and max(gaps) <= 31
-    assert sum(gaps) / len(gaps) == pytest.approx(16, rel=0.05)
+    # 7 hooked calls on a 12.5 ms step: (140 + 100) us / (0.2 % of 12.5 ms) = 9.6: 10 on average
+    gaps = [next_gap(7, 0.0125, 100, rng) for _ in range(2000)]
+    assert min(gaps) >= 1 and max(gaps) <= 19
+    assert sum(gaps) / len(gaps) == pytest.approx(10, rel=0.05)
     assert next_gap(7, 10.0, 100, rng) == 1  # a slow step: every one is timed
     assert next_gap(10_000, 1e-4, 100, rng) <= 2 * step_timing.MAX_GAP - 1
 
