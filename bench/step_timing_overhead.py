@@ -21,11 +21,12 @@ Target (issue 23): at most 1 % fewer steps/s with the hooks (ratio >= 0.99). Two
   gives what one timed step costs.
 - **end to end, at the same moment**: pairs of ``ddptui run``, one with the hooks and one
   without, started together, so whatever else the machine does hits both alike (as
-  ``bench/script_overhead.py`` does); one rank each by default (``--ranks``), so on 2 cores each
-  run has a core of its own (with two ranks each, four ranks take turns on two cores and one
-  run of a pair outpaces the other by up to 2x either way, whatever the hooks do); each side's steps/s over the window where
-  both are in the middle of their training, from rank 0's step events; hooks over no hooks, the
-  median of the pairs. Which side starts first alternates.
+  ``bench/script_overhead.py`` does); one rank each by default (``--ranks``), each run pinned to
+  a core of its own (which run gets which core alternates), so its rank trains with one thread
+  (with two ranks or two threads each, four threads take turns on two cores, and one run of a
+  pair outpaces the other by up to 2x either way, whatever the hooks do); each side's steps/s
+  over the window where both are in the middle of their training, from rank 0's step events;
+  hooks over no hooks, the median of the pairs. Which side starts first alternates.
 
     .venv/bin/python bench/step_timing_overhead.py                 # about 10 minutes on 2 cores
     .venv/bin/python bench/step_timing_overhead.py --pairs 0       # the parts only, seconds
@@ -385,12 +386,16 @@ def pair(
     step, no hooks over hooks)."""
     dirs = {timing: tmp / f"{workload}-{timing}-{time.monotonic_ns()}" for timing in (True, False)}
     procs: dict[bool, subprocess.Popen[bytes]] = {}
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    pin = args.ranks == 1 and len(cores) >= 2  # each run on a core of its own, alternating
     try:
         for timing in (True, False) if timed_first else (False, True):
             dirs[timing].mkdir()
+            core = cores[(timing + timed_first) % 2] if pin else None
             procs[timing] = subprocess.Popen(
                 command(workload, dirs[timing], timing, args), cwd=REPO,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                preexec_fn=(lambda core=core: os.sched_setaffinity(0, {core})) if pin else None,
             )  # fmt: skip
         for timing, proc in procs.items():
             if proc.wait(timeout=900) != 0:
