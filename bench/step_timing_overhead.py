@@ -11,14 +11,15 @@ Target (issue 23): at most 1 % fewer steps/s with the hooks (ratio >= 0.99). Two
   call while a step is timed, what the optimizer hooks add to a step that is not timed, what a
   timed step's own marks, split and report add (with its module hooks put in and taken out), and
   what the engine's timed all-reduce adds to a gradient bucket against DDP's own. A timed step of
-  a real loop costs more than those parts add up to, so it is measured too (below: every fifth
-  step timed). With it, the module calls a step of the tutorial's model (and the engine's small
+  a real loop costs more than those parts add up to, so it is measured too (below). With it, the module calls a step of the tutorial's model (and the engine's small
   CNN) makes, its step time and the one-in-N the sampler picks for it: the hooks' share of its
   steps.
-- **in one process, interleaved**: the tutorial's loop (one gloo rank's DDP) in 40 pairs of
-  blocks of 100 steps, with the timer and without, alternating which comes first; the median of
-  the pairs' ratios, wall and CPU time a step; then the same with every fifth step timed, which
-  gives what one timed step costs.
+- **a timed step of a real loop**: the tutorial's loop (one gloo rank's DDP) with every fifth
+  step timed, each step's time taken: the median timed step less the median untimed one, from
+  the same run.
+- **in one process, interleaved**: the same loop in 40 pairs of blocks of 100 steps, with the
+  timer (sampling as it does) and without, alternating which comes first; the median of the
+  pairs' ratios, wall and CPU time a step.
 - **end to end, at the same moment**: pairs of ``ddptui run``, one with the hooks and one
   without, started together, so whatever else the machine does hits both alike (as
   ``bench/script_overhead.py`` does); one rank each by default (``--ranks``), each run pinned to
@@ -191,20 +192,49 @@ def per_bucket_seconds(events: EventWriter, tmp: Path, steps: int = 2_000) -> fl
         dist.destroy_process_group()
 
 
-def interleaved_blocks(
-    blocks: int = 40, steps: int = 100, every: int | None = None
-) -> tuple[list[float], list[float]]:
+def interleaved_blocks(blocks: int = 40, steps: int = 100) -> tuple[list[float], list[float]]:
     """The tutorial's loop on one gloo rank's DDP, in pairs of blocks of ``steps`` steps, one with
     the step timer in place and one without (which comes first alternates): (wall, CPU) ratios of
     each pair, the block without the hooks over the block with them (per step: below 1, the
-    hooks cost). ``every``: time every so many steps instead of as the sampler picks."""
+    hooks cost)."""
+    return _interleaved(blocks, steps)
+
+
+def timed_step_seconds(steps: int = 1500, every: int = 5) -> tuple[float, float]:
+    """(the median untimed step, what a timed step takes more) of the tutorial's loop on one
+    gloo rank's DDP, every ``every``-th step timed: both from the same run, step by step."""
     sampler = step_timing.next_gap
-    if every is not None:
-        step_timing.next_gap = lambda *_args: every
+    step_timing.next_gap = lambda *_args: every
     try:
-        return _interleaved(blocks, steps)
+        with tempfile.TemporaryDirectory(prefix="ddptui-bench-") as tmp:
+            dist.init_process_group(
+                "gloo", store=dist.FileStore(str(Path(tmp) / "store"), 1), rank=0, world_size=1
+            )
+            try:
+                model = DistributedDataParallel(tutorial_model())
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+                criterion = nn.CrossEntropyLoss()
+                x, y = torch.randn(32, 3, 32, 32), torch.randint(0, 2, (32,))
+                events = EventWriter(Path(tmp) / "rank-0.jsonl")
+                timer = start_step_timing(events, 0, 0.25)
+                timer.timed = ALL_TIMED_FIRST
+                seconds: dict[bool, list[float]] = {True: [], False: []}
+                for n in range(steps):
+                    timed = timer._step is not None
+                    started = time.perf_counter()
+                    optimizer.zero_grad()
+                    criterion(model(x), y).backward()
+                    optimizer.step()
+                    if n >= 50:
+                        seconds[timed].append(time.perf_counter() - started)
+                timer.close()
+                events.close()
+            finally:
+                dist.destroy_process_group()
     finally:
         step_timing.next_gap = sampler
+    untimed = statistics.median(seconds[False])
+    return untimed, statistics.median(seconds[True]) - untimed
 
 
 def _interleaved(blocks: int, steps: int) -> tuple[list[float], list[float]]:
@@ -302,14 +332,12 @@ def report_parts() -> None:
             f"{statistics.median(cpus):.4f} (quartiles {quartiles(cpus)})",
             flush=True,
         )
-        step, _ = step_profile(tutorial_model, 32, 2)
-        _, every5 = interleaved_blocks(every=5)
-        per_timed = (1 / statistics.median(every5) - 1) * step * 5
+        step, per_timed = timed_step_seconds()
         print(
-            f"the same with every fifth step timed: CPU {statistics.median(every5):.4f} "
-            f"(quartiles {quartiles(every5)}): a timed step of this loop costs about "
-            f"{1e6 * per_timed:.0f} us more than an untimed one (the sampler reckons "
-            f"{1e6 * (7 * HOOKED_CALL_SECONDS + TIMED_STEP_SECONDS):.0f} us for its 7 calls)",
+            f"the tutorial's loop with every fifth step timed: an untimed step "
+            f"{1e3 * step:.2f} ms (median), a timed one {1e6 * per_timed:+.0f} us (the sampler "
+            f"reckons {1e6 * (7 * HOOKED_CALL_SECONDS + TIMED_STEP_SECONDS):.0f} us for its 7 "
+            "module calls)",
             flush=True,
         )
         bucket = per_bucket_seconds(events, Path(tmp))
