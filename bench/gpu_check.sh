@@ -189,6 +189,51 @@ else:
 ')
 line "script run (1 GPU)" "${script_line%%$'\t'*}" "${script_line#*$'\t'}"
 
+# 6d. Why is it slow, on the GPU: a DDP run's every rank's step split into data, forward,
+# backward, sync (the engine's timed all-reduce), optimizer and other, timed with CUDA events
+# resolved later (no synchronize in the step); the parts add up to the rank's step time from its
+# step reports within 10 %, and the run's bottleneck is one sentence. The user's script of 6c is
+# split the same way, on CUDA events, its sync inside backward.
+split_check() {  # name, then the ddptui run arguments
+    local name=$1
+    shift
+    local out verdict
+    out=$(timeout 300 "$PYTHON" -m ddptui run --json "$@" 2>/dev/null)  # --json before a script's --
+    verdict=$(printf '%s' "$out" | "$PYTHON" -c '
+import json, sys
+try:
+    s = json.load(sys.stdin)
+except Exception:
+    print("FAIL\tno summary.json came back"); sys.exit()
+script = s.get("strategy") == "script"
+split = s.get("step_breakdown") or []
+problems = [] if s.get("status") == "completed" else ["the run " + str(s.get("status"))]
+if not split:
+    problems.append("no step_breakdown in summary.json")
+for b in split:
+    parts = sum(b[k] or 0.0 for k in ("data", "forward", "backward", "sync", "optimizer", "other"))
+    step = b.get("step_seconds") or 0.0
+    if b.get("clock") != "cuda":
+        problems.append("rank %d timed on %s, not CUDA events" % (b["rank"], b.get("clock")))
+    if (b.get("sync") is None) != script:
+        problems.append("rank %d: sync %s" % (b["rank"], "timed apart in a script" if script else "not timed apart"))
+    if not step or abs(parts / step - 1) > 0.10:
+        problems.append("rank %d: parts %.2f ms against its step %.2f ms" % (b["rank"], 1e3 * parts, 1e3 * step))
+if not s.get("bottleneck"):
+    problems.append("no bottleneck sentence")
+if problems:
+    print("FAIL\t" + "; ".join(problems)); sys.exit()
+b = split[0]
+ms = lambda v: "-" if v is None else "%.1f" % (1e3 * v)
+print("ok\trank 0 of %d, ms a step on CUDA events: data %s, forward %s, backward %s, sync %s, optimizer %s, other %s (its step %s, %d timed); %s" % (
+    len(split), ms(b["data"]), ms(b["forward"]), ms(b["backward"]), ms(b.get("sync")), ms(b["optimizer"]),
+    ms(b["other"]), ms(b["step_seconds"]), b["steps"], s["bottleneck"]))
+')
+    line "$name" "${verdict%%$'\t'*}" "${verdict#*$'\t'}"
+}
+split_check "ddp step split (cuda)" cpu-demo --set strategy.name=ddp --devices 1 --set ddp.backend=nccl "${QUICK[@]}"
+split_check "script step split" tests/fixtures/tutorial_ddp.py --devices 1 -- --epochs 1 --steps 60
+
 # 6b. A one-GPU NCCL run listens on loopback only: its ranks meet through a file store in the run
 # directory and NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME name the loopback interface.
 listen=$("$PYTHON" - <<'EOF'

@@ -2,11 +2,13 @@
 
     python bench/ui_load.py                 # 8 ranks on 8 stand-in GPUs, 4 reports/s each, 20 s
     python bench/ui_load.py --screen gpus   # the GPUs screen instead of the run screen
+    python bench/ui_load.py --step-view     # the run screen's step view (t): bars and curves
     python bench/ui_load.py --gpus 0        # CPU ranks, this machine's own NVML (or none)
     python bench/ui_load.py --ranks 16 --seconds 30 --report-interval 0.1
 
-A writer process (not measured) appends what 8 real ranks append: a StepProgress event every
-``training.report_interval`` seconds per rank (0.25 s, the default) and a log line per report,
+A writer process (not measured) appends what 8 real ranks append: a StepProgress and a
+StepBreakdownReported event every ``training.report_interval`` seconds per rank (0.25 s, the
+default) and a log line per report,
 with the launcher alive in run.json. With ``--gpus N`` (8 by default) the run is on GPUs 0..N-1 of
 the NVML stand-in the UI tests use (tests/fixtures/standin_nvml.py: eight H100s, some held by foreign,
 orphaned and hidden processes), sampled every second as in use, so the run screen draws 8 GPU
@@ -42,7 +44,14 @@ sys.path.insert(0, str(REPO))
 from engine.core.config.presets import load_preset  # noqa: E402
 from engine.core.config.toml_io import apply_overrides, to_toml  # noqa: E402
 from engine.core.procs.process_identity import ProcessRef  # noqa: E402
-from engine.core.runs.events import EpochStarted, EventWriter, RankStarted, RunStarted, StepProgress  # noqa: E402
+from engine.core.runs.events import (  # noqa: E402
+    EpochStarted,
+    EventWriter,
+    RankStarted,
+    RunStarted,
+    StepBreakdownReported,
+    StepProgress,
+)
 from engine.core.runs.rundir import RunDir, RunInfo  # noqa: E402
 
 TARGET_PERCENT = 10.0
@@ -136,6 +145,13 @@ def write_events(
                     lr=0.05,
                 )
             )
+            w.write(  # what a rank's step timer writes as often
+                StepBreakdownReported(
+                    rank=r, steps=1, timed=1, data=0.1 * interval, forward=0.3 * interval,
+                    backward=0.4 * interval, sync=0.15 * interval, optimizer=0.04 * interval,
+                    other=0.01 * interval,
+                )
+            )  # fmt: skip
             logs[r].write(
                 f"[rank {r}] epoch 1 step {step}/{steps} loss {2.3 / (1 + step / 100):.4f}\n"
             )
@@ -167,7 +183,7 @@ async def lagging(seconds: float) -> tuple[float, float, list[float]]:
 
 
 async def measure(
-    runs_dir: Path, run: RunDir, warmup: float, seconds: float, screen_name: str
+    runs_dir: Path, run: RunDir, warmup: float, seconds: float, screen_name: str, step_view: bool
 ) -> dict[str, float]:
     from ddptui.app import DdptuiApp
     from ddptui.screens.gpus import GpusScreen
@@ -181,6 +197,9 @@ async def measure(
             app.action_show("gpus")
         else:
             app.open_run(run)
+            if step_view:  # each rank's step split and the curves per step, in place of the log
+                await pilot.pause(0.5)
+                await pilot.press("t")
         await pilot.pause(warmup)
         screen = app.screen
         if isinstance(screen, RunScreen):
@@ -235,6 +254,9 @@ def main() -> int:
         "--gpus", type=int, default=8, help="stand-in GPUs the run uses (0: CPU ranks, real NVML)"
     )
     parser.add_argument("--screen", choices=("run", "gpus"), default="run")
+    parser.add_argument(
+        "--step-view", action="store_true", help="the run screen's step view (t): bars and curves"
+    )
     parser.add_argument("--no-baseline", action="store_true", help="skip the bare-app baseline")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument(
@@ -263,7 +285,9 @@ def main() -> int:
             run, args.ranks, writer.pid, psutil.Process(writer.pid).create_time(), args.gpus
         )
         try:
-            figures = asyncio.run(measure(runs_dir, run, args.warmup, args.seconds, args.screen))
+            figures = asyncio.run(
+                measure(runs_dir, run, args.warmup, args.seconds, args.screen, args.step_view)
+            )
         finally:
             writer.terminate()
             writer.join(5)

@@ -184,6 +184,8 @@ def result_line(summary: RunSummary, run_dir: RunDir) -> str:
         text += f"\n  warning: {warning}"
     for leftover in summary.leftovers:
         text += f"\n  leftover: {leftover}"
+    if summary.bottleneck:
+        text += f"\n  step: {summary.bottleneck} (ddptui show {run_dir.run_id}: every rank's split)"
     if summary.diagnosis is not None and summary.status != RunStatus.COMPLETED:
         text += "\n  " + "\n  ".join(diagnosis_lines(summary.diagnosis))
     for line in flight_recorder_lines(run_dir):

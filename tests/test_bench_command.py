@@ -133,6 +133,19 @@ set = { "strategy.name" = "ddp", "devices.spec" = "cpu:2", "training.batch_size"
     assert cells[9].startswith(f"{two['efficiency'] * 100:.0f}%")  # ‡ above 100 % under load
     assert "Machine:" in shown.output and "torch" in shown.output
 
+    # Each row says where its steps go, beside its efficiency: its ranks' mean split (the sync
+    # apart where the engine's DDP module timed it), its bottleneck, in the history too.
+    ranks = summary_of(tmp_path, two["run_ids"][0]).step_breakdown
+    assert [b.rank for b in ranks] == [0, 1]
+    assert two["step_forward"] == pytest.approx((ranks[0].forward + ranks[1].forward) / 2)
+    assert two["step_sync"] is not None and one["step_sync"] is None  # single: no sync
+    assert two["bottleneck"] == summary_of(tmp_path, two["run_ids"][0]).bottleneck != ""
+    split = dict((c[0], int(c[1:])) for c in cells[10].split())
+    assert set(split) <= set("dfbsox") and {"f", "b", "s"} <= set(split)
+    assert sum(split.values()) == pytest.approx(100, abs=len(split))  # rounded shares
+    assert "Step split: the share of a step in data wait (d)" in shown.output
+    assert f"'two ranks': {two['bottleneck']}" in shown.output
+
 
 @pytest.mark.slow
 def test_a_row_that_fails_or_cannot_run_is_in_the_table_and_the_rest_still_run(

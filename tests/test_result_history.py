@@ -8,6 +8,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from engine.core.bench.result_history import (
 from engine.core.bench.speedup_table import RowResult, SpeedupTable
 from engine.core.bench.table_compute import build_speedup_table
 from engine.core.host.machine_info import MachineInfo
+from engine.core.runs.step_breakdown import StepBreakdown
 from engine.core.runs.summary import EpochFigures, RunSummary
 
 A100 = MachineInfo(
@@ -108,6 +110,48 @@ def test_a_bench_is_recorded_and_read_back(tmp_path: Path) -> None:
     assert [(b.id, b.host, b.gpus, b.rows, b.completed_rows) for b in listing] == [
         (bench_id, "gpu-box", "4x NVIDIA A100-SXM4-40GB", 3, 2)
     ]
+
+
+def test_the_step_split_is_kept_and_a_bench_recorded_before_it_reads_back(tmp_path: Path) -> None:
+    """The split lives in the stored JSON of the rows and summaries, so the SQLite schema (and
+    its version) is unchanged: a file written before the split existed reads back without one."""
+    db = tmp_path / "results.sqlite3"
+    split = tuple(
+        StepBreakdown(r, 50, 50, 0.01, 0.03, 0.05, 0.02 if r else 0.0, 0.004, 0.0) for r in range(4)
+    )
+    s = replace(run_summary("r-ddp4", 6.1, devices=4), step_breakdown=split, bottleneck="why")
+    table = build_speedup_table(
+        [RowResult("DDP x4", "seed-ddp", "ddp", "gpu:0,1,2,3", 4, "fp32", 1024, (s,))]
+    )
+    row = table.rows[0]
+    assert (row.step_sync, row.bottleneck) == (pytest.approx(0.015), "why")
+    with ResultHistory(db) as history:
+        kept = history.record(
+            title="t",
+            command="c",
+            machine=A100,
+            table=table,
+            runs=[RecordedRun("DDP x4", 1, "r", s)],
+        )
+        old = history.record(title="old", command="c", machine=A100, table=table)
+    # Make the second bench what an earlier ddptui wrote: no step_* keys, no split in summaries.
+    stored = table.to_json()
+    for raw in stored["rows"]:
+        for key in [k for k in raw if k.startswith("step_") or k == "bottleneck"]:
+            del raw[key]
+    with sqlite3.connect(db) as raw_db:
+        raw_db.execute("UPDATE benches SET table_json = ? WHERE id = ?", (json.dumps(stored), old))
+        raw_db.execute(
+            "INSERT INTO bench_runs VALUES (?, 'DDP x4', 1, 'r-old', 'r', ?)",
+            (old, json.dumps(run_summary("r-old", 6.1).to_json() | {"step_breakdown": None})),
+        )
+    with ResultHistory(db, create=False) as history:
+        assert history.get(kept).table == table
+        assert history.get(kept).runs[0].summary.step_breakdown == split
+        before = history.get(old)
+    assert before.table.rows[0].step_split() == {} and before.table.rows[0].bottleneck == ""
+    assert before.runs[0].summary.step_breakdown == () and before.runs[0].summary.bottleneck == ""
+    assert HISTORY_SCHEMA_VERSION == 1
 
 
 def test_benches_list_newest_first_and_an_unknown_id_is_one_sentence(tmp_path: Path) -> None:

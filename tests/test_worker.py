@@ -111,11 +111,15 @@ def test_spawn_entry_runs_ddp_ranks_end_to_end(tmp_path: Path) -> None:
     for rank, evs in events.items():
         types = [e.type for e in evs]
         # Evaluation and checkpointing are announced as slow phases (no stall while in them).
-        epoch = ["epoch_started", "step", "epoch_ended", "phase_started", "evaluation"]
+        epoch = [
+            *("epoch_started", "step", "step_breakdown", "epoch_ended"),
+            *("phase_started", "evaluation"),
+        ]
         first = ["epoch_started", "step", *epoch[1:]]  # the run's first step, reported too
         tail = ["phase_started", "checkpoint", "rank_finished"] if rank == 0 else ["rank_finished"]
-        # One step report per epoch: the interval is long, the last step is always reported;
-        # and the run's first, where its loss began.
+        # One step report and one step split per epoch: the interval is long, the last step is
+        # always reported, and the epoch's end writes what its steps' split was; and the run's
+        # first step, where its loss began.
         assert types == ["rank_started", *first, *epoch, *tail]
         started = evs[0]
         assert isinstance(started, RankStarted)

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from engine.core.ops.run_removal import RemovalPlan, RemovalResult
     from engine.core.runs.observer import RunState
     from engine.core.runs.rank_states import RankState
+    from engine.core.runs.step_breakdown import StepBreakdown
     from engine.core.runs.summary import RunSummary
 
 # Imports inside the functions below keep ``ddptui runs`` from loading what only ``show`` and
@@ -361,6 +362,46 @@ def _slurm_lines(progress: RunState) -> list[str]:
     ]
 
 
+def _per_step(seconds: float | None, total: float) -> str:
+    if seconds is None:
+        return "-"
+    share = f" {seconds / total:.0%}" if total > 0 else ""
+    return f"{1000 * seconds:.1f}{share}"
+
+
+def _split_lines(progress: RunState, width: int | None) -> list[str]:
+    """Each rank's step split in milliseconds per step and share of the step, then the cause."""
+    from engine.core.runs.step_breakdown import StepPart
+
+    split: tuple[StepBreakdown, ...] = progress.step_breakdown
+    if not split:
+        return []
+    which = "the whole run" if progress.final else "recent steps"
+    clock = "GPU time" if any(b.clock == "cuda" for b in split) else "wall time"
+    columns = [
+        Column("RANK", right=True),
+        Column("STEP", right=True),
+        *(Column(p.value.upper(), right=True) for p in StepPart),
+        Column("TIMED", right=True),
+    ]
+    rows = []
+    for b in split:
+        parts = b.parts()
+        rows.append(
+            (
+                str(b.rank),
+                f"{1000 * b.total:.1f}",
+                *(_per_step(parts.get(part), b.total) for part in StepPart),
+                f"{b.timed}/{b.steps}",
+            )
+        )
+    lines = [f"step split   ms per step and share, {which}, {clock} (sync -: in backward)"]
+    lines += render_table(columns, rows, width, indent=2)
+    if progress.bottleneck is not None:
+        lines.append(f"bottleneck {progress.bottleneck.sentence}")
+    return lines
+
+
 def _config_lines(progress: RunState) -> list[str]:
     from engine.core.config.schema import ConfigError
     from engine.core.runs.rank_states import Thresholds
@@ -431,8 +472,9 @@ def show_command(run_id: str, runs_dir: Path, as_json: bool) -> None:
     """Show one run: RUN_ID is its id or any unique part of one (its random suffix, say), or a
     preset's name for that preset's newest run. Shows its config, each rank's state (running,
     stalled, straggler, failed, done, stopped) with epoch (counted from 1), step, loss, images/s
-    and time since its last event, the summary figures and, for a failed run, the root cause with
-    its traceback.
+    and time since its last event, each rank's step split (data wait, forward, backward, sync,
+    optimizer, other) with the run's bottleneck, the summary figures and, for a failed run, the
+    root cause with its traceback.
 
     Exit codes: 0 shown, 2 bad input (unknown run id; an unreadable run.json is shown as far as
     it can be, then named on stderr).
@@ -474,6 +516,9 @@ def show_command(run_id: str, runs_dir: Path, as_json: bool) -> None:
                 else ["  no rank has reported"]
             ),
         ]
+        split = _split_lines(progress, terminal_width())
+        if split:
+            lines += ["", *split]
         if progress.summary:
             lines += ["", *_summary_lines(progress.summary)]
         if progress.diagnosis is not None:

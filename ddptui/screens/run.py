@@ -4,6 +4,11 @@ kill after a confirmation; once the run has ended, a summary with its curves per
 the GPUs, and no kill. On a small terminal the rank table folds to a line per state (``f``
 toggles); ``d`` shows the reader's details (events read, lines skipped, stale updates).
 
+Why it is slow: the bottleneck in one line under the ranks, and the step view (``t``): a stacked
+bar per rank of where its step goes and the curves per step (loss, step time, images/s). On a
+terminal of ``STEP_VIEW_FROM_ROWS`` rows it is shown beside the rest; on a smaller one ``t``
+shows it in place of the GPUs and the log.
+
 Reading happens in a thread worker every ``run_poll_seconds`` (``ddptui.watch.RunReader``, over the
 run observer), which posts ``RunProgressed``; the widgets change only in its handler.
 """
@@ -30,12 +35,15 @@ from ddptui.widgets.log_tail import LogTail
 from ddptui.widgets.node_gpus import NodeGpusPanel
 from ddptui.widgets.rank_table import RankTable
 from ddptui.widgets.run_summary import CHARTS_FROM, RunSummaryPanel
+from ddptui.widgets.step_curves import StepCurvesPanel
+from ddptui.widgets.step_split import StepSplitPanel
 from engine.core.common import formatting
 from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.common.visible_text import visible
 from engine.core.host.gpus import GpuInventory
 from engine.core.runs.observer import RunState
 from engine.core.runs.rundir import RunDir
+from engine.core.runs.step_breakdown import BottleneckKind
 
 STATUS_STYLES = {
     RunStatus.PENDING: "bold yellow",
@@ -54,6 +62,7 @@ STATUS_STYLES = {
 
 
 LOG_KEEP = 6  # log lines a small terminal keeps by folding the rank table
+STEP_VIEW_FROM_ROWS = 40  # terminals this tall show the step view beside the GPUs and the log
 
 
 def stoppable(status: RunStatus) -> bool:
@@ -71,6 +80,7 @@ class RunScreen(PollingScreen):
         Binding("s", "stacks", "Stacks"),
         Binding("f", "fold", "Fold", show=False),
         Binding("d", "details", "Details", show=False),
+        Binding("t", "step_view", "Timing"),
     ]
 
     def __init__(self, run_dir: RunDir, started: Any = None) -> None:
@@ -85,6 +95,7 @@ class RunScreen(PollingScreen):
         self.problem = ""
         self.details = False
         self.fold_choice: bool | None = None  # None: fold when the terminal is too short
+        self.step_view_choice: bool | None = None  # None: shown when the terminal is tall
         self._busy_polls = 0
         self._reader: RunReader | None = None
         self._polling_slowly = False  # the run has ended: one slow read keeps the log honest
@@ -98,11 +109,14 @@ class RunScreen(PollingScreen):
         diagnosis = Static("", id="diagnosis", markup=False)
         diagnosis.display = False  # shown while a rank is stuck and its stacks are known
         yield diagnosis
+        yield Static("", id="bottleneck", markup=False)
         yield GpuPanel(self.ddptui.gpu_history, id="gpus")
         node_gpus = NodeGpusPanel(id="node-gpus")
         node_gpus.display = False  # a run across nodes: its nodes' GPUs, not this machine's
         yield node_gpus
         yield RunSummaryPanel(id="summary")
+        yield StepSplitPanel(id="split")
+        yield StepCurvesPanel(id="curves")
         yield LogTail(id="log")
         yield Static("", id="run-details")
         yield Static("", id="run-foot")
@@ -122,6 +136,7 @@ class RunScreen(PollingScreen):
         self.query_one(GpuPanel).inventory = app.gpu_inventory
         self.query_one(RunSummaryPanel).display = False
         self.query_one("#run-details").display = False
+        self.query_one("#bottleneck").display = False
 
     def poll_seconds(self) -> float:
         return self.ddptui.run_poll_seconds
@@ -154,7 +169,9 @@ class RunScreen(PollingScreen):
         summary = self.query_one(RunSummaryPanel)
         if summary.display:
             others += summary.outer_size.height or 3
-        room = (self.size.height or 24) - others - LOG_KEEP
+        others += self._step_view_lines()
+        keep = LOG_KEEP if self.query_one(LogTail).display else 0
+        room = (self.size.height or 24) - others - keep
         panel.compact = False
         gpu_lines = panel.line_count() + 1 if panel.display else 0
         nodes = self.query_one(NodeGpusPanel)
@@ -169,6 +186,62 @@ class RunScreen(PollingScreen):
         panel.fit()
 
     def on_resize(self) -> None:
+        self._show_step_view()
+        self._fold_to_fit()
+
+    # -- why it is slow ------------------------------------------------------------------------
+
+    def _step_view_shown(self) -> bool:
+        if self.step_view_choice is not None:
+            return self.step_view_choice
+        return (self.size.height or 24) >= STEP_VIEW_FROM_ROWS
+
+    def _step_view_lines(self) -> int:
+        """Lines the bottleneck and the step view take (the curves' least, on a small screen)."""
+        lines = 1 if self.query_one("#bottleneck").display else 0
+        if self._step_view_shown():
+            split = self.query_one(StepSplitPanel)
+            lines += (len(split.split) + 2 if split.split else 0) + 8
+        return lines
+
+    def _show_step_view(self) -> None:
+        """The step view in or out; on a small terminal it takes the place of the GPUs and the
+        log, which come back with it out."""
+        shown = self._step_view_shown()
+        small = (self.size.height or 24) < STEP_VIEW_FROM_ROWS
+        self.query_one(StepSplitPanel).display = shown
+        curves = self.query_one(StepCurvesPanel)
+        curves.display = shown
+        curves.styles.height = "1fr" if small else 12
+        ended = self.view is not None and self.view.run.final
+        across = self.view is not None and self.view.run.slurm is not None  # each node's GPUs
+        room = not ended and not (shown and small)
+        self.query_one(GpuPanel).display = room and not across
+        self.query_one(NodeGpusPanel).display = room and across
+        self.query_one(LogTail).display = not (shown and small)
+        if shown and self.view is not None:
+            curves.show(self.view.run.curves)
+
+    def _show_bottleneck(self) -> None:
+        run = self.view.run if self.view else None
+        widget = self.query_one("#bottleneck", Static)
+        found = run.bottleneck if run is not None else None
+        self.query_one(StepSplitPanel).show(run.step_breakdown if run else (), found)
+        if found is None:
+            widget.display = False
+            return
+        named = found.kind != BottleneckKind.BALANCED
+        line = Text("slow: " if named else "step: ", style="bold magenta" if named else "bold")
+        line.append(found.sentence, style="magenta" if named else "")
+        if not self._step_view_shown():
+            line.append(" · t: timing", style="dim")
+        widget.display = True
+        widget.update(line)
+
+    def action_step_view(self) -> None:
+        self.step_view_choice = not self._step_view_shown()
+        self._show_bottleneck()
+        self._show_step_view()
         self._fold_to_fit()
 
     def action_fold(self) -> None:
@@ -212,11 +285,8 @@ class RunScreen(PollingScreen):
         panel.ranks = run.ranks
         panel.fit()
         ended = run.final
-        across = run.slurm is not None
-        panel.display = not ended and not across
         nodes = self.query_one(NodeGpusPanel)
-        nodes.display = not ended and across
-        if nodes.display:
+        if not ended and run.slurm is not None:
             nodes.show(view.node_gpus, run.now)
         summary = self.query_one(RunSummaryPanel)
         summary.display = ended
@@ -235,6 +305,8 @@ class RunScreen(PollingScreen):
             kill.display = stoppable(run.status)
             self.refresh_bindings()  # the footer drops k once the run has ended
         self._show_diagnosis()
+        self._show_bottleneck()
+        self._show_step_view()
         self._fold_to_fit()
         self._show_head()
         self._busy_polls = message.busy_polls

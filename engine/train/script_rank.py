@@ -8,6 +8,9 @@ no change to the script:
 
 - once the script imports torch's optimizers, a global optimizer step hook
   (``torch.optim.optimizer.register_optimizer_step_post_hook``) counts steps and their time;
+- with it, the step timer (``engine.train.step_timing``) splits steps into data wait, forward,
+  backward, optimizer and other through the global optimizer and module hooks, changing nothing
+  of the model;
 - the progress bars it prints (tqdm's ``n/total [..., rate]``) give the epoch fraction;
 - ``ddptui.report(**metrics)``, where the script calls it, adds loss, accuracy, images/s.
 
@@ -49,6 +52,7 @@ from engine.core.runs.events import (
 from engine.core.runs.rundir import RunDir, this_host
 from engine.core.runs.script_reporting import BarReader, ScriptReporter, install
 from engine.train.rank_bootstrap import exit_at_once
+from engine.train.step_timing import StepTimer, clock_for_this_process
 
 OPTIMIZER_MODULE = "torch.optim.optimizer"
 RENDEZVOUS_MODULE = "torch.distributed.rendezvous"
@@ -83,7 +87,9 @@ class AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-def hook_optimizer_steps(reporter: ScriptReporter) -> Callable[[ModuleType], None]:
+def hook_optimizer_steps(
+    reporter: ScriptReporter, timer: StepTimer | None
+) -> Callable[[ModuleType], None]:
     def register(optimizer_module: ModuleType) -> None:
         def after_step(optimizer: Any, _args: Any, _kwargs: Any) -> None:
             lr = None
@@ -92,6 +98,8 @@ def hook_optimizer_steps(reporter: ScriptReporter) -> Callable[[ModuleType], Non
             reporter.on_step(lr)
 
         optimizer_module.register_optimizer_step_post_hook(after_step)
+        if timer is not None:  # torch.nn is imported before torch.optim
+            timer.install(optimizer_module, sys.modules["torch.nn.modules.module"])
 
     return register
 
@@ -146,6 +154,11 @@ def main(argv: Sequence[str]) -> int:
     events = EventWriter(run_dir.rank_events_path(rank))
     reporter = ScriptReporter(events, rank, config.training.report_interval)
     install(reporter)
+    timer = (
+        StepTimer(events, rank, config.training.report_interval, make_clock=clock_for_this_process)
+        if config.training.step_timing
+        else None
+    )
     device, gpu = rank_device()
     events.write(
         RankStarted(
@@ -157,7 +170,7 @@ def main(argv: Sequence[str]) -> int:
             gpu_index=gpu,
         )
     )
-    sys.meta_path.insert(0, AfterImport(OPTIMIZER_MODULE, hook_optimizer_steps(reporter)))
+    sys.meta_path.insert(0, AfterImport(OPTIMIZER_MODULE, hook_optimizer_steps(reporter, timer)))
     sys.meta_path.insert(0, AfterImport(RENDEZVOUS_MODULE, meet_at_the_launchers_store))
     sys.stdout = BarReader(sys.stdout, reporter)
     sys.stderr = BarReader(sys.stderr, reporter)
@@ -172,6 +185,10 @@ def main(argv: Sequence[str]) -> int:
         traceback.print_exc()
         code = 1
     reporter.flush()
+    if timer is not None:
+        if code == 0:
+            timer.flush()
+        timer.close()
     if code == 0:
         events.write(RankFinished(rank=rank))
     events.close()

@@ -50,6 +50,7 @@ from engine.train.faults import FaultInjector
 from engine.train.image_split import Batch
 from engine.train.models import build_model, prepare_model
 from engine.train.rank_device import autocast, pick_device, synchronized_clock
+from engine.train.step_timing import StepTimer, step_timer_for_rank
 
 # ---- collectives ----------------------------------------------------------------------------
 
@@ -163,6 +164,7 @@ class RankSetup:
     divergence: DivergenceWatch
     step_reports: StepReporter
     events: EventWriter
+    step_timer: StepTimer  # the step's parts, timed with global hooks (when on)
 
     @property
     def config(self) -> RunConfig:
@@ -286,6 +288,9 @@ def set_up_rank(
         divergence=divergence,
         step_reports=StepReporter(events, rank, training.report_interval),
         events=events,
+        step_timer=step_timer_for_rank(
+            training.step_timing, events, rank, training.report_interval, model, device
+        ),
     )
     print(
         f"rank {rank}/{world_size} on {device}: {config.model.label}, {config.strategy.name}, "
@@ -329,6 +334,7 @@ def train_one_epoch(setup: RankSetup, epoch: int, first_global_step: int) -> Ran
     data_wait = 0.0
     epoch_start = steady_start = synchronized_clock(setup.device)
     setup.step_reports.restart()
+    setup.step_timer.restart()
     batches: Iterator[Batch] = setup.train_batches.epoch(epoch)
     for step in range(steps):
         global_step = first_global_step + step
@@ -363,6 +369,7 @@ def train_one_epoch(setup: RankSetup, epoch: int, first_global_step: int) -> Ran
             )
 
     epoch_end = synchronized_clock(setup.device)
+    setup.step_timer.flush()  # the time to the next epoch is no step's
     return RankEpoch(
         steps=steps,
         images=images_seen,
@@ -481,11 +488,14 @@ def train_rank(
     )
     training = plan.config.training
     global_step = 0
-    for epoch in range(training.epochs):
-        figures = train_one_epoch(setup, epoch, global_step)
-        global_step += figures.steps
-        report_epoch(setup, epoch, figures)
-        if setup.test_batches is not None:
-            evaluate_epoch(setup, epoch, setup.test_batches)
+    try:
+        for epoch in range(training.epochs):
+            figures = train_one_epoch(setup, epoch, global_step)
+            global_step += figures.steps
+            report_epoch(setup, epoch, figures)
+            if setup.test_batches is not None:
+                evaluate_epoch(setup, epoch, setup.test_batches)
+    finally:  # global hooks: none is left behind in a process that goes on
+        setup.step_timer.close()
     if training.checkpoint:
         save_checkpoint_on_main(setup, run_dir)

@@ -74,8 +74,10 @@ async def test_a_large_terminal_draws_the_curves_as_charts(
     async with app.run_test(size=(160, 48)) as pilot:
         screen = await open_run(pilot, app, RunDir(RECORDED / GPU_RUN))
         await settle(pilot)
-        assert len(screen.query(PlotextPlot)) == 3
+        assert len(screen.query_one(RunSummaryPanel).query(PlotextPlot)) == 3
         assert "loss per epoch" in screen_text(app)
+        # the step view is shown beside it on a terminal this tall: its curves per step too
+        assert "loss by step" in screen_text(app) and len(screen.query(PlotextPlot)) == 6
 
 
 async def test_a_failed_run_names_its_root_cause_in_the_summary(
@@ -139,3 +141,44 @@ async def test_a_tall_terminal_shows_every_rank(
     async with app.run_test(size=(160, 48)) as pilot:
         screen = await open_run(pilot, app, eight_ranks)
         assert not screen.query_one(RankTable).folded
+
+
+async def test_why_slow_in_one_line_and_the_step_view_on_t_at_80x24(
+    make_app: Callable[..., DdptuiApp],
+) -> None:
+    """The recorded live run: rank 1's forward and backward are slow. Its cause is one line under
+    the ranks; t shows each rank's stacked split and the per-step curves in place of the GPUs
+    and the log, and t again brings those back."""
+    from textual_plotext import PlotextPlot
+
+    from ddptui.widgets.gpu_panel import GpuPanel
+    from ddptui.widgets.log_tail import LogTail
+    from ddptui.widgets.step_curves import StepCurvesPanel
+    from ddptui.widgets.step_split import StepSplitPanel
+
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        screen = await open_run(pilot, app, RunDir(RECORDED / LIVE_RUN))
+        why = text_of(screen.query_one("#bottleneck", Static))
+        assert why.startswith("slow: rank 1's forward and backward take 2.1x the others'")
+        assert "t: timing" in why
+        split, curves = screen.query_one(StepSplitPanel), screen.query_one(StepCurvesPanel)
+        assert not split.display and not curves.display
+        await pilot.press("t")
+        await settle(pilot)
+        assert split.display and curves.display
+        assert not screen.query_one(GpuPanel).display and not screen.query_one(LogTail).display
+        bars = text_of(split).splitlines()
+        assert [line.split()[0] for line in bars[:4]] == ["r0", "r1", "r2", "r3"]
+        assert bars[1].rstrip().endswith("forward 55% ◀")  # the slow rank, marked
+        assert "450.0 ms" in bars[1] and "300.0 ms" in bars[0]
+        assert bars[4].startswith("step: █ data  █ forward  █ backward  █ sync")
+        plots = list(curves.query(PlotextPlot))
+        assert len(plots) == 3
+        text = screen_text(app)
+        for title in ("loss by step", "step time (ms)", "images/s by step"):
+            assert title in text
+        await pilot.press("t")
+        await settle(pilot)
+        assert not split.display and screen.query_one(LogTail).display
+        assert screen.query_one(GpuPanel).display

@@ -77,6 +77,9 @@ SCREENS = {
     "run-gpus": on_screen(run=GPU_RUN),
     "run-failed": on_screen(run=FAILED_RUN),
     "run-kill-confirm": on_screen("k", run=LIVE_RUN),
+    # t: the step view (each rank's stacked step split, the curves per step) in place of the GPUs
+    # and the log on a small terminal; out of the way on a large one, where it is shown already.
+    "run-live-timing": on_screen("t", run=LIVE_RUN),
     "runs": on_screen("r", until=runs_listed),
     "processes": on_screen("p"),
     "results-session": on_screen("c", session=(GPU_RUN, FAILED_RUN, LIVE_RUN)),

@@ -20,6 +20,10 @@ What a caller may rely on:
 - With repeats, each figure is the median over the repeats, with the min and max kept as the spread.
 - A row whose global batch differs from the baseline's is flagged (``batch_differs``), and a row
   slower than another row of the same precision with fewer devices names it (``slower_than``).
+- Each row says where its steps go (``step_*``: seconds per step of data wait, forward, backward,
+  gradient sync where timed apart, optimizer and other, the ranks' mean, median over the repeats)
+  and names its bottleneck in one sentence (``engine.core.runs.step_breakdown``'s rule), so the
+  table says why a row scales badly beside its efficiency.
 - Figures that cannot be trusted are flagged, each with a footnote: efficiency above 100 % beyond
   the spread of the repeats (``superlinear``), fewer than ``MIN_STEADY_STEPS`` steady steps
   (``few_steps``), and other processes keeping more than ``OUTSIDE_LOAD_CORES`` cores busy while
@@ -32,6 +36,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from engine.core.common.statuses import RowStatus
+from engine.core.runs.step_breakdown import StepPart
 from engine.core.runs.summary import RunSummary
 
 TABLE_SCHEMA_VERSION = 1
@@ -106,6 +111,20 @@ class SpeedupRow:
     steady_steps: int | None = None  # the fewest steps after the warm-up in a repeat's last epoch
     outside_load: float | None = None  # the most cores other processes kept busy in a repeat
     superlinear: bool = False  # efficiency above 100 % beyond the spread of the repeats
+    # Where a step goes: seconds per step of each part, the mean of the ranks (the median of
+    # the repeats); None where not timed (sync: where not timed apart from backward).
+    step_data: float | None = None
+    step_forward: float | None = None
+    step_backward: float | None = None
+    step_sync: float | None = None
+    step_optimizer: float | None = None
+    step_other: float | None = None
+    bottleneck: str = ""  # the first repeat's, in one sentence
+
+    def step_split(self) -> dict[StepPart, float]:
+        """Seconds per step of each timed part, in step order (empty where none was timed)."""
+        parts = {part: getattr(self, f"step_{part.value}") for part in StepPart}
+        return {part: seconds for part, seconds in parts.items() if seconds is not None}
 
     @property
     def few_steps(self) -> bool:

@@ -16,6 +16,7 @@ from typing import Any
 from engine.core.bench.speedup_table import RowResult, SpeedupRow, SpeedupTable, TableError
 from engine.core.bench.table_notes import table_notes
 from engine.core.common.statuses import RowStatus, RunStatus
+from engine.core.runs.step_breakdown import StepPart
 from engine.core.runs.summary import RunSummary
 
 
@@ -105,6 +106,7 @@ def _measure(result: RowResult) -> SpeedupRow:
     waits = [e.data_wait_seconds / e.seconds if e.seconds > 0 else 0.0 for e in last]
     accuracies = [e.test_accuracy for e in last if e.test_accuracy is not None]
     loads = [s.outside_load_cores for s in result.summaries if s.outside_load_cores is not None]
+    split = row_step_split(result.summaries)
     return SpeedupRow(
         **shape,
         status=RowStatus.OK,
@@ -122,7 +124,28 @@ def _measure(result: RowResult) -> SpeedupRow:
         test_accuracy=_median(accuracies) if accuracies else None,
         steady_steps=min(e.steps - e.warmup_steps for e in last),
         outside_load=max(loads) if loads else None,
+        bottleneck=next((s.bottleneck for s in result.summaries if s.bottleneck), ""),
+        step_data=split[StepPart.DATA],
+        step_forward=split[StepPart.FORWARD],
+        step_backward=split[StepPart.BACKWARD],
+        step_sync=split[StepPart.SYNC],
+        step_optimizer=split[StepPart.OPTIMIZER],
+        step_other=split[StepPart.OTHER],
     )
+
+
+def row_step_split(summaries: Sequence[RunSummary]) -> dict[StepPart, float | None]:
+    """A row's ``step_*`` figures: each part's seconds per step, the mean of a run's ranks, the
+    median of the runs that timed it; sync only where every rank of those runs timed it apart."""
+    timed = [s.step_breakdown for s in summaries if s.step_breakdown]
+    split: dict[StepPart, float | None] = dict.fromkeys(StepPart)
+    for part in StepPart:
+        per_run = [[b.parts().get(part) for b in ranks] for ranks in timed]
+        if per_run and all(v is not None for ranks in per_run for v in ranks):
+            split[part] = _median(
+                statistics.mean(v for v in ranks if v is not None) for ranks in per_run
+            )
+    return split
 
 
 def failure_reason(summary: RunSummary) -> str:

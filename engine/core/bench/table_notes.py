@@ -37,6 +37,7 @@ def table_notes(
     notes = [
         *_what_the_figures_are(done),
         *_what_speedup_is(base, chosen=asked_baseline is None),
+        *_where_steps_go(done),
         *_batch_differs(rows, batch_reference),
         *_slower_with_more_devices(rows),
         *_superlinear(rows),
@@ -74,6 +75,20 @@ def _what_speedup_is(base: SpeedupRow | None, *, chosen: bool) -> list[str]:
         f"Speedup is a row's images/s over the baseline's, {base.label!r}{how}; efficiency "
         "is speedup divided by the row's devices over the baseline's "
         f"({base.device_count} device{'s' if base.device_count != 1 else ''})."
+    ]
+
+
+def _where_steps_go(done: list[SpeedupRow]) -> list[str]:
+    """What the step split's letters mean, and each row's bottleneck in its own sentence."""
+    split = [r for r in done if r.step_split()]
+    if not split:
+        return []
+    why = "; ".join(f"{r.label!r}: {r.bottleneck}" for r in split if r.bottleneck)
+    return [
+        "Step split: the share of a step in data wait (d), forward (f), backward (b, with the "
+        "gradient sync it waits for unless s shows the sync apart), optimizer (o) and other "
+        "(x), the mean of the row's ranks, timed with global hooks in every rank."
+        + (f" Why: {why}." if why else "")
     ]
 
 

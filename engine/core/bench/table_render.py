@@ -26,6 +26,7 @@ from engine.core.bench.speedup_table import (
 )
 from engine.core.common import strict_json
 from engine.core.common.statuses import RowStatus
+from engine.core.runs.step_breakdown import StepPart
 
 FORMATS = ("markdown", "csv", "json")
 NONE_CELL = "—"
@@ -42,10 +43,21 @@ DISPLAY_COLUMNS: tuple[tuple[str, str], ...] = (
     ("images_per_s", "images/s"),
     ("speedup", "speedup"),
     ("efficiency", "efficiency"),
+    ("step_split", "step split"),
     ("test_accuracy", "test acc"),
     ("note", "note"),
 )
 DISPLAY_HEADERS: tuple[str, ...] = tuple(header for _, header in DISPLAY_COLUMNS)
+
+# The step split's cells: a letter a part, then its share of the step in percent.
+SPLIT_LETTERS = {
+    StepPart.DATA: "d",
+    StepPart.FORWARD: "f",
+    StepPart.BACKWARD: "b",
+    StepPart.SYNC: "s",
+    StepPart.OPTIMIZER: "o",
+    StepPart.OTHER: "x",
+}
 
 # CSV columns: every SpeedupRow field, raw numbers.
 CSV_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(SpeedupRow))
@@ -84,6 +96,7 @@ def row_cells(row: SpeedupRow) -> tuple[str, ...]:
         rate + (f" {FEW_STEPS_MARK}" if row.few_steps else ""),
         speedup,
         efficiency + (f" {SUPERLINEAR_MARK}" if row.superlinear else ""),
+        split_cell(row),
         percent_cell(row.test_accuracy, digits=1),
         note,
     )
@@ -142,6 +155,17 @@ def rate_cell(value: float | None, low: float | None, high: float | None) -> str
 
 def speedup_cell(value: float | None) -> str:
     return f"{value:.2f}x" if value is not None else NONE_CELL
+
+
+def split_cell(row: SpeedupRow) -> str:
+    """Where a row's step goes, "d4 f48 b34 s13": each part's share in percent, the parts under
+    half a percent left out (the table's notes give the letters)."""
+    split = row.step_split()
+    total = sum(split.values())
+    if total <= 0:
+        return NONE_CELL
+    shares = [(SPLIT_LETTERS[part], round(100 * s / total)) for part, s in split.items()]
+    return " ".join(f"{letter}{share}" for letter, share in shares if share > 0) or NONE_CELL
 
 
 def percent_cell(value: float | None, *, digits: int) -> str:

@@ -199,6 +199,9 @@ class TrainingConfig:
     warmup_steps: int = 5
     # Seconds between two step reports of one rank.
     report_interval: float = 0.25
+    # Split each rank's steps into data wait, forward, backward, sync, optimizer and other, with
+    # torch's global hooks (engine.train.step_timing); false leaves the hooks out.
+    step_timing: bool = True
     # A loss that becomes NaN or infinite: "fail" ends the run (training diverged at epoch E step
     # S on rank R); "warn" says so in the log and the summary and trains on.
     on_divergence: str = "fail"

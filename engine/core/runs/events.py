@@ -160,6 +160,28 @@ class MetricsReported(Event):
 
 
 @dataclass(frozen=True)
+class StepBreakdownReported(Event):
+    """Throttled like ``StepProgress``: where a rank's ``steps`` since its previous breakdown went,
+    in mean seconds per step, from the ``timed`` ones among them, each standing for itself and the
+    untimed steps before it (``engine.train.step_timing`` times one step in N with global hooks;
+    ``engine.core.runs.step_breakdown`` reads them).
+    ``sync`` is None where the gradient sync was not timed apart from backward (a user's script:
+    its DDP module is not ours)."""
+
+    type: ClassVar[str] = "step_breakdown"
+    rank: int
+    steps: int  # optimizer steps since the previous breakdown: what these figures stand for
+    timed: int  # of those, the steps timed
+    data: float  # end of the previous optimizer step to the first forward
+    forward: float  # the outermost forward calls of modules with parameters
+    backward: float  # last forward to the optimizer step, with the sync it waits for
+    sync: float | None  # the gradient sync backward waited for, where timed on its own
+    optimizer: float  # the optimizer step
+    other: float  # the rest: between two forwards of one step, or a step with no forward seen
+    clock: str = "cpu"  # "cuda": timed on the GPU with CUDA events
+
+
+@dataclass(frozen=True)
 class RankFinished(Event):
     type: ClassVar[str] = "rank_finished"
     rank: int
@@ -269,6 +291,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         RankFailed,
         PhaseStarted,
         MetricsReported,
+        StepBreakdownReported,
         RankFinished,
         RunStarted,
         RankExited,

@@ -22,7 +22,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,13 @@ from engine.core.runs.slurm_state import (
     read_view,
     slurm_summary,
 )
+from engine.core.runs.step_breakdown import (
+    Bottleneck,
+    StepBreakdown,
+    StepBreakdownFold,
+    find_bottleneck,
+)
+from engine.core.runs.step_curves import StepCurveFold, StepCurves
 from engine.core.runs.summary import Failure, RunSummary
 from engine.core.stacks.snapshot import StackSnapshot, latest_snapshot, snapshot_paths
 
@@ -89,6 +96,11 @@ class RunState:
     problem: str = ""  # what could not be read (a corrupt run.json or summary.json)
     unsaved: str = ""  # the lost summary shown here could not be written (a full disk), and why
     slurm: SlurmView | None = None  # a run on Slurm: its job and its node launchers' records
+    # Each rank's step split (recent while it runs, the whole run's once it ended), the cause
+    # it names, and the per-step curves (engine.core.runs.step_breakdown, step_curves).
+    step_breakdown: tuple[StepBreakdown, ...] = ()
+    bottleneck: Bottleneck | None = None
+    curves: StepCurves = field(default_factory=StepCurves)
 
     @property
     def final(self) -> bool:
@@ -133,6 +145,8 @@ class RunState:
             "problem": self.problem,
             "unsaved": self.unsaved,
             **({"slurm": self.slurm.to_json()} if self.slurm else {}),
+            "step_breakdown": [b.to_json() for b in self.step_breakdown],
+            "bottleneck": self.bottleneck.sentence if self.bottleneck else "",
         }
 
 
@@ -168,6 +182,8 @@ class RunObserver:
         self.settle = settle
         self.measure_usage = measure_usage
         self.tracker = RankStateTracker()
+        self.step_split = StepBreakdownFold()
+        self.step_curves = StepCurveFold()
         self._tails: dict[Path, EventTail] = {}
         self._config: RunConfig | None = None
         self._config_problem = ""
@@ -200,7 +216,10 @@ class RunObserver:
         paths = [*self.run_dir.launcher_event_paths(), *self.run_dir.rank_event_paths().values()]
         for path in paths:
             tail = self._tails.setdefault(path, EventTail(path, self.run_dir.path))
-            self.tracker.feed_all(tail.read_new())
+            events = tail.read_new()
+            self.tracker.feed_all(events)
+            self.step_split.feed_all(events)
+            self.step_curves.feed_all(events)
 
     def _is_script(self) -> bool:
         return self._config is not None and self._config.script.given
@@ -301,6 +320,13 @@ class RunObserver:
             summary = self._summary or summary
         return summary.status, summary.reason, False
 
+    def _split(self, summary: RunSummary | None, status: RunStatus) -> tuple[StepBreakdown, ...]:
+        """The step split shown: the summary's (the whole run), else the whole run's once it
+        ended, else the ranks' recent reports."""
+        if summary is not None and summary.step_breakdown:
+            return summary.step_breakdown
+        return self.step_split.whole_run() if status.final else self.step_split.recent()
+
     # -- the whole state -------------------------------------------------------------------------
 
     def _read_files(self) -> tuple[RunInfo | None, str, str, list[str]]:
@@ -375,6 +401,7 @@ class RunObserver:
             summary.preset if summary else ""
         )
         devices = (info.devices if info else "") or (summary.devices if summary else "")
+        split = self._split(summary, status)
         return RunState(
             run_id=self.run_dir.run_id,
             path=self.run_dir.path,
@@ -408,6 +435,9 @@ class RunObserver:
             problem="; ".join(problems),
             unsaved=self._settle_problem,
             slurm=self._slurm,
+            step_breakdown=split,
+            bottleneck=find_bottleneck(split),
+            curves=self.step_curves.curves(),
         )
 
 

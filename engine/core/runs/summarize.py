@@ -1,4 +1,5 @@
-"""Build a run's summary from what its directory holds: config.toml, run.json and rank 0's events.
+"""Build a run's summary from what its directory holds: config.toml, run.json and rank 0's events
+(every rank's for the step split).
 
 Plain Python. The launcher calls it at its end; the settler (``engine.core.runs.settle``) for a run whose
 launcher could not. Reading only: whoever calls it decides whether and where to write.
@@ -23,6 +24,7 @@ from engine.core.runs.events import (
 )
 from engine.core.runs.rank_states import RankStateTracker
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
+from engine.core.runs.step_breakdown import StepBreakdown, StepBreakdownFold, find_bottleneck
 from engine.core.runs.summary import EpochFigures, Failure, RunSummary
 from engine.core.stacks.snapshot import latest_snapshot
 
@@ -99,6 +101,17 @@ def root_failure_of(run_dir: RunDir, status: RunStatus) -> Failure | None:
     return tracker.root_failure(status)
 
 
+def step_split_of(run_dir: RunDir) -> tuple[tuple[StepBreakdown, ...], str]:
+    """(each rank's step split over the whole run, the run's bottleneck sentence) from every
+    rank's events (``engine.core.runs.step_breakdown``: the one rule)."""
+    fold = StepBreakdownFold()
+    for path in run_dir.rank_event_paths().values():
+        fold.feed_all(read_events(path, run_dir.path))
+    split = fold.whole_run()
+    bottleneck = find_bottleneck(split)
+    return split, bottleneck.sentence if bottleneck else ""
+
+
 def started_time(run_dir: RunDir, info: RunInfo) -> float:
     """When the (first) launcher started its ranks; run.json's creation before that."""
     started = [
@@ -134,6 +147,7 @@ def build_summary(
         failure = root_failure_of(run_dir, status)
     finished = time.time()
     epochs = epoch_figures(rank0)
+    split, bottleneck = step_split_of(run_dir)
     return RunSummary(
         run_id=run_dir.run_id,
         preset=config.name,
@@ -156,6 +170,8 @@ def build_summary(
         global_steps=_last_global_step(rank0),
         warnings=figure_warnings(epochs, _first_loss(rank0)),
         reported=_last_reported(rank0),
+        step_breakdown=split,
+        bottleneck=bottleneck,
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.common.strict_json import float_or_nan
+from engine.core.runs.step_breakdown import StepBreakdown
 from engine.core.stacks.snapshot import StackSnapshot
 
 
@@ -110,6 +111,10 @@ class RunSummary:
     # Cores other processes kept busy while it ran, when a bench measured it (never in the run's
     # own summary.json: a bench adds it to the copy it records).
     outside_load_cores: float | None = None
+    # Each rank's step split over the whole run, and the run's bottleneck in one sentence
+    # (engine.core.runs.step_breakdown); empty where no step was timed.
+    step_breakdown: tuple[StepBreakdown, ...] = ()
+    bottleneck: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", RunStatus(self.status))  # the word, typed where made
@@ -128,6 +133,7 @@ class RunSummary:
         data["epochs"] = [asdict(e) for e in self.epochs]
         data["ranks"] = [asdict(r) for r in self.ranks]
         data["diagnosis"] = self.diagnosis.to_json() if self.diagnosis else None
+        data["step_breakdown"] = [b.to_json() for b in self.step_breakdown]
         data["test_accuracy"] = self.test_accuracy
         if self.failure is not None and not self.failure.node:
             del data["failure"]["node"]  # a run across nodes only
@@ -148,6 +154,9 @@ class RunSummary:
         )
         values["warnings"] = tuple(str(w) for w in data.get("warnings") or ())
         values["leftovers"] = tuple(str(w) for w in data.get("leftovers") or ())
+        values["step_breakdown"] = tuple(
+            StepBreakdown.from_json(b) for b in data.get("step_breakdown") or ()
+        )
         failure = data.get("failure")
         values["failure"] = Failure(**_known(Failure, failure)) if failure else None
         diagnosis = data.get("diagnosis")
