@@ -238,6 +238,50 @@ def test_nothing_to_clean(pen: ProcessPen) -> None:
     assert "No orphaned jobs to stop." in out
 
 
+def test_pids_narrow_clean_to_their_jobs(pen: ProcessPen) -> None:
+    """`ddptui clean PID`: only the orphaned job holding that pid is stopped."""
+    named = pen.orphan(env=ELASTIC)
+    other = pen.orphan(env={**ELASTIC, "TORCHELASTIC_RUN_ID": CLEAN_ME + "-other"})
+    for proc in (named, other):
+        ready(proc, "TORCHELASTIC_RUN_ID")
+    shown_all = cli("clean", "--dry-run")[1]
+    assert f"pids {named.pid}" in shown_all and f"pids {other.pid}" in shown_all
+    code, out, _ = cli("clean", "--yes", "--grace", "2", str(named.pid))
+    assert code == 0, out
+    assert f"stop torchrun job {CLEAN_ME!r} at 127.0.0.1:29997" in out
+    assert f"pids {other.pid}" not in out
+    assert "1 ended on SIGTERM, 0 needed SIGKILL; none left" in out
+    assert not alive(named.pid)
+    assert alive(other.pid)
+
+
+def test_a_pid_of_a_running_job_is_left_alone_with_the_reason(pen: ProcessPen) -> None:
+    running = pen.python(env=ELASTIC)  # its parent (this test) lives: not orphaned
+    ready(psutil.Process(running.pid), "TORCHELASTIC_RUN_ID")
+    code, out, _ = cli("clean", "--yes", str(running.pid))
+    assert code == 0, out
+    assert "No orphaned jobs to stop." in out
+    assert (
+        f"pid {running.pid} is in torchrun job {CLEAN_ME!r} at 127.0.0.1:29997, which is "
+        "running: left alone"
+    ) in out
+    assert alive(running.pid)
+
+
+def test_a_pid_in_no_training_job_is_bad_input_and_stops_nothing(pen: ProcessPen) -> None:
+    orphan = pen.orphan(env=ELASTIC)
+    plain = pen.python()
+    ready(orphan, "TORCHELASTIC_RUN_ID")
+    code, out, err = cli("clean", "--yes", str(orphan.pid), str(plain.pid))
+    assert code == 2
+    assert err.strip() == (
+        f"ddptui: pid {plain.pid} is in no training job ddptui can see (`ddptui ps` lists "
+        "them); nothing was stopped"
+    )
+    assert out == ""
+    assert alive(orphan.pid) and alive(plain.pid)
+
+
 def test_json_plan(pen: ProcessPen) -> None:
     orphan = pen.orphan(env=ELASTIC)
     ready(orphan, "TORCHELASTIC_RUN_ID")

@@ -164,7 +164,9 @@ def test_3_ranks_of_a_sigkilled_launcher_end_or_are_cleaned(
         ps = ddptui("ps", "--json", "--runs-dir", str(runs_dir))
         jobs = [j for j in json.loads(ps.stdout)["jobs"] if j["run_id"] == run_dir.run_id]
         assert jobs and jobs[0]["state"] == ORPHANED
-        cleaned = ddptui("clean", "--yes", "--runs-dir", str(runs_dir))
+        # only this run's job: another suite's processes on this machine are not ours to stop
+        pids = [str(p["pid"]) for p in jobs[0]["processes"]]
+        cleaned = ddptui("clean", "--yes", *pids)
         assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
     assert run_processes(run_dir) == []
     assert not any(p.is_running() and p.status() != "zombie" for p in ranks)
@@ -230,7 +232,7 @@ def test_4_workers_of_a_killed_torchrun_agent_are_orphaned_and_cleaned(
     assert {p["rank"] for p in job["processes"]} == {0, 1}
     assert not any(bystander.pid == p["pid"] for j in listed["jobs"] for p in j["processes"])
 
-    cleaned = ddptui("clean", "--yes", "--grace", "3")
+    cleaned = ddptui("clean", "--yes", "--grace", "3", *map(str, workers))
     assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
     assert not any(
         psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie" for pid in workers

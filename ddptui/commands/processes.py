@@ -23,7 +23,13 @@ from ddptui.cli_table import Column, output_width, render_table, wide_option, wr
 from ddptui.text_figures import short_command
 from engine.core.common import strict_json
 from engine.core.common.formatting import format_bytes, format_duration
-from engine.core.jobs.clean import CleanedJob, CleanPlan, clean_orphans, plan_clean
+from engine.core.jobs.clean import (
+    CleanedJob,
+    CleanPlan,
+    UnknownPids,
+    clean_orphans,
+    plan_clean,
+)
 from engine.core.jobs.process_table import (
     ProcessTable,
     TrainingJob,
@@ -186,6 +192,7 @@ def _plan_lines(plan: CleanPlan) -> list[str]:
         lines.append(f"  pids {pids}")
     for job, why in plan.left_alone:
         lines.append(f"leave {job.label} alone: {why}")
+    lines.extend(why for _, why in plan.not_orphaned)
     return lines
 
 
@@ -208,6 +215,7 @@ def _leftover_lines(plan: LeftoverPlan) -> list[str]:
 
 
 @click.command("clean")
+@click.argument("pids", metavar="[PID]...", nargs=-1, type=click.IntRange(min=1))
 @click.option("--yes", "-y", is_flag=True, help="Do not ask; for scripts.")
 @click.option("--dry-run", is_flag=True, help="Only show what would be stopped and removed.")
 @click.option("--all-users", is_flag=True, help="As root: also stop orphaned jobs of other users.")
@@ -223,6 +231,7 @@ def _leftover_lines(plan: LeftoverPlan) -> list[str]:
 @click.option("--shm-dir", type=click.Path(path_type=Path), default=DEFAULT_SHM_DIR, hidden=True)
 @click.option("--tmp-dir", type=click.Path(path_type=Path), default=None, hidden=True)
 def clean_command(
+    pids: tuple[int, ...],
     yes: bool,
     dry_run: bool,
     all_users: bool,
@@ -232,7 +241,8 @@ def clean_command(
     tmp_dir: Path | None,
 ) -> None:
     """Stop orphaned training jobs (those whose launcher or agent is gone), then remove the files
-    dead jobs left behind, after showing each and asking.
+    dead jobs left behind, after showing each and asking. With PIDs (as `ddptui ps` lists them),
+    only the orphaned jobs those processes belong to; the others are left as they are.
 
     \b
     Running jobs, live ddptui runs, this process and its parent shell are never touched, nor
@@ -252,7 +262,12 @@ def clean_command(
             echo(line)
 
     started = time.monotonic()
-    plan = plan_clean(scan_processes(cpu_interval=0.0), all_users=all_users)
+    try:
+        plan = plan_clean(
+            scan_processes(cpu_interval=0.0), all_users=all_users, pids=frozenset(pids)
+        )
+    except UnknownPids as err:
+        fail(str(err))
     if not plan.jobs:
         say("No orphaned jobs to stop.")
     for line in _plan_lines(plan):
@@ -331,6 +346,7 @@ def _clean_json(
         },
         "stop": [j.key for j in plan.jobs],
         "left_alone": [{"job": j.key, "reason": why} for j, why in plan.left_alone],
+        "not_orphaned": [{"pid": pid, "reason": why} for pid, why in plan.not_orphaned],
         "jobs": [asdict(j) for j in plan.jobs],
         "result": None
         if cleaned is None

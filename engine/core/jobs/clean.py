@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine.core.common.statuses import JobKind, JobState
@@ -19,6 +19,8 @@ from engine.core.runs.settle import record_killed
 class CleanPlan:
     jobs: tuple[TrainingJob, ...]  # orphaned jobs to stop
     left_alone: tuple[tuple[TrainingJob, str], ...]  # orphaned jobs not touched, and why
+    # Asked for by pid (``ddptui clean PID``) but not stopped: the pid and why, one sentence
+    not_orphaned: tuple[tuple[int, str], ...] = ()
 
     @property
     def process_count(self) -> int:
@@ -33,9 +35,17 @@ class CleanedJob:
     summary_written: bool = False
 
 
-def plan_clean(table: ProcessTable, *, all_users: bool = False) -> CleanPlan:
+def plan_clean(
+    table: ProcessTable, *, all_users: bool = False, pids: frozenset[int] = frozenset()
+) -> CleanPlan:
     """Orphaned jobs only; another user's only with ``all_users`` as root; never a job holding
-    this process or its ancestors."""
+    this process or its ancestors. With ``pids``, only the jobs those processes belong to, and
+    for each pid in no orphaned job the reason (raises ``UnknownPids`` for pids that are in no
+    training job at all)."""
+    if pids:
+        table, not_orphaned = _narrowed(table, pids)
+    else:
+        not_orphaned = ()
     protected = protected_pids()
     chosen: list[TrainingJob] = []
     left: list[tuple[TrainingJob, str]] = []
@@ -53,7 +63,32 @@ def plan_clean(table: ProcessTable, *, all_users: bool = False) -> CleanPlan:
             left.append((job, f"its run directory belongs to {owner}; as root, add --all-users"))
         else:
             chosen.append(job)
-    return CleanPlan(jobs=tuple(chosen), left_alone=tuple(left))
+    return CleanPlan(jobs=tuple(chosen), left_alone=tuple(left), not_orphaned=not_orphaned)
+
+
+class UnknownPids(ValueError):
+    """``ddptui clean PID``: a pid that belongs to no training job ddptui can see."""
+
+
+def _narrowed(
+    table: ProcessTable, pids: frozenset[int]
+) -> tuple[ProcessTable, tuple[tuple[int, str], ...]]:
+    """The jobs of ``table`` that hold one of ``pids``, and the pids whose job is not orphaned."""
+    job_of = {p.pid: job for job in table.jobs for p in job.processes}
+    unknown = sorted(pid for pid in pids if pid not in job_of)
+    if unknown:
+        listed = ", ".join(str(pid) for pid in unknown)
+        raise UnknownPids(
+            f"pid {listed} {'is' if len(unknown) == 1 else 'are'} in no training job ddptui can "
+            "see (`ddptui ps` lists them); nothing was stopped"
+        )
+    not_orphaned = tuple(
+        (pid, f"pid {pid} is in {job_of[pid].label}, which is {job_of[pid].state}: left alone")
+        for pid in sorted(pids)
+        if job_of[pid].state != JobState.ORPHANED
+    )
+    keys = {job_of[pid].key for pid in pids}
+    return replace(table, jobs=tuple(j for j in table.jobs if j.key in keys)), not_orphaned
 
 
 def _job_run_owner(job: TrainingJob) -> str | None:
