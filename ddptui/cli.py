@@ -18,7 +18,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "run": ("run", "run_command", "Launch a preset or your own script and follow it to the end."),
     "presets": ("presets", "presets_command", "List presets and whether each can run here."),
     "runs": ("runs", "runs_command", "List runs: state, age, devices, stalled ranks."),
-    "show": ("runs", "show_command", "One run: config, per-rank states, summary, failure."),
+    "show": ("show", "show_command", "One run: config, per-rank states, summary, failure."),
     "rm": ("runs", "rm_command", "Remove ended runs' directories (asks first)."),
     "gpus": ("gpus", "gpus_command", "Every GPU and every process on it, named for what it is."),
     "ps": ("processes", "ps_command", "Distributed-training processes here, grouped into jobs."),
