@@ -218,6 +218,24 @@ def test_the_bench_table_fits_80_columns(capsys: pytest.CaptureFixture[str]) -> 
     assert " ".join(note) == "skipped: needs 8 GPUs"  # the note wraps, between words
 
 
+def test_the_step_split_leaves_a_narrow_table_whole_and_is_there_on_a_wide_one() -> None:
+    from dataclasses import replace
+
+    from ddptui.speedup_text import speedup_lines
+
+    table, _ = table_of(13.2, 6.1)
+    split = {"step_data": 0.004, "step_forward": 0.048, "step_backward": 0.034, "step_sync": 0.013}
+    rows = tuple(replace(r, **split) if r.label == "DDP x4" else r for r in table.rows)
+    table = replace(table, rows=rows)
+    narrow = assert_fits("\n".join(speedup_lines(table, "table", 80)))
+    assert "step split" not in narrow[2] and not any("d4 " in line for line in narrow)
+    wide = speedup_lines(table, "table", 200)
+    header = next(line for line in wide if line.startswith("row "))
+    ddp = next(line for line in wide if line.startswith("DDP x4 "))
+    column = header.index("step split")
+    assert ddp[column:].startswith("d4 f48 b34 s13")
+
+
 def test_stacks_fit_80_columns_main_thread_first_native_frames_folded(runs_dir: Path) -> None:
     run_dir = make_run(runs_dir, "20260101-000000-made-stck", state=RunStatus.FAILED)
     run_dir.write_summary(build_summary(run_dir, RunStatus.FAILED, None, "rank 0 hung"))
