@@ -168,7 +168,9 @@ def test_4_a_sigkilled_launcher_under_ddptui_run_is_summarised_as_lost(
     assert "was killed by SIGKILL before it could write a summary" in summary.launcher_end
     reached = {r.rank: r for r in summary.ranks}
     assert reached[0].global_step is not None and reached[0].global_step >= 4
-    assert result.stdout.splitlines()[-4].startswith("lost: cpu-demo")
+    lines = result.stdout.splitlines()
+    (end,) = [i for i, line in enumerate(lines) if line.startswith("lost: cpu-demo")]
+    assert lines[end + 1].startswith("  root cause (the launcher): the launcher (pid ")
     assert "rank 0 reached epoch 1 step" in result.stdout
     assert run_processes(run_dir) == []
     assert observe_run(run_dir).status == LOST
