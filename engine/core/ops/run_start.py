@@ -16,12 +16,13 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from engine.core.common.disk_space import write_failure
-from engine.core.common.run_files import SpaceReserve, open_private, write_atomic
+from engine.core.common.run_files import SpaceReserve, make_dirs, open_private, write_atomic
 from engine.core.common.statuses import RunStatus
 from engine.core.config.schema import RunConfig
 from engine.core.config.toml_io import to_toml
@@ -93,43 +94,54 @@ def prepare_run(
     """Check the config for this machine, then create the run directory with config.toml and
     run.json (state ``starting``). Raises ConfigError before creating anything."""
     plan, _ = check_run(config, gpu_count=gpu_count)
-    return _create_run_dir(config, plan, runs_dir, run_id), plan
+    run_dir, _ = create_run_dir(config, runs_dir, run_id, _local_info(config, plan))
+    return run_dir, plan
 
 
-def _create_run_dir(config: RunConfig, plan: RunPlan, runs_dir: Path, run_id: str | None) -> RunDir:
-    """The run directory with config.toml, run.json and the space reserve the launcher gives
-    back for its summary. RunDirError (one sentence: the path, and the free space on a full disk)
-    when it cannot be made; then nothing of it is left."""
+def create_run_dir(
+    config: RunConfig,
+    runs_dir: Path,
+    run_id: str | None,
+    info: Callable[[RunDir], RunInfo],
+    *,
+    folders: tuple[str, ...] = (),
+) -> tuple[RunDir, RunInfo]:
+    """The run directory (with ``folders`` inside) holding the space reserve the launcher gives
+    back for its summary, config.toml and run.json (``info`` of the new directory, returned with
+    it), for a run on this machine and on Slurm alike. RunDirError (one sentence: the path, and the free space
+    on a full disk) when it cannot be made; then nothing of it is left."""
     check_runs_dir(Path(runs_dir), write=True)
     if run_id is not None:
         check_run_id(run_id)
     run_dir = RunDir(Path(runs_dir) / (run_id or new_run_id(config.name)))
     try:
         run_dir.create()
+        for folder in folders:
+            make_dirs(run_dir.path / folder)
     except OSError as err:
         raise RunDirError(write_failure(run_dir.path, err)) from None
     try:
-        _fill_run_dir(run_dir, config, plan)
+        SpaceReserve(run_dir.path).make()
+        write_atomic(run_dir.config_path, to_toml(config))
+        written = info(run_dir)
+        run_dir.write_run_info(written)
     except OSError as err:
         shutil.rmtree(run_dir.path, ignore_errors=True)
         sentence = write_failure(run_dir.path, err)
         raise RunDirError(f"the run could not start: {sentence}") from None
-    return run_dir
+    return run_dir, written
 
 
-def _fill_run_dir(run_dir: RunDir, config: RunConfig, plan: RunPlan) -> None:
-    SpaceReserve(run_dir.path).make()
-    write_atomic(run_dir.config_path, to_toml(config))
-    run_dir.write_run_info(
-        RunInfo(
-            run_id=run_dir.run_id,
-            preset=config.name,
-            host=this_host(),
-            created=time.time(),
-            state=RunStatus.STARTING,
-            world_size=plan.world_size,
-            devices=plan.devices.describe(),
-        )
+def _local_info(config: RunConfig, plan: RunPlan) -> Callable[[RunDir], RunInfo]:
+    """run.json of a run on this machine, before its launcher starts."""
+    return lambda run_dir: RunInfo(
+        run_id=run_dir.run_id,
+        preset=config.name,
+        host=this_host(),
+        created=time.time(),
+        state=RunStatus.STARTING,
+        world_size=plan.world_size,
+        devices=plan.devices.describe(),
     )
 
 
@@ -152,7 +164,7 @@ def start_run(
     guard's warnings are ``StartedRun.warnings``.
     """
     plan, resources = check_run(config, gpu_count=gpu_count)
-    run_dir = _create_run_dir(config, plan, runs_dir, run_id)
+    run_dir, _ = create_run_dir(config, runs_dir, run_id, _local_info(config, plan))
     # The launcher's own output (before it redirects the ranks) goes to logs/launcher.log.
     try:
         log_fd = open_private(run_dir.launcher_log_path, "append")

@@ -26,11 +26,10 @@ from pathlib import Path
 from engine.core.common.config_error import ConfigError
 from engine.core.common.disk_space import write_failure
 from engine.core.common.run_environment import RUN_DIR_ENV, RUN_MARKER_ENV
-from engine.core.common.run_files import SpaceReserve, make_dirs, open_private, write_atomic
+from engine.core.common.run_files import open_private, write_atomic
 from engine.core.common.statuses import RunStatus, StopRequester
 from engine.core.config.devices import parse_device_spec
 from engine.core.config.schema import RunConfig
-from engine.core.config.toml_io import to_toml
 from engine.core.host.slurm_cluster import (
     SlurmCluster,
     SlurmUnavailable,
@@ -40,7 +39,7 @@ from engine.core.host.slurm_cluster import (
     slurm_command,
 )
 from engine.core.host.slurm_jobs import QUEUE, read_job
-from engine.core.ops.run_start import LauncherHandle
+from engine.core.ops.run_start import LauncherHandle, create_run_dir
 from engine.core.ops.slurm_stop import request_cancel
 from engine.core.plan.run_plan import RunPlan, plan_run
 from engine.core.procs.process_identity import ProcessRef, identify
@@ -54,9 +53,6 @@ from engine.core.runs.rundir import (
     RunDir,
     RunDirError,
     RunInfo,
-    check_run_id,
-    check_runs_dir,
-    new_run_id,
     this_host,
 )
 from engine.core.runs.slurm_state import LISTING_GRACE_SECONDS
@@ -294,19 +290,6 @@ class SlurmJobHandle:
             request_cancel(self.run_dir, reason=StopRequester.CTRL_C.sentence)
 
 
-def _make_run_dir(config: RunConfig, runs_dir: Path, run_id: str | None) -> RunDir:
-    check_runs_dir(Path(runs_dir), write=True)
-    if run_id is not None:
-        check_run_id(run_id)
-    run_dir = RunDir(Path(runs_dir) / (run_id or new_run_id(config.name)))
-    try:
-        run_dir.create()
-        make_dirs(run_dir.path / SLURM_DIR)
-    except OSError as err:
-        raise RunDirError(write_failure(run_dir.path, err)) from None
-    return run_dir
-
-
 def _info(run_dir: RunDir, config: RunConfig, request: SlurmRequest) -> RunInfo:
     slurm = config.slurm
     return RunInfo(
@@ -368,12 +351,10 @@ def submit_run(
     ``SlurmJobHandle``, or the srun process inside an allocation). ConfigError or RunDirError,
     with nothing made or submitted, when the request cannot be met."""
     request = check_request(config, Path(runs_dir))
-    run_dir = _make_run_dir(config, runs_dir, run_id)
+    run_dir, info = create_run_dir(
+        config, runs_dir, run_id, lambda new: _info(new, config, request), folders=(SLURM_DIR,)
+    )
     try:
-        SpaceReserve(run_dir.path).make()
-        write_atomic(run_dir.config_path, to_toml(config))
-        info = _info(run_dir, config, request)
-        run_dir.write_run_info(info)
         job_id, follow = _submit(run_dir, config, request)
     except BaseException as err:
         shutil.rmtree(run_dir.path, ignore_errors=True)
