@@ -285,13 +285,7 @@ class RunObserver:
         verdict, view = self._slurm_end
         if self._lost is None:
             self._lost = slurm_summary(self.run_dir, verdict, view)
-        summary = self._lost
-        if self.settle and not self._settle_tried:
-            self._settle_tried = True
-            self._settle_problem = settle_run(self.run_dir, summary)
-            with contextlib.suppress(RunDirError):
-                self._summary = self.run_dir.read_summary()
-            summary = self._summary or summary
+        summary = self._settled(self._lost)
         return summary.status, summary.reason, False
 
     def _gone(
@@ -310,15 +304,19 @@ class RunObserver:
                 for s in self.tracker.states(now=self.clock(), run_status=RunStatus.LOST)
             )
             self._lost = lost_summary(self.run_dir, info, reached, launcher_exit)
-        summary = self._lost
+        summary = self._settled(self._lost)
+        return summary.status, summary.reason, False
+
+    def _settled(self, summary: RunSummary) -> RunSummary:
+        """With ``settle``, write ``summary`` as the run's end, once, and return what is on disk
+        then (another settler may have been first: that is the truth); else ``summary``."""
         if self.settle and not self._settle_tried:
             self._settle_tried = True
             self._settle_problem = settle_run(self.run_dir, summary)
-            # another settler may have been first: what is on disk is the truth
             with contextlib.suppress(RunDirError):
                 self._summary = self.run_dir.read_summary()
-            summary = self._summary or summary
-        return summary.status, summary.reason, False
+            return self._summary or summary
+        return summary
 
     def _split(self, summary: RunSummary | None, status: RunStatus) -> tuple[StepBreakdown, ...]:
         """The step split shown: the summary's (the whole run), else the whole run's once it
