@@ -129,6 +129,24 @@ def test_stacks_taken_by_a_signal_that_slurm_delivers(tmp_path: Path) -> None:
     assert refused[1].problem == "`scancel` failed: no such job"
 
 
+def test_a_dump_a_node_appends_is_read_to_its_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engine.core.stacks import capture
+
+    monkeypatch.setattr(capture, "DUMP_MAX_BYTES", 64)
+    (tmp_path / "stacks").mkdir()
+    dump = tmp_path / "stacks" / "pid-10@n2.txt"
+    dump.write_text("")
+
+    def deliver() -> str:
+        dump.write_text(DUMP * 100)  # a rank that writes far more than any stack
+        return ""
+
+    taken = capture_by_signal({1: (10, dump)}, deliver, wait=0.5)
+    assert taken[1].text == (DUMP * 100)[:64]
+
+
 def test_node_records_and_gpu_samples_read_back_into_what_wrote_them(tmp_path: Path) -> None:
     from engine.core.common.statuses import RunStatus
 

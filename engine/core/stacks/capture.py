@@ -196,7 +196,14 @@ def faulthandler_dump(
             break
     if size <= start:
         return "", f"it wrote no stack within {wait:g} s"
-    try:  # RUN_DIR/stacks/pid-N.txt: read as every run file is, through no planted link
+    return _read_dump(dump_file, start, size)
+
+
+def _read_dump(dump_file: Path, start: int, size: int) -> tuple[str, str]:
+    """What a process appended to its dump file between ``start`` and ``size`` (at most
+    ``DUMP_MAX_BYTES``), or "" and why it could not be read. RUN_DIR/stacks/pid-N.txt is read
+    as every run file is, through no planted link."""
+    try:
         with open_in_run(dump_file.parent.parent, dump_file) as f:
             f.seek(start)
             return f.read(min(size - start, DUMP_MAX_BYTES)).decode("utf-8", errors="replace"), ""
@@ -287,12 +294,7 @@ def capture_by_signal(
             why = ""
         text = ""
         if not why:
-            try:
-                with open_in_run(path.parent.parent, path) as f:
-                    f.seek(start)
-                    text = f.read(sizes[key] - start).decode("utf-8", errors="replace")
-            except OSError as err:
-                why = f"its stack file could not be read ({err})"
+            text, why = _read_dump(path, start, sizes[key])
         if why:
             taken[key] = ProcessStack(pid, problem=why)
         else:
