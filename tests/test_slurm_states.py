@@ -149,6 +149,19 @@ def test_a_kill_request_makes_the_end_killed_with_each_node_verified_or_named(
     assert KillRequest(time=1.0, user="root").to_json()["user"] == "root"
 
 
+def test_a_node_named_like_the_start_of_another_is_still_unverified() -> None:
+    view = slurm_state.SlurmView(
+        job_id=JOB,
+        job=None,
+        problem="",
+        nodes={"gpu10": node_record("gpu10", 1, RunStatus.KILLED, clean=False)},
+        kill=None,
+    )
+    assert slurm_state.verification(view, ("gpu1", "gpu10")) == (
+        "not clean: gpu10 (1 process(es) left); unverified: gpu1 (its node launcher did not report)"
+    )
+
+
 def test_lost_only_when_slurm_has_no_record_and_no_node_said_how_it_ended(
     tmp_path: Path,
 ) -> None:

@@ -122,12 +122,13 @@ def verification(view: SlurmView, expected: tuple[str, ...] = ()) -> str:
     """Which node launchers proved their node clean, and which did not (or never reported)."""
     names = sorted(set(expected) | set(view.nodes))
     verified = [n for n in names if (r := view.nodes.get(n)) and r.proof and r.proof.clean]
-    left = [
-        f"{n} ({len(r.proof.left)} process(es) left)"
+    unclean = {
+        n: len(r.proof.left)
         for n in names
         if (r := view.nodes.get(n)) and r.proof and not r.proof.clean
-    ]
-    silent = [n for n in names if n not in verified and not any(x.startswith(n) for x in left)]
+    }
+    left = [f"{n} ({count} process(es) left)" for n, count in unclean.items()]
+    silent = [n for n in names if n not in verified and n not in unclean]
     parts = []
     if verified and not left and not silent:
         parts.append(f"every node verified ({', '.join(verified)})")
