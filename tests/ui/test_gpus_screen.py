@@ -270,6 +270,20 @@ async def test_signalling_real_processes_by_pid_and_start_time(pen: ProcessPen) 
     assert gone(sleeper.pid, ref.start_time)
 
 
+def test_a_process_that_cannot_be_told_is_refused_not_called_ended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import signal as signals
+
+    from engine.core.common.statuses import ProcessState
+    from engine.core.procs import stopping
+
+    monkeypatch.setattr(stopping, "lookup", lambda ref: (ProcessState.UNREADABLE, None))
+    result = stopping.signal_refs([ProcessRef(4242, 1.0)], signals.SIGINT)
+    assert (result.sent, result.gone) == ((), ())
+    assert result.refused == ((4242, "this user cannot tell which process it is"),)
+
+
 async def test_the_app_opens_on_the_gpus_screen(
     make_app: Callable[..., DdptuiApp], eight: None
 ) -> None:

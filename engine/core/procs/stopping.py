@@ -295,6 +295,9 @@ def signal_refs(
         state, proc = lookup(ref)
         if state == ProcessState.REUSED:
             skipped.append(f"pid {ref.pid} now belongs to another process: left alone")
+        if state == ProcessState.UNREADABLE:  # which process has the pid cannot be told
+            refused.append((ref.pid, "this user cannot tell which process it is"))
+            continue
         if proc is None or not state.alive:
             gone.append(ref.pid)
             continue
