@@ -50,8 +50,12 @@ def shown(value: T) -> T:
             return value
         return cast(T, type(value)(items))
     if isinstance(value, dict):
-        pairs = {k: shown(v) for k, v in value.items()}
-        return value if all(pairs[k] is v for k, v in value.items()) else cast(T, pairs)
+        # keys too: a node's name, say, is read from a file name and drawn as it is
+        pairs = {shown(k): shown(v) for k, v in value.items()}
+        unchanged = len(pairs) == len(value) and all(
+            k in pairs and pairs[k] is v for k, v in value.items()
+        )
+        return value if unchanged else cast(T, pairs)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         frozen = type(value).__dataclass_params__.frozen  # type: ignore[attr-defined]
         if frozen:
@@ -203,7 +207,7 @@ class RunsRemoved(Message):
     def __init__(self, ok: bool, report: str) -> None:
         super().__init__()
         self.ok = ok
-        self.report = report
+        self.report = shown(report)
 
 
 class StopFinished(Message):

@@ -69,3 +69,16 @@ def test_ps_makes_a_hostile_command_line_visible(runs_dir: Path, pen: ProcessPen
     assert listed.returncode == 0, listed.stderr
     line = next(x for x in listed.stdout.splitlines() if x.lstrip().startswith(str(rank.pid)))
     assert_shown_not_acted(line)
+
+
+def test_what_the_ui_is_handed_is_visible_in_dict_keys_and_removal_reports_too() -> None:
+    from ddptui.messages import RunsRemoved, shown
+
+    node = "n2\x1b]0;pwned\x07"
+    gpus = {node: ("gpu 0",), "n1": ("gpu 1",)}
+    made = shown(gpus)
+    assert list(made) == ["n2\\x1b]0;pwned\\x07", "n1"] and made["n1"] is gpus["n1"]
+    plain = {"n1": ("gpu 1",)}
+    assert shown(plain) is plain  # nothing to change: the very object
+    removed = RunsRemoved(True, f"removed 20260101-000000-{node}")
+    assert removed.report == "removed 20260101-000000-n2\\x1b]0;pwned\\x07"

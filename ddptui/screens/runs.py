@@ -27,6 +27,7 @@ from ddptui.widgets.confirm import ConfirmDialog
 from ddptui.widgets.fitted_table import FittedTable
 from engine.core.common import formatting
 from engine.core.common.statuses import RunStatus
+from engine.core.common.visible_text import visible
 from engine.core.runs.rundir import RunDir
 
 # What ``f`` steps through: every run, then the runs in one state (going: something of it runs).
@@ -201,7 +202,7 @@ class RunsScreen(PollingScreen):
             return
         dialog = ConfirmDialog(
             f"Remove run {run.run_id}?",
-            f"Its directory {run.path} goes, with its logs, events, stacks and checkpoint. "
+            f"Its directory {visible(str(run.path), one_line=True)} goes, with its logs, events, stacks and checkpoint. "
             "Benches recorded from it keep their figures.",
             [("y", "Remove", "remove")],
         )
