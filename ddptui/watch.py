@@ -122,14 +122,16 @@ def latest_active_run(runs_dir: Path, probe: ProcessProbe, now: float) -> RunDir
     """The newest run under ``runs_dir`` that is still going (the run observer decides), or
     None. Reads and never writes; a run with its summary has ended and is passed over unread."""
     for run_dir in reversed(list_runs(runs_dir)):
-        if run_dir.summary_path.exists():
-            continue
         if run_is_active(run_dir, probe, now):
             return run_dir
     return None
 
 
 def run_is_active(run_dir: RunDir, probe: ProcessProbe, now: float) -> bool:
-    """Whether a run is still going. Safe on the UI thread: it reads and never writes."""
+    """Whether a run is still going. Safe on the UI thread: it reads and never writes. A run
+    with its summary has ended (whatever the summary says, or if it cannot be read): passed over
+    without reading its events."""
+    if run_dir.summary_path.exists():
+        return False
     observer = RunObserver(run_dir, clock=lambda: now, probe=probe, settle=False)
     return observer.observe().active

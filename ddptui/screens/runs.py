@@ -107,7 +107,7 @@ class RunsScreen(PollingScreen):
         time of the runs still going."""
         app = self.ddptui
         shown = [r for r in self.runs if shown_by(r, self.state)]
-        going = sum(1 for r in self.runs if r.status.active)
+        going = sum(1 for r in self.runs if shown_by(r, GOING))  # as the 'going' filter counts
         head = Text.assemble(
             (f"{len(self.runs)} runs in {app.runs_dir}", "bold"), f" · {going} going"
         )
