@@ -316,3 +316,27 @@ def test_inside_a_compiled_graph_the_hooks_break_nothing(events: EventWriter) ->
     assert dict(counters["graph_break"]) == {}
     (report,) = breakdowns(events)
     assert report.forward == 0.0 and report.other > 0  # compiled in place: its call is unseen
+
+
+def test_a_compiled_model_is_not_recompiled_as_the_module_hooks_come_and_go(
+    events: EventWriter,
+) -> None:
+    """The module hooks are registered for timed steps only; TorchDynamo must not see each
+    change of the global hooks as a reason to compile the user's model again."""
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    timer = start_step_timing(events, rank=0, interval=3600.0)
+    model = tiny_model()
+    model.compile(backend="eager")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(4, 8), torch.randint(0, 2, (4,))
+    for _ in range(300):
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    timed = timer.timed
+    timer.close()
+    torch._dynamo.reset()
+    assert timed > 20  # past the first 20: the hooks came and went between timed steps
+    assert counters["stats"]["unique_graphs"] == 1

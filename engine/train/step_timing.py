@@ -163,8 +163,9 @@ class StepTimer:
     # -- hooks in and out ----------------------------------------------------------------------
 
     def install(self, optimizer_module: ModuleType, module_module: ModuleType) -> None:
-        """Register the optimizer step hooks (``torch.optim.optimizer``); the module hooks
-        (``torch.nn.modules.module``) are registered for timed steps only."""
+        """Register the optimizer step hooks (``torch.optim.optimizer``) and the module hooks
+        (``torch.nn.modules.module``), which are taken out between timed steps unless a model
+        was compiled."""
         self._module_module = module_module
         compiler = getattr(sys.modules.get("torch"), "compiler", None)
         self._compiling = getattr(compiler, "is_compiling", _never)
@@ -174,6 +175,9 @@ class StepTimer:
         ]
         if hasattr(os, "register_at_fork"):  # a DataLoader worker forked mid-step times nothing
             os.register_at_fork(after_in_child=self._forget)
+        # in place from the first forward on: a model compiled then sees the hooks it will
+        # keep (``_dynamo_compiled``) and is compiled once
+        self._hook_modules()
 
     def close(self) -> None:
         """Write what was split and take every hook out. Never waits for the GPU: a rank may be
@@ -200,6 +204,8 @@ class StepTimer:
         ]
 
     def _unhook_modules(self) -> None:
+        if self._module_handles and _dynamo_compiled():
+            return  # a compiled model is guarded on the global hooks: a change recompiles it
         for handle in self._module_handles:
             handle.remove()
         self._module_handles = []
@@ -416,6 +422,19 @@ def clock_for_this_process(device: Any = None) -> Clock:
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device())
     return CudaClock(torch, device) if device.type == "cuda" else HostClock()
+
+
+def _dynamo_compiled() -> bool:
+    """Whether TorchDynamo (``torch.compile``) has made a graph in this process. Its graphs are
+    guarded on the global module hooks, so from then on the module hooks stay in place: taking
+    them out and back between timed steps would compile the user's model again at every timed
+    step, until Dynamo gives up and runs it uncompiled."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None)
+    try:
+        return bool(counters is not None and counters["stats"]["unique_graphs"])
+    except Exception:  # a torch whose counters are kept otherwise: as before
+        return False
 
 
 def start_step_timing(
