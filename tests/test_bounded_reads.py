@@ -69,6 +69,27 @@ def test_a_sparse_4_gib_event_file_is_named_not_loaded(runs_dir: Path, pen: Proc
     assert [r["step"] for r in state["ranks"] if r["rank"] == 1] == [3]  # the others still read
 
 
+def test_a_live_event_file_is_followed_past_the_bound_read_a_bit_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engine.core.runs import events
+
+    path = tmp_path / "rank-0.jsonl"
+    tail = EventTail(path)
+    with EventWriter(path) as writer:
+        writer.write(RankStarted(rank=0, world_size=1, pid=1, host="h", device="cpu"))
+        assert len(tail.read_new()) == 1
+        monkeypatch.setattr(events, "EVENTS_FILE_MAX_BYTES", path.stat().st_size + 400)
+        for step in range(1, 4):  # the file grows past the bound, a step at a time
+            progress = StepProgress(
+                rank=0, epoch=0, step=step, steps=9, global_step=step, loss=1.0,
+                images_per_s=1.0, step_seconds=0.1, lr=0.1,
+            )  # fmt: skip
+            writer.write(progress)
+            assert [e.step for e in tail.read_new()] == [step]  # type: ignore[attr-defined]
+    assert path.stat().st_size > events.EVENTS_FILE_MAX_BYTES and not tail.refused
+
+
 def test_an_overlong_line_is_skipped_and_counted_never_held(tmp_path: Path) -> None:
     path = tmp_path / "rank-0.jsonl"
     with EventWriter(path) as writer:

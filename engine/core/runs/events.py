@@ -388,8 +388,8 @@ class EventTail:
     """Incremental reader of one JSONL file: each ``read_new`` returns the events appended since.
 
     Bounded: the file is read in chunks, a line over ``EVENT_LINE_MAX_BYTES`` is skipped (and
-    counted) without being held, and a file over ``EVENTS_FILE_MAX_BYTES`` is not read at all
-    (``refused`` says so). A partial last line is left for the next call; unreadable lines are
+    counted) without being held, and a file with more than ``EVENTS_FILE_MAX_BYTES`` unread is
+    not read at all (``refused`` says so). A partial last line is left for the next call; unreadable lines are
     counted in ``skipped``. Given the run directory (``run_path``), it opens the file as
     ``engine.core.common.run_files.open_in_run`` allows: never through a symbolic link, never
     another user's file; ``refused`` then says why.
@@ -408,7 +408,9 @@ class EventTail:
         try:
             with self._open() as f:
                 size = os.fstat(f.fileno()).st_size
-                if size > EVENTS_FILE_MAX_BYTES:
+                # what is new since the last read: a live run's file that grows past the bound
+                # over its life is followed on, a file made huge at once is not loaded
+                if size - self.offset > EVENTS_FILE_MAX_BYTES:
                     self.refused = (
                         f"{self.path} is {format_bytes(size)}, over the "
                         f"{format_bytes(EVENTS_FILE_MAX_BYTES)} ddptui reads of an event file: "
