@@ -350,9 +350,14 @@ class RunScreen(PollingScreen):
         self.query_one("#run-title", Static).update(head, layout=False)
 
     @staticmethod
-    def _culprit(run: RunState) -> int | None:
+    def _stuck(run: RunState) -> bool:
+        """A rank with a process is stalled or stopped: what the stacks are shown for."""
+        return any(r.state in (RankStatus.STALLED, RankStatus.STOPPED) and r.pid for r in run.ranks)
+
+    @classmethod
+    def _culprit(cls, run: RunState) -> int | None:
         """The rank the others wait for, while ranks are stuck and a snapshot names one."""
-        stuck = any(r.state in (RankStatus.STALLED, RankStatus.STOPPED) for r in run.ranks)
+        stuck = cls._stuck(run)
         return run.diagnosis.culprit_rank if stuck and run.diagnosis is not None else None
 
     def _show_diagnosis(self) -> None:
@@ -360,9 +365,7 @@ class RunScreen(PollingScreen):
         stopped (and after a failed run): "rank 0 stuck at faults.py:35 in hang; rank 1 …"."""
         run = self.view.run if self.view else None
         widget = self.query_one("#diagnosis", Static)
-        stuck = run is not None and any(
-            r.state in (RankStatus.STALLED, RankStatus.STOPPED) and r.pid for r in run.ranks
-        )
+        stuck = run is not None and self._stuck(run)
         snapshot = run.diagnosis if run is not None else None
         if snapshot is None or not (stuck or (run is not None and run.status.final)):
             widget.display = False
