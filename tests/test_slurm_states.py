@@ -6,6 +6,7 @@ never lost while Slurm says the job is alive."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -220,3 +221,24 @@ def test_a_step_of_an_allocation_ends_with_its_nodes_not_with_the_allocation(
     write_node_record(other.path, node_record("n1", 0, RunStatus.COMPLETED))
     write_node_record(other.path, node_record("n2", 1, RunStatus.COMPLETED))
     assert observe(other, allocation).status == RunStatus.COMPLETED
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (to give the directory away)")
+def test_a_cancel_writes_no_word_into_another_users_run_and_still_cancels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engine.core.ops import slurm_stop
+
+    run_dir = slurm_run(tmp_path)
+    kill_request_path(run_dir.path).parent.mkdir()  # slurm/, as submitting makes it
+    asked: list[tuple[str, ...]] = []
+    monkeypatch.setattr(slurm_stop, "run_slurm", lambda *args: asked.append(args))
+    for path in [run_dir.path, *run_dir.path.rglob("*")]:  # nobody's run, stopped by root
+        os.chown(path, 65534, 65534)
+    assert slurm_stop.request_cancel(run_dir, reason="stopped by ddptui kill") == ""
+    assert asked == [("scancel", JOB)]
+    assert not kill_request_path(run_dir.path).exists()
+    for path in [run_dir.path, *run_dir.path.rglob("*")]:  # root's own: the word is left
+        os.chown(path, 0, 0)
+    assert slurm_stop.request_cancel(run_dir, reason="stopped by ddptui kill") == ""
+    assert kill_request_path(run_dir.path).exists()

@@ -15,7 +15,7 @@ import contextlib
 import os
 import time
 
-from engine.core.common.run_files import user_name, write_json_atomic
+from engine.core.common.run_files import refuse_writing, user_name, write_json_atomic
 from engine.core.common.statuses import KillOutcome, RunStatus
 from engine.core.host.slurm_cluster import SlurmUnavailable, run_slurm
 from engine.core.host.slurm_jobs import QUEUE
@@ -43,10 +43,14 @@ def request_cancel(run_dir: RunDir, *, reason: str) -> str:
     user's allocation). Returns "" or why Slurm refused."""
     info = run_dir.read_run_info()
     assert info.slurm is not None
-    write_json_atomic(
-        kill_request_path(run_dir.path),
-        KillRequest(time=time.time(), user=user_name(os.getuid()), reason=reason).to_json(),
-    )
+    # Word of who asked, where this process may write (never into another user's run directory;
+    # a full disk): without it the end reads as Slurm's "cancelled", and the stop goes on.
+    if not refuse_writing(run_dir.path):
+        with contextlib.suppress(OSError):
+            write_json_atomic(
+                kill_request_path(run_dir.path),
+                KillRequest(time=time.time(), user=user_name(os.getuid()), reason=reason).to_json(),
+            )
     command = [info.slurm.job_id]  # the job: SIGTERM to its tasks, SIGKILL after KillWait
     if info.slurm.in_allocation:
         records, _ = read_node_records(run_dir.path)
