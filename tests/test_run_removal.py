@@ -20,7 +20,7 @@ from engine.core.runs.observer import observe_run
 from engine.core.runs.run_listing import RunCatalog, RunListing, listing_cache_path
 from engine.core.runs.rundir import RunDir, list_runs
 from engine.core.runs.summarize import build_summary
-from tests.fixtures.made_runs import ProcessPen, make_run, ref_of
+from tests.fixtures.made_runs import ProcessPen, make_run, marker_env, ref_of
 from tests.fixtures.repo import REPO_ROOT
 from tests.ui.standins import FAILED_RUN, GPU_RUN, LIVE_RUN, RECORDED
 
@@ -146,6 +146,25 @@ def test_rm_refuses_an_ended_run_whose_processes_live_on(runs_dir: Path, pen: Pr
         f"{straggler.pid}): stop them first (ddptui kill {run_dir.run_id})"
     ]
     assert run_dir.path.is_dir()
+
+
+def test_rm_is_kept_from_a_run_only_by_its_own_processes_not_a_namesakes(
+    runs_dir: Path, tmp_path: Path, pen: ProcessPen
+) -> None:
+    """A run of the same id in another directory is another run: its processes do not keep
+    this one; a process carrying this run's marker (id and directory) does."""
+    run_dir = ended(runs_dir, "20260101-000000-made-aaaa", RunStatus.COMPLETED)
+    namesake = pen.python(env=marker_env(tmp_path / "elsewhere", run_dir.run_id))
+    own = pen.python(env=marker_env(runs_dir, run_dir.run_id))
+    for proc in (namesake, own):
+        assert pen.wait_until(lambda p=proc: _carries_marker(p.pid, run_dir.run_id))
+    code, out, _ = cli("rm", "aaaa", "--runs-dir", str(runs_dir), "--dry-run")
+    assert code == 1 and f"(pid {own.pid})" in out and str(namesake.pid) not in out
+    own.kill()
+    own.wait(timeout=10)
+    code, out, _ = cli("rm", "aaaa", "--runs-dir", str(runs_dir), "--yes")
+    assert code == 0, out
+    assert not run_dir.path.exists()
 
 
 def test_rm_dry_run_removes_nothing_and_an_unknown_run_is_bad_input(runs_dir: Path) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.core.common.statuses import RunStatus
-from engine.core.procs.run_proof import live_run_markers
+from engine.core.procs.run_proof import RunMarker, live_run_markers
 from engine.core.runs.observer import observe_run
 from engine.core.runs.run_listing import RunListing
 from engine.core.runs.rundir import RunDir, run_dir_owner
@@ -77,7 +77,7 @@ def plan_removal(
 
 
 def _refusal(
-    run_dir: RunDir, markers: dict[str, list[int]], allow_other_users: bool, now: float
+    run_dir: RunDir, markers: dict[RunMarker, list[int]], allow_other_users: bool, now: float
 ) -> tuple[str, RunStatus]:
     """(why it may not be removed, or "", its status)."""
     try:
@@ -95,7 +95,8 @@ def _refusal(
     status = observe_run(run_dir, now, settle=False).status
     if status.live:
         return f"it is {status}: stop it first (ddptui kill {run_dir.run_id})", status
-    pids = markers.get(run_dir.run_id)
+    # its own processes carry its directory; an older launcher's, its id alone
+    pids = markers.get(RunMarker.of_dir(run_dir.path)) or markers.get(RunMarker(run_dir.run_id, ""))
     if pids:
         listed = ", ".join(map(str, pids[:5]))
         return (

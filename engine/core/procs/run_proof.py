@@ -136,14 +136,14 @@ def marked_processes(
     return found
 
 
-def live_run_markers() -> dict[str, list[int]]:
-    """Run id -> the live processes carrying that run's marker, found in one pass over every
-    process this user can read (zombies left out)."""
-    found: dict[str, list[int]] = {}
+def live_run_markers() -> dict[RunMarker, list[int]]:
+    """Run marker (id and directory) -> the live processes carrying it, found in one pass over
+    every process this user can read (zombies left out)."""
+    found: dict[RunMarker, list[int]] = {}
     for proc in psutil.process_iter(["pid"]):
         try:
-            marker = proc.environ().get(RUN_MARKER_ENV)
-            if marker and not process_ended(proc):
+            marker = RunMarker.of_environ(proc.environ())
+            if marker is not None and not process_ended(proc):
                 found.setdefault(marker, []).append(proc.pid)
         except (psutil.Error, OSError):
             continue
