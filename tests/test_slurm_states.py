@@ -242,3 +242,27 @@ def test_a_cancel_writes_no_word_into_another_users_run_and_still_cancels(
         os.chown(path, 0, 0)
     assert slurm_stop.request_cancel(run_dir, reason="stopped by ddptui kill") == ""
     assert kill_request_path(run_dir.path).exists()
+
+
+def test_a_job_gone_from_the_queue_is_looked_up_in_sacct_once_per_poll_for_every_caller(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from engine.core.host import slurm_jobs
+
+    asked: list[str] = []
+    ended = job(JobState.COMPLETED)
+
+    def sacct(job_id: str) -> JobLookup:
+        asked.append(job_id)
+        return JobLookup(ended)
+
+    monkeypatch.setattr(slurm_jobs, "final_record", sacct)
+    queue = slurm_jobs.SlurmQueue()
+    monkeypatch.setattr(queue, "job", lambda job_id: JobLookup(None))  # not in squeue any more
+    records = slurm_jobs.FinalRecords(ttl=0.3)
+    for _ in range(3):  # the follower, the observer and a screen in one poll
+        assert slurm_jobs.read_job(JOB, queue, records).job == ended
+    assert asked == [JOB]
+    time.sleep(0.35)
+    assert slurm_jobs.read_job(JOB, queue, records).job == ended
+    assert asked == [JOB, JOB]

@@ -223,13 +223,41 @@ def final_record(job_id: str) -> JobLookup:
     return JobLookup(None, "; ".join(problems))
 
 
-def read_job(job_id: str, queue: SlurmQueue = QUEUE) -> JobLookup:
+class FinalRecords:
+    """``final_record`` for every caller in this process, asked at most once per ``ttl`` seconds
+    for one job (as ``SlurmQueue`` asks ``squeue``): a run's follower, its observer and every
+    screen's poll would otherwise each run ``sacct`` (twice, each with a timeout, when Slurm does
+    not answer). Nothing is kept longer: a test cluster started afresh reuses job ids."""
+
+    def __init__(self, ttl: float = QUEUE_TTL_SECONDS) -> None:
+        self.ttl = ttl
+        self._lock = threading.Lock()
+        self._recent: dict[str, tuple[float, JobLookup]] = {}
+
+    def record(self, job_id: str) -> JobLookup:
+        with self._lock:
+            now = time.monotonic()
+            asked = self._recent.get(job_id)
+            if asked is not None and now - asked[0] < self.ttl:
+                return asked[1]
+            found = final_record(job_id)
+            self._recent = {k: v for k, v in self._recent.items() if now - v[0] < self.ttl}
+            self._recent[job_id] = (time.monotonic(), found)
+            return found
+
+
+FINAL_RECORDS = FinalRecords()
+
+
+def read_job(
+    job_id: str, queue: SlurmQueue = QUEUE, records: FinalRecords = FINAL_RECORDS
+) -> JobLookup:
     """Slurm's word on ``job_id``: the queue's while it is there (finished jobs stay for MinJobAge),
     else the final record."""
     found = queue.job(job_id)
     if found.job is not None:
         return found
-    record = final_record(job_id)
+    record = records.record(job_id)
     if record.job is None and found.problem:
         return JobLookup(None, found.problem)
     return record
