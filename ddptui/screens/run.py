@@ -34,7 +34,7 @@ from ddptui.widgets.gpu_panel import GpuPanel
 from ddptui.widgets.log_tail import LogTail
 from ddptui.widgets.node_gpus import NodeGpusPanel
 from ddptui.widgets.rank_table import RankTable
-from ddptui.widgets.run_summary import CHARTS_FROM, RunSummaryPanel
+from ddptui.widgets.run_summary import CHARTS_FROM, STATUS_STYLES, RunSummaryPanel
 from ddptui.widgets.step_curves import StepCurvesPanel
 from ddptui.widgets.step_split import StepSplitPanel
 from engine.core.common import formatting
@@ -44,21 +44,6 @@ from engine.core.host.gpus import GpuInventory
 from engine.core.runs.observer import RunState
 from engine.core.runs.rundir import RunDir
 from engine.core.runs.step_breakdown import BottleneckKind
-
-STATUS_STYLES = {
-    RunStatus.PENDING: "bold yellow",
-    RunStatus.RUNNING: "bold green",
-    RunStatus.STARTING: "bold",
-    RunStatus.COMPLETED: "bold blue",
-    RunStatus.FAILED: "bold red",
-    RunStatus.KILLED: "bold red",
-    RunStatus.LOST: "bold red",
-    RunStatus.ORPHANED: "bold red",
-    RunStatus.UNREADABLE: "bold red",
-    RunStatus.CANCELLED: "bold red",
-    RunStatus.TIMEOUT: "bold red",
-    RunStatus.NODE_FAILURE: "bold red",
-}
 
 
 LOG_KEEP = 6  # log lines a small terminal keeps by folding the rank table

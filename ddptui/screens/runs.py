@@ -21,10 +21,10 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from ddptui.messages import RunsListed, RunsRemoved
 from ddptui.screens.base import PollingScreen
-from ddptui.screens.run import STATUS_STYLES
 from ddptui.watch import RunLister, RunListing
 from ddptui.widgets.confirm import ConfirmDialog
 from ddptui.widgets.fitted_table import FittedTable
+from ddptui.widgets.run_summary import STATUS_STYLES
 from engine.core.common import formatting
 from engine.core.common.statuses import RunStatus
 from engine.core.common.visible_text import visible

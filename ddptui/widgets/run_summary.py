@@ -27,11 +27,17 @@ from engine.core.runs.observer import RunState
 CHART_HEIGHT = 12
 CHARTS_FROM = (100, 40)  # (columns, rows) from which charts replace sparklines
 
+# A run's status word, styled the same on every screen.
 STATUS_STYLES = {
+    RunStatus.PENDING: "bold yellow",
+    RunStatus.RUNNING: "bold green",
+    RunStatus.STARTING: "bold",
     RunStatus.COMPLETED: "bold blue",
     RunStatus.FAILED: "bold red",
     RunStatus.KILLED: "bold red",
     RunStatus.LOST: "bold red",
+    RunStatus.ORPHANED: "bold red",
+    RunStatus.UNREADABLE: "bold red",
     RunStatus.CANCELLED: "bold red",
     RunStatus.TIMEOUT: "bold red",
     RunStatus.NODE_FAILURE: "bold red",
