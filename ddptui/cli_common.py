@@ -31,6 +31,14 @@ def fail(message: str, code: int = exit_codes.BAD_INPUT) -> NoReturn:
     sys.exit(code)
 
 
+def confirmed(question: str, *, err: bool = False) -> bool:
+    """Ask a yes/no question (no by default); Ctrl-D, or no terminal to ask on, is a no."""
+    try:
+        return click.confirm(question, default=False, err=err)
+    except click.Abort:
+        return False
+
+
 def checked_runs_dir(*, write: bool) -> Callable[[click.Context, click.Parameter, Any], Any]:
     """A click callback for --runs-dir: a path that cannot be a runs directory (a name too long,
     inside /proc, not a directory, or, for commands that make runs, not writable) ends the command

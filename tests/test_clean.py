@@ -222,6 +222,15 @@ def test_declining_stops_nothing(pen: ProcessPen) -> None:
     assert alive(orphan.pid)
 
 
+def test_ctrl_d_at_the_question_is_a_no(pen: ProcessPen) -> None:
+    orphan = pen.orphan(env=ELASTIC)
+    ready(orphan, "TORCHELASTIC_RUN_ID")
+    code, out, _ = cli("clean", stdin="")  # end of input, as Ctrl-D gives
+    assert code == 1
+    assert "Nothing stopped." in out and "Aborted" not in out
+    assert alive(orphan.pid)
+
+
 def test_yes_stops_without_asking(pen: ProcessPen) -> None:
     orphan = pen.orphan(env=ELASTIC)
     ready(orphan, "TORCHELASTIC_RUN_ID")

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from ddptui import exit_codes
-from ddptui.cli_common import echo, fail, read_runs_dir_option
+from ddptui.cli_common import confirmed, echo, fail, read_runs_dir_option
 from engine.core.common import strict_json
 from engine.core.common.statuses import KillOutcome
 from engine.core.ops.backends import backend_of
@@ -169,11 +169,7 @@ def kill_command(
 
 def _confirm_or_stop(question: str, *, err: bool) -> None:
     """Ask; anything but yes (Ctrl-D, no terminal) stops with nothing signalled, exit 1."""
-    try:
-        agreed = click.confirm(question, default=False, err=err)
-    except click.Abort:
-        agreed = False
-    if not agreed:
+    if not confirmed(question, err=err):
         echo("Nothing stopped.", err=err)
         sys.exit(exit_codes.FAILED)
 

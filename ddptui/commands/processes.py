@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from ddptui import exit_codes
-from ddptui.cli_common import echo, fail, unused_runs_dir_option
+from ddptui.cli_common import confirmed, echo, fail, unused_runs_dir_option
 from ddptui.cli_table import Column, output_width, render_table, wide_option, wrap_line
 from ddptui.text_figures import short_command
 from engine.core.common import strict_json
@@ -276,7 +276,7 @@ def clean_command(
     declined = False
     if plan.jobs and not dry_run:
         question = f"Stop {plan.process_count} processes of {len(plan.jobs)} orphaned job(s)?"
-        if yes or click.confirm(question, default=False, err=as_json):
+        if yes or confirmed(question, err=as_json):
             cleaned = clean_orphans(plan, grace, all_users=all_users)
             for line in _cleaned_lines(cleaned):
                 say(line)
@@ -293,7 +293,7 @@ def clean_command(
             f"Remove {len(leftovers.remove)} left-over file(s), "
             f"{format_bytes(leftovers.size_bytes)}?"
         )
-        if yes or click.confirm(question, default=False, err=as_json):
+        if yes or confirmed(question, err=as_json):
             removal = remove_leftovers(leftovers.remove)
             for line in _removal_lines(removal):
                 say(line)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ddptui import exit_codes
-from ddptui.cli_common import echo, fail, read_runs_dir_option
+from ddptui.cli_common import confirmed, echo, fail, read_runs_dir_option
 from ddptui.cli_table import (
     Column,
     cut_middle,
@@ -254,7 +254,7 @@ def _remove(
     if plan.remove and not dry_run:
         count = f"{len(plan.remove)} run{'s' if len(plan.remove) != 1 else ''}"
         question = f"Remove {count} ({format_bytes(plan.size_bytes)})?"
-        if yes or _confirmed(question, err=as_json):
+        if yes or confirmed(question, err=as_json):
             result = remove_runs(plan)
             say(f"removed {len(result.removed)}")
             for run_id, why in result.failed:
@@ -266,13 +266,6 @@ def _remove(
         click.echo(strict_json.dumps(_removal_json(plan, result), indent=2))
     stayed = bool(plan.refused) or declined or (result is not None and not result.ok)
     sys.exit(exit_codes.FAILED if stayed else exit_codes.OK)
-
-
-def _confirmed(question: str, *, err: bool) -> bool:
-    try:
-        return click.confirm(question, default=False, err=err)
-    except click.Abort:  # Ctrl-D, or no terminal to ask on
-        return False
 
 
 def _removal_json(plan: RemovalPlan, result: RemovalResult | None) -> dict[str, Any]:

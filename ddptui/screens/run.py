@@ -45,7 +45,6 @@ from engine.core.runs.observer import RunState
 from engine.core.runs.rundir import RunDir
 from engine.core.runs.step_breakdown import BottleneckKind
 
-
 LOG_KEEP = 6  # log lines a small terminal keeps by folding the rank table
 STEP_VIEW_FROM_ROWS = 40  # terminals this tall show the step view beside the GPUs and the log
 
