@@ -167,3 +167,22 @@ def test_node_records_and_gpu_samples_read_back_into_what_wrote_them(tmp_path: P
     assert read_node_gpus(tmp_path) == {"n1": sample}
     with pytest.raises(ValueError, match="not a node name"):
         write_node_record(tmp_path, node_record("../etc", 0, RunStatus.RUNNING))
+
+
+def test_a_node_record_over_its_bound_or_behind_a_link_is_named_not_read(tmp_path: Path) -> None:
+    from engine.core.runs.placement import NODES_DIR, RECORD_LIMIT, read_node_records
+
+    run_path = tmp_path / "run"
+    nodes = run_path / NODES_DIR
+    nodes.mkdir(parents=True)
+    (nodes / "n1.json").write_bytes(b" " * (RECORD_LIMIT + 1))
+    (tmp_path / "elsewhere.json").write_text("{}")
+    (nodes / "n2.json").symlink_to(tmp_path / "elsewhere.json")
+    found, problems = read_node_records(run_path)
+    assert found == {}
+    assert problems == (
+        f"{nodes / 'n1.json'}: {nodes / 'n1.json'} is 1 MiB, over the 1 MiB ddptui reads of "
+        "such a file: not loaded",
+        f"{nodes / 'n2.json'}: {nodes / 'n2.json'} is a symbolic link "
+        f"({tmp_path / 'elsewhere.json'}): not followed",
+    )

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.core.common.run_files import UnsafeRunFile, make_dirs, open_in_run, write_json_atomic
+from engine.core.common.run_files import make_dirs, read_run_bytes, write_json_atomic
 from engine.core.common.statuses import RunStatus
 from engine.core.host.gpus import GpuInventory, GpuSample
 from engine.core.procs.process_identity import ProcessRef
@@ -237,14 +237,11 @@ def read_json_file(run_path: Path, path: Path) -> dict[str, Any] | None:
     """A small JSON object of the run directory (read as ``open_in_run`` allows, at most
     ``RECORD_LIMIT`` bytes); None when it is not there. ValueError when it cannot be read."""
     try:
-        with open_in_run(run_path, path) as f:
-            raw = f.read(RECORD_LIMIT + 1)
+        raw = read_run_bytes(run_path, path, RECORD_LIMIT)
     except FileNotFoundError:
         return None
-    except (UnsafeRunFile, OSError) as err:
+    except OSError as err:  # a planted link, another user's file, over the limit
         raise ValueError(str(err)) from None
-    if len(raw) > RECORD_LIMIT:
-        raise ValueError(f"{path} is larger than {RECORD_LIMIT // 1024} KiB: not read")
     try:
         data = json.loads(raw.decode("utf-8", errors="replace"))
     except json.JSONDecodeError as err:
