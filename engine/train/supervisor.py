@@ -206,8 +206,11 @@ class Supervisor:
     def apply_probes(self, now: float) -> None:
         """Flag the ranks a probe found stalled (``engine.train.silence_probes``), unless they
         spoke since it began: the stall, its stacks and its culprit, at once."""
+        verdicts = self.probes.verdicts()
+        if not verdicts:  # almost always: the ranks' states are not worked out for nothing
+            return
         states = {s.rank: s for s in self.tracker.states(now=now, launcher_alive=True)}
-        for verdict, heard in self.probes.verdicts():
+        for verdict, heard in verdicts:
             w, state = self.watches.get(verdict.rank), states.get(verdict.rank)
             if w is None or state is None or w.exited or w.stalled:
                 continue
