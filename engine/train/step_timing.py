@@ -323,12 +323,15 @@ class StepTimer:
             return
         while self._pending:
             step = self._pending[0]
+            # the step's end first: one query, and no list of marks, while the device is behind
+            # (the end passes last)
+            if not wait and not clock.passed(step.end):
+                break
             marks = step.marks()
             if wait:
                 for mark in marks:
                     clock.wait(mark)
-            # the step's end first: one query while the device is behind (it passes last)
-            elif not clock.passed(step.end) or not all(map(clock.passed, marks)):
+            elif not all(map(clock.passed, marks)):
                 break
             self._pending.popleft()
             with self._lock:
