@@ -17,7 +17,6 @@ from ddptui.commands.gpus import render_gpus
 from ddptui.commands.kill import _kill_report
 from ddptui.stack_report import diagnosis_lines
 from ddptui.terminal_progress import result_line
-from ddptui.widgets.gpu_process_list import memory_cell
 from engine.core.common.run_environment import RUN_DIR_ENV, RUN_MARKER_ENV
 from engine.core.common.statuses import (
     HolderKind,
@@ -135,7 +134,7 @@ def test_a_cpu_rank_holds_no_gpu_memory_it_is_not_unlisted() -> None:
     hidden = GpuProcessRow(
         gpu_index=3, pid=8, kind=HolderKind.UNKNOWN, what="not part of any job", listed=False
     )
-    assert memory_cell(cpu_rank) == "-" and memory_cell(hidden) == "unlisted"
+    assert cpu_rank.memory_text == "-" and hidden.memory_text == "unlisted"
     lines = render_gpus(GpuView(gpus=(), rows=(cpu_rank, hidden), error="NVML: stand-in"), None)
     rows = [line.split() for line in lines if line.split()[:1] in (["cpu"], ["3"])]
     assert [r[:4] for r in rows] == [["3", "8", "?", "unlisted"], ["cpu", "7", "?", "-"]]

@@ -75,14 +75,6 @@ def _gpu_rows(view: GpuView) -> tuple[list[tuple[object, ...]], list[str]]:
     return rows, unreadable
 
 
-def _memory_cell(row: GpuProcessRow) -> str:
-    if row.gpu_index is None:
-        return "-"  # a rank on the CPU: it holds no GPU memory to list
-    if not row.listed:
-        return "unlisted"
-    return short_bytes(row.gpu_memory_bytes)
-
-
 def render_gpus(view: GpuView, width: int | None) -> list[str]:
     """The GPUs, then a line per process on each (GPU, pid, user, GPU memory, CPU, host memory,
     age, kind) with what it is and its command under it, then what could not be seen; no line
@@ -118,7 +110,7 @@ def render_gpus(view: GpuView, width: int | None) -> list[str]:
                     "cpu" if r.gpu_index is None else r.gpu_index,
                     r.pid,
                     r.user,
-                    _memory_cell(r),
+                    r.memory_text,
                     f"{r.cpu_percent:.0f}" if r.cpu_percent is not None else "-",
                     short_bytes(r.rss_bytes),
                     format_duration(r.age_seconds),

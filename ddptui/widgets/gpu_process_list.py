@@ -57,14 +57,6 @@ def _gpu(row: GpuProcessRow) -> int:
     return row.gpu_index if row.gpu_index is not None else 1 << 30
 
 
-def memory_cell(row: GpuProcessRow) -> str:
-    if row.gpu_index is None:
-        return "-"  # a rank on the CPU: no GPU memory to list ("unlisted" is for hidden holders)
-    if not row.listed:
-        return "unlisted"
-    return formatting.short_bytes(row.gpu_memory_bytes)
-
-
 def matches(row: GpuProcessRow, text: str) -> bool:
     """Whether the filter ``text`` is in the row's pid, user, kind, job, what or command."""
     if not text:
@@ -78,7 +70,7 @@ def cells(row: GpuProcessRow) -> tuple[str, ...]:
         "cpu" if row.gpu_index is None else str(row.gpu_index),
         str(row.pid),
         row.user,
-        memory_cell(row),
+        row.memory_text,
         f"{row.cpu_percent:.0f}" if row.cpu_percent is not None else "-",
         formatting.short_bytes(row.rss_bytes),
         formatting.format_duration(row.age_seconds),

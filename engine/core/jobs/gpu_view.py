@@ -17,6 +17,7 @@ from typing import Any
 
 import psutil
 
+from engine.core.common.formatting import short_bytes
 from engine.core.common.statuses import HolderKind, JobKind, JobState, ProcessRole
 from engine.core.host.gpus import GpuInventory, GpuSample, sample_gpus
 from engine.core.host.host_usage import HostSampler, HostUsage
@@ -58,6 +59,16 @@ class GpuProcessRow:
     @property
     def ref(self) -> ProcessRef | None:
         return ProcessRef(self.pid, self.start_time) if self.start_time is not None else None
+
+    @property
+    def memory_text(self) -> str:
+        """Its GPU memory as the GPUs screen and ``ddptui gpus`` show it: "-" for a rank on the
+        CPU (no GPU memory to list; "unlisted" is for holders NVML does not list)."""
+        if self.gpu_index is None:
+            return "-"
+        if not self.listed:
+            return "unlisted"
+        return short_bytes(self.gpu_memory_bytes)
 
 
 @dataclass(frozen=True)
