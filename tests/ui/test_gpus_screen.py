@@ -270,7 +270,7 @@ async def test_signalling_real_processes_by_pid_and_start_time(pen: ProcessPen) 
     assert gone(sleeper.pid, ref.start_time)
 
 
-def test_a_process_that_cannot_be_told_is_refused_not_called_ended(
+async def test_a_process_that_cannot_be_told_is_refused_not_called_ended(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import signal as signals
