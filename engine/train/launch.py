@@ -47,6 +47,7 @@ from engine.core.config.toml_io import load_config
 from engine.core.host import gpus
 from engine.core.host.capacity import available_memory_bytes, usable_cores
 from engine.core.host.oom_evidence import oom_baseline
+from engine.core.host.outside_load import OutsideLoad
 from engine.core.plan.resource_guard import check_resources
 from engine.core.plan.run_plan import RunPlan, plan_run
 from engine.core.procs.process_identity import ProcessRef
@@ -59,6 +60,7 @@ from engine.core.runs.events import (
     RunFinished,
     RunStarted,
 )
+from engine.core.runs.recorded_environment import RecordedEnvironment
 from engine.core.runs.rundir import (
     RunDir,
     RunDirError,
@@ -67,6 +69,7 @@ from engine.core.runs.rundir import (
 )
 from engine.core.runs.summarize import build_summary
 from engine.core.runs.summary import Failure, RunSummary
+from engine.train.environment_record import record_environment, record_outside_load
 from engine.train.memory_fault import own_memory_cgroup, remove_fault_cgroup
 from engine.train.supervisor import supervise
 
@@ -281,6 +284,8 @@ def launch(
         run_dir, config, plan, world_size=world_size, node_rank=node_rank, nnodes=nnodes
     )
     status, failure, reason = RunStatus.FAILED, None, ""
+    outside_load = OutsideLoad()
+    environment: RecordedEnvironment | None = None
     processes: dict[int, psutil.Process] = {}
     error_files: list[str | None] = []
     ranks = node_ranks(node_rank, nproc)
@@ -299,6 +304,8 @@ def launch(
                 global_ranks=tuple(processes),
             )
         )
+        # after the spawn: the engine's ranks are started through torch, whose versions it has
+        environment = record_environment(run_dir, plan)
         status, failure, reason = supervise(
             run_dir,
             config,
@@ -318,6 +325,7 @@ def launch(
         stop_processes(live, grace=3.0)
     finally:
         remove_rank_leftovers(run_dir, processes, error_files)
+        record_outside_load(run_dir, environment, outside_load)
         final = replace(
             base,
             state=status,

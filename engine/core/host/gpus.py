@@ -155,6 +155,24 @@ def sample_gpus() -> GpuInventory:
     )
 
 
+def sm_clocks(indices: tuple[int, ...]) -> dict[int, tuple[int | None, int | None]]:
+    """(SM clock now, its maximum) in MHz of each card of ``indices`` NVML can say, for a run's
+    record of what it ran on; {} without NVML. Never raises."""
+    try:
+        nvml = _nvml()
+    except Exception:
+        return {}
+    clocks: dict[int, tuple[int | None, int | None]] = {}
+    for index in indices:
+        handle = _try(partial(nvml.nvmlDeviceGetHandleByIndex, index))
+        if handle is None:
+            continue
+        now = _try(partial(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM))
+        most = _try(partial(nvml.nvmlDeviceGetMaxClockInfo, handle, nvml.NVML_CLOCK_SM))
+        clocks[index] = (None if now is None else int(now), None if most is None else int(most))
+    return clocks
+
+
 def gpu_count() -> int:
     """GPUs NVML can see (0 without a driver)."""
     return sample_gpus().count
