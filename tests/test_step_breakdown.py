@@ -183,3 +183,15 @@ def test_every_rank_waiting_for_data_and_a_balanced_run() -> None:
 def test_too_few_timed_steps_name_nothing() -> None:
     assert find_bottleneck([]) is None
     assert find_bottleneck([split(0, steps=2), split(1, steps=2, data=5.0)]) is None
+
+
+def test_a_step_split_adds_part_by_part_and_keeps_sync_untimed_until_one_is_timed() -> None:
+    from engine.core.common.step_split import StepPart, StepSplit
+
+    blind = StepSplit(data=1.0, forward=2.0, backward=3.0, optimizer=0.5, other=0.5)
+    assert blind.plus(blind).sync is None and StepPart.SYNC not in blind.parts()
+    timed = StepSplit(1.0, 1.0, 1.0, 2.0, 1.0, 0.0)
+    summed = blind.times(3).plus(timed)
+    assert summed == StepSplit(4.0, 7.0, 10.0, 2.0, 2.5, 1.5)
+    assert summed.mean_over(4) == StepSplit(1.0, 1.75, 2.5, 0.5, 0.625, 0.375)
+    assert list(summed.parts()) == list(StepPart) and summed.total == 27.0

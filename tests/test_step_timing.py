@@ -20,6 +20,7 @@ import torch.optim.optimizer as optimizer_hooks
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from engine.core.common.step_split import StepSplit
 from engine.core.runs.events import EventWriter, StepBreakdownReported, read_events
 from engine.train import step_timing
 from engine.train.step_marks import HostClock, TimedStep, split_step
@@ -72,12 +73,12 @@ def test_a_steps_marks_become_parts_that_add_up_to_it() -> None:
         end=13.5,
     )
     parts = split_step(step, HostClock(), sync_timed=True)
-    assert (parts.data, parts.forward, parts.other) == (0.5, 0.75, 0.25)
-    assert (parts.backward, parts.sync, parts.optimizer, parts.total) == (1.25, 0.5, 0.25, 3.5)
+    assert parts.split == StepSplit(0.5, 0.75, 1.25, 0.5, 0.25, 0.25)
+    assert parts.total == parts.split.total == 3.5
     # Without the comm hook the wait stays in backward; a step with no forward seen is "other".
-    assert split_step(step, HostClock(), sync_timed=False).backward == 1.75
+    assert split_step(step, HostClock(), sync_timed=False).split.backward == 1.75
     blind = split_step(TimedStep(start=0.0, optimizer_start=2.0, end=3.0), HostClock(), False)
-    assert (blind.data, blind.forward, blind.other, blind.optimizer) == (0.0, 0.0, 2.0, 1.0)
+    assert blind.split == StepSplit(data=0.0, forward=0.0, backward=0.0, optimizer=1.0, other=2.0)
 
 
 def test_the_gap_between_timed_steps_keeps_their_cost_to_the_share() -> None:

@@ -104,7 +104,7 @@ def _per_step(seconds: float | None, total: float) -> str:
 
 def _split_lines(progress: RunState, width: int | None) -> list[str]:
     """Each rank's step split in milliseconds per step and share of the step, then the cause."""
-    from engine.core.runs.step_breakdown import StepPart
+    from engine.core.common.step_split import StepPart
 
     split: tuple[StepBreakdown, ...] = progress.step_breakdown
     if not split:

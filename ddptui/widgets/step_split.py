@@ -13,7 +13,8 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from engine.core.runs.step_breakdown import Bottleneck, StepBreakdown, StepPart
+from engine.core.common.step_split import StepPart
+from engine.core.runs.step_breakdown import Bottleneck, StepBreakdown
 
 PART_STYLES = {
     StepPart.DATA: "yellow",

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Protocol
 
+from engine.core.common.step_split import StepSplit
+
 
 class Clock(Protocol):
     """Marks points of a step and tells the seconds between them."""
@@ -107,14 +109,9 @@ class TimedStep:
 
 @dataclass(frozen=True)
 class StepParts:
-    """Seconds of each part of one step; they add up to ``total``."""
+    """One step's split; ``total`` is its seconds from start to end, which the parts add up to."""
 
-    data: float
-    forward: float
-    backward: float
-    sync: float | None
-    optimizer: float
-    other: float
+    split: StepSplit
     total: float
 
 
@@ -142,4 +139,5 @@ def split_step(step: TimedStep, clock: Clock, sync_timed: bool) -> StepParts:
             sync = min(backward, max(0.0, last_synced - last_ready))
             backward -= sync
     other = max(0.0, total - data - forward - backward - (sync or 0.0) - optimizer)
-    return StepParts(data, forward, backward, sync, optimizer, other, total)
+    split = StepSplit(data, forward, backward, sync, optimizer, other)
+    return StepParts(split, total)

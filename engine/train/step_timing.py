@@ -37,10 +37,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from engine.core.common.step_split import StepSplit
 from engine.core.runs.events import EventWriter, StepBreakdownReported
 from engine.train.step_marks import Clock, CudaClock, HostClock, StepParts, TimedStep, split_step
 
@@ -63,37 +64,17 @@ class _Window:
 
     steps: int = 0
     timed: int = 0
-    data: float = 0.0
-    forward: float = 0.0
-    backward: float = 0.0
-    sync: float | None = None
-    optimizer: float = 0.0
-    other: float = 0.0
+    seconds: StepSplit = field(default_factory=StepSplit)
 
     def add(self, parts: StepParts, steps: int, timed: int = 1) -> None:
         self.steps += steps
         self.timed += timed
-        self.data += parts.data * steps
-        self.forward += parts.forward * steps
-        self.backward += parts.backward * steps
-        if parts.sync is not None:
-            self.sync = (self.sync or 0.0) + parts.sync * steps
-        self.optimizer += parts.optimizer * steps
-        self.other += parts.other * steps
+        self.seconds = self.seconds.plus(parts.split.times(steps))
 
     def event(self, rank: int, clock: str) -> StepBreakdownReported:
-        n = self.steps
+        mean = self.seconds.mean_over(self.steps)
         return StepBreakdownReported(
-            rank=rank,
-            steps=n,
-            timed=self.timed,
-            data=self.data / n,
-            forward=self.forward / n,
-            backward=self.backward / n,
-            sync=self.sync / n if self.sync is not None else None,
-            optimizer=self.optimizer / n,
-            other=self.other / n,
-            clock=clock,
+            rank=rank, steps=self.steps, timed=self.timed, clock=clock, **mean.fields()
         )
 
 

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from engine.core.common.statuses import RowStatus
-from engine.core.runs.step_breakdown import StepPart
+from engine.core.common.step_split import StepPart
 from engine.core.runs.summary import RunSummary
 
 TABLE_SCHEMA_VERSION = 1

@@ -16,7 +16,7 @@ from typing import Any
 from engine.core.bench.speedup_table import RowResult, SpeedupRow, SpeedupTable, TableError
 from engine.core.bench.table_notes import table_notes
 from engine.core.common.statuses import RowStatus, RunStatus
-from engine.core.runs.step_breakdown import StepPart
+from engine.core.common.step_split import StepPart
 from engine.core.runs.summary import RunSummary
 
 

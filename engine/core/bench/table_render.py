@@ -26,7 +26,7 @@ from engine.core.bench.speedup_table import (
 )
 from engine.core.common import strict_json
 from engine.core.common.statuses import RowStatus
-from engine.core.runs.step_breakdown import StepPart
+from engine.core.common.step_split import StepPart
 
 FORMATS = ("markdown", "csv", "json")
 NONE_CELL = "—"

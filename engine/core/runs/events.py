@@ -27,6 +27,7 @@ from engine.core.common.run_files import (
     open_in_run,
     open_private,
 )
+from engine.core.common.step_split import StepSplit
 from engine.core.common.strict_json import float_or_nan
 
 SCHEMA_VERSION = 1
@@ -179,6 +180,10 @@ class StepBreakdownReported(Event):
     optimizer: float  # the optimizer step
     other: float  # the rest: between two forwards of one step, or a step with no forward seen
     clock: str = "cpu"  # "cuda": timed on the GPU with CUDA events
+
+    @property
+    def split(self) -> StepSplit:
+        return StepSplit.of(self)
 
 
 @dataclass(frozen=True)

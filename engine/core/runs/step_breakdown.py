@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from engine.core.common.statuses import Vocabulary
+from engine.core.common.step_split import StepPart, StepSplit
 from engine.core.common.strict_json import float_or_nan
 from engine.core.runs.events import Event, StepBreakdownReported, StepProgress
 
@@ -55,17 +56,6 @@ ALL_INPUT_SHARE = 0.30
 RECENT_REPORTS = 8
 
 
-class StepPart(Vocabulary):
-    """The parts of a step, in the order they happen (and are drawn)."""
-
-    DATA = "data"
-    FORWARD = "forward"
-    BACKWARD = "backward"
-    SYNC = "sync"
-    OPTIMIZER = "optimizer"
-    OTHER = "other"
-
-
 @dataclass(frozen=True)
 class StepBreakdown:
     """One rank's step, split: mean seconds per step of each part over ``steps`` steps, from the
@@ -87,17 +77,13 @@ class StepBreakdown:
     clock: str = "cpu"  # "cuda": GPU time, from CUDA events
     step_seconds: float | None = None
 
+    @property
+    def split(self) -> StepSplit:
+        return StepSplit.of(self)
+
     def parts(self) -> dict[StepPart, float]:
         """Seconds per step of each part, in step order; sync only where it was timed."""
-        parts = {
-            StepPart.DATA: self.data,
-            StepPart.FORWARD: self.forward,
-            StepPart.BACKWARD: self.backward,
-            StepPart.SYNC: self.sync,
-            StepPart.OPTIMIZER: self.optimizer,
-            StepPart.OTHER: self.other,
-        }
-        return {part: seconds for part, seconds in parts.items() if seconds is not None}
+        return self.split.parts()
 
     @property
     def total(self) -> float:
@@ -129,7 +115,7 @@ class StepBreakdown:
             raise TypeError(f"step_breakdown: expected a JSON object, found {type(data).__name__}")
         known = cls.__dataclass_fields__
         values = {k: v for k, v in data.items() if k in known}
-        for name in ("data", "forward", "backward", "optimizer", "other"):
+        for name in (part.value for part in StepPart if part != StepPart.SYNC):
             if name in values:
                 values[name] = float_or_nan(values[name])
         return cls(**values)
@@ -144,8 +130,7 @@ class _PartSums:
 
     steps: int = 0
     timed: int = 0
-    seconds: dict[StepPart, float] = field(default_factory=lambda: dict.fromkeys(StepPart, 0.0))
-    sync_timed: bool = False
+    seconds: StepSplit = field(default_factory=StepSplit)
     clock: str = "cpu"
 
     def add(self, e: StepBreakdownReported) -> None:
@@ -154,33 +139,18 @@ class _PartSums:
         self.steps += e.steps
         self.timed += e.timed
         self.clock = e.clock
-        self.sync_timed = self.sync_timed or e.sync is not None
-        for part, value in (
-            (StepPart.DATA, e.data),
-            (StepPart.FORWARD, e.forward),
-            (StepPart.BACKWARD, e.backward),
-            (StepPart.SYNC, e.sync or 0.0),
-            (StepPart.OPTIMIZER, e.optimizer),
-            (StepPart.OTHER, e.other),
-        ):
-            self.seconds[part] += value * e.steps
+        self.seconds = self.seconds.plus(e.split.times(e.steps))
 
     def breakdown(self, rank: int, step_seconds: float | None) -> StepBreakdown | None:
         if self.steps <= 0:
             return None
-        mean = {part: total / self.steps for part, total in self.seconds.items()}
         return StepBreakdown(
             rank=rank,
             steps=self.steps,
             timed=self.timed,
-            data=mean[StepPart.DATA],
-            forward=mean[StepPart.FORWARD],
-            backward=mean[StepPart.BACKWARD],
-            sync=mean[StepPart.SYNC] if self.sync_timed else None,
-            optimizer=mean[StepPart.OPTIMIZER],
-            other=mean[StepPart.OTHER],
             clock=self.clock,
             step_seconds=step_seconds,
+            **self.seconds.mean_over(self.steps).fields(),
         )
 
 
