@@ -325,3 +325,20 @@ def test_a_config_error_said_of_an_outer_place_keeps_its_parts() -> None:
         outer.key,
         outer.reason,
     )
+
+
+def test_an_unknown_key_is_one_sentence_naming_it_and_the_known_ones() -> None:
+    from engine.core.config.known_keys import check_known_keys
+
+    check_known_keys(["a"], ("a", "b"), where="f.toml")  # known: nothing raised
+    cases = [
+        ({}, "unknown key 'c' (known keys: a, b)", "c"),
+        ({"section": "s"}, "unknown key s.c (known keys: a, b)", "s.c"),
+        ({"section": "rows", "entry": "rows entry 2"}, "unknown key 'c' in rows entry 2", "rows.c"),
+        ({"what": "section or key"}, "unknown section or key 'c' (known: a, b)", "c"),
+    ]
+    for options, sentence, key in cases:
+        with pytest.raises(ConfigError) as err:
+            check_known_keys(["a", "c"], ("a", "b"), where="f.toml", **options)
+        assert str(err.value).startswith("f.toml") and sentence in str(err.value)
+        assert err.value.key == key

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.common.config_error import ConfigError
+from engine.core.config.known_keys import check_known_keys
 from engine.core.config.presets import bundled_presets_dir, load_preset, user_presets_dir
 from engine.core.config.schema import RunConfig
 from engine.core.config.toml_io import apply_overrides, read_toml_file
@@ -146,14 +147,7 @@ def load_suite_file(path: Path, *, name: str | None = None) -> Suite:
 
 def suite_from_mapping(data: Mapping[str, Any], *, name: str, path: Path | None = None) -> Suite:
     where = str(path) if path else f"suite {name}"
-    for key in data:
-        if key not in SUITE_KEYS:
-            raise ConfigError(
-                f"unknown key {key!r} (known keys: {', '.join(SUITE_KEYS)})",
-                where=where,
-                key=key,
-                reason=f"unknown key {key!r}",
-            )
+    check_known_keys(data, SUITE_KEYS, where=where)
     description = data.get("description", "")
     if not isinstance(description, str):
         raise ConfigError("description must be a string", where=where, key="description")
@@ -193,14 +187,7 @@ def suite_from_mapping(data: Mapping[str, Any], *, name: str, path: Path | None 
 
 
 def _row(where: str, index: int, raw: Mapping[str, Any]) -> SuiteRow:
-    for key in raw:
-        if key not in ROW_KEYS:
-            raise ConfigError(
-                f"unknown key {key!r} in rows entry {index} (known keys: {', '.join(ROW_KEYS)})",
-                where=where,
-                key=f"rows.{key}",
-                reason=f"unknown key {key!r} in rows entry {index}",
-            )
+    check_known_keys(raw, ROW_KEYS, where=where, section="rows", entry=f"rows entry {index}")
     preset = raw.get("preset")
     if not isinstance(preset, str) or not preset:
         raise ConfigError(

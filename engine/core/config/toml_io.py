@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, get_origin, get_type_hints
 
 from engine.core.common.config_error import ConfigError
+from engine.core.config.known_keys import check_known_keys
 from engine.core.config.schema import RunConfig, check_finite
 
 if sys.version_info >= (3, 11):
@@ -89,13 +90,7 @@ def _build_section(where: str, section: str, cls: type, values: Mapping[str, Any
     hints = get_type_hints(cls)
     kwargs: dict[str, Any] = {}
     for key, value in values.items():
-        if key not in hints:
-            raise ConfigError(
-                f"unknown key {section}.{key} (known keys: {', '.join(hints)})",
-                where=where,
-                key=f"{section}.{key}",
-                reason=f"unknown key {section}.{key}",
-            )
+        check_known_keys([key], hints, where=where, section=section)
         kwargs[key] = _coerce(where, f"{section}.{key}", value, hints[key])
     try:
         return cls(**kwargs)
@@ -116,14 +111,9 @@ def config_from_mapping(data: Mapping[str, Any], *, name: str, where: str) -> Ru
                     reason=f"[{key}] is not a table",
                 )
             sections[key] = _build_section(where, key, SECTION_TYPES[key], value)
-        elif key not in TOP_LEVEL_KEYS:
-            known = ", ".join([*TOP_LEVEL_KEYS, *SECTION_TYPES])
-            raise ConfigError(
-                f"unknown section or key {key!r} (known: {known})",
-                where=where,
-                key=key,
-                reason=f"unknown section or key {key!r}",
-            )
+        else:
+            known = [*TOP_LEVEL_KEYS, *SECTION_TYPES]
+            check_known_keys([key], known, where=where, what="section or key")
     description = data.get("description", "")
     if not isinstance(description, str):
         raise ConfigError("description must be a string", where=where, key="description")
@@ -235,13 +225,7 @@ def apply_overrides(config: RunConfig, overrides: Mapping[str, Any]) -> RunConfi
                 reason=f"{dotted} is not section.key",
             )
         hints = get_type_hints(SECTION_TYPES[section])
-        if key not in hints:
-            raise ConfigError(
-                f"unknown key {dotted} (known keys: {', '.join(hints)})",
-                where=where,
-                key=dotted,
-                reason=f"unknown key {dotted}",
-            )
+        check_known_keys([key], hints, where=where, section=section)
         if hints[key] is str and not isinstance(value, str):
             value = str(value) if not isinstance(value, bool) else value
         data[section][key] = value
