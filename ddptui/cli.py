@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "presets": ("presets", "presets_command", "List presets and whether each can run here."),
     "runs": ("runs", "runs_command", "List runs: state, age, devices, stalled ranks."),
     "show": ("show", "show_command", "One run: config, per-rank states, summary, failure."),
+    "diff": ("diff", "diff_command", "Two runs compared: why B is slower or faster than A."),
     "rm": ("runs", "rm_command", "Remove ended runs' directories (asks first)."),
     "gpus": ("gpus", "gpus_command", "Every GPU and every process on it, named for what it is."),
     "ps": ("processes", "ps_command", "Distributed-training processes here, grouped into jobs."),

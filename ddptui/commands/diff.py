@@ -1,0 +1,104 @@
+"""``ddptui diff RUN_A RUN_B``: why one run is slower (or faster) than another, in one sentence,
+with what differs in their config and environment, their figures as ratios and their step split
+part by part per rank. ``ddptui diff RUN``: against the newest completed run of its preset.
+
+Reads only the two run directories (``engine.core.runs.compare``), so it works on any ended run,
+long after the UI that started it is gone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ddptui.cli_common import echo, fail, read_runs_dir_option
+from ddptui.cli_table import terminal_width
+from engine.core.common import strict_json
+from engine.core.runs.rundir import RunDir, RunDirError, find_run
+
+
+@click.command("diff")
+@click.argument("run_a")
+@click.argument("run_b", required=False)
+@read_runs_dir_option
+@click.option("--json", "as_json", is_flag=True, help="The comparison as JSON, for scripts.")
+def diff_command(run_a: str, run_b: str | None, runs_dir: Path, as_json: bool) -> None:
+    """Compare two runs and say why B is slower or faster than A.
+
+    RUN_A and RUN_B are run ids or any unique part of one (the random suffix, say), or a
+    preset's name for its newest run, as `ddptui show` takes them. Given one run only, it is B,
+    and A is the newest completed run of the same preset before it.
+
+    \b
+    The report says, in this order:
+      the sentence   how much slower or faster B is, the step part that moved
+                     most, and the config key or environment variable that
+                     most likely did it (or "within noise" when the difference
+                     is under the runs' own step-time spread)
+      config         each key whose resolved value differs (A, then B)
+      environment    torch / CUDA / NCCL, NCCL_* and thread variables, threads
+                     per rank, GPUs and clocks (environment.json; "not
+                     recorded" for runs from before it was kept)
+      figures        images/s, epoch time, data wait, accuracy as B/A
+      step split     ms per step of data, forward, backward, sync, optimizer
+                     and other, per rank
+
+    \b
+    Examples:
+      ddptui diff 3f9a 7c21          two runs by their suffixes
+      ddptui diff cpu-demo           cpu-demo's newest run against the one before
+      ddptui diff 3f9a 7c21 --json   for a script
+
+    Exit codes: 0 compared, 2 bad input (an unknown or ambiguous id, a run directory of
+    another user, a file written by a newer ddptui, no completed run to compare with).
+    """
+    from engine.core.runs.compare.compared_run import read_compared_run
+    from engine.core.runs.compare.run_diff import diff_runs
+
+    try:
+        b_dir = find_run(runs_dir, run_b if run_b is not None else run_a)
+        a_dir = find_run(runs_dir, run_a) if run_b is not None else _previous_completed(b_dir)
+        if a_dir.path == b_dir.path:
+            fail(f"{run_a!r} and {run_b!r} are the same run ({a_dir.run_id}); name two runs")
+        diff = diff_runs(read_compared_run(a_dir), read_compared_run(b_dir))
+    except RunDirError as err:
+        fail(str(err))
+    if as_json:
+        click.echo(strict_json.dumps(diff.to_json(), indent=2))
+        return
+    from ddptui.run_diff_text import diff_lines
+
+    echo("\n".join(diff_lines(diff, terminal_width())))
+
+
+def _previous_completed(run: RunDir) -> RunDir:
+    """The newest completed run of ``run``'s preset started before it, else the newest after it;
+    RunDirError when there is none."""
+    from engine.core.common.statuses import RunStatus
+    from engine.core.runs.rundir import list_runs, preset_of_run_id
+
+    preset = preset_of_run_id(run.run_id)
+    if preset is None:
+        raise RunDirError(
+            f"{run.run_id} is not named after a preset, so it has no runs of its own kind; "
+            "name the run to compare it with: ddptui diff RUN_A RUN_B"
+        )
+    others = [
+        r
+        for r in list_runs(run.path.parent)
+        if r.run_id != run.run_id and preset_of_run_id(r.run_id) == preset
+    ]
+    before = [r for r in others if r.run_id < run.run_id]
+    after = [r for r in others if r.run_id > run.run_id]
+    for candidate in [*reversed(before), *reversed(after)]:
+        try:
+            summary = candidate.read_summary()
+        except RunDirError:
+            continue
+        if summary is not None and summary.status == RunStatus.COMPLETED:
+            return candidate
+    raise RunDirError(
+        f"no other completed run of {preset} in {run.path.parent} to compare {run.run_id} with; "
+        "name both runs: ddptui diff RUN_A RUN_B"
+    )
