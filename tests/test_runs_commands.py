@@ -17,6 +17,7 @@ from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.procs.process_identity import ProcessRef
 from engine.core.runs.events import (
     EpochStarted,
+    Event,
     RankExited,
     RankFailed,
     RankFinished,
@@ -190,6 +191,32 @@ def test_a_rank_that_died_silently_is_the_root_cause_before_its_peers_errors(
     assert summary.failure is not None and summary.failure.rank == 1
     observed = observe_run(run_dir).failure
     assert observed is not None and observed.rank == 1
+
+
+def test_a_summary_reads_each_event_file_once(
+    runs_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engine.core.runs import summarize
+
+    launcher = [RankExited(rank=1, pid=101, exitcode=None, signal="SIGKILL", time=T0 + 1.05)]
+    run_dir = make_run(
+        runs_dir,
+        "r-reads",
+        events={"launcher": launcher, "rank-0": [started(0), step(0, T0 + 1)], "rank-1": []},
+    )
+    reads: list[Path] = []
+    real_read = summarize.read_events
+
+    def counted(path: Path, run_path: Path | None = None) -> list[Event]:
+        reads.append(path)
+        return real_read(path, run_path)
+
+    monkeypatch.setattr(summarize, "read_events", counted)
+    summary = build_summary(run_dir, RunStatus.FAILED)  # failed: the root cause is read too
+    assert summary.failure is not None and summary.failure.rank == 1
+    assert summary.global_steps == 3
+    names = sorted(p.name for p in reads)
+    assert names == ["launcher.jsonl", "rank-0.jsonl", "rank-1.jsonl"]
 
 
 def test_a_rank_the_launcher_stopped_is_neither_root_cause_nor_failed() -> None:

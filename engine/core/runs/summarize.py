@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 from engine.core.common.statuses import RunStatus
 from engine.core.config.devices import DevicePlan
@@ -92,35 +93,56 @@ def figure_warnings(
     return tuple(warnings)
 
 
+@dataclass(frozen=True)
+class RunEvents:
+    """Every event file of a run, each read once: the launchers' (its own first, then each node
+    launcher's) and each rank's, by rank. What every part of a summary is built from."""
+
+    launchers: tuple[list[Event], ...]
+    ranks: dict[int, list[Event]]
+
+    @classmethod
+    def read(cls, run_dir: RunDir) -> RunEvents:
+        launchers = tuple(read_events(p, run_dir.path) for p in run_dir.launcher_event_paths())
+        paths = run_dir.rank_event_paths()
+        return cls(launchers, {rank: read_events(p, run_dir.path) for rank, p in paths.items()})
+
+    @property
+    def rank0(self) -> list[Event]:
+        return self.ranks.get(0, [])
+
+    def root_failure(self, status: RunStatus) -> Failure | None:
+        """The root cause of a run's failure, as the rank rules decide it
+        (``RankStateTracker.root_failure``: the one place it is decided)."""
+        tracker = RankStateTracker()
+        for events in [*self.launchers, *self.ranks.values()]:
+            tracker.feed_all(events)
+        return tracker.root_failure(status)
+
+    def step_split(self) -> tuple[tuple[StepBreakdown, ...], str]:
+        """(each rank's step split over the whole run, the run's bottleneck sentence)
+        (``engine.core.runs.step_breakdown``: the one rule)."""
+        fold = StepBreakdownFold()
+        for events in self.ranks.values():
+            fold.feed_all(events)
+        split = fold.whole_run()
+        bottleneck = find_bottleneck(split)
+        return split, bottleneck.sentence if bottleneck else ""
+
+    def started_time(self, info: RunInfo) -> float:
+        """When the (first) launcher started its ranks; run.json's creation before that."""
+        started = [e.time for events in self.launchers for e in events if isinstance(e, RunStarted)]
+        return min(started) if started else info.created
+
+
 def root_failure_of(run_dir: RunDir, status: RunStatus) -> Failure | None:
-    """The root cause of a run's failure from its event files, as the rank rules decide it
-    (``RankStateTracker.root_failure``: the one place it is decided)."""
-    tracker = RankStateTracker()
-    for path in [*run_dir.launcher_event_paths(), *run_dir.rank_event_paths().values()]:
-        tracker.feed_all(read_events(path, run_dir.path))
-    return tracker.root_failure(status)
+    """The root cause of a run's failure from its event files."""
+    return RunEvents.read(run_dir).root_failure(status)
 
 
 def step_split_of(run_dir: RunDir) -> tuple[tuple[StepBreakdown, ...], str]:
-    """(each rank's step split over the whole run, the run's bottleneck sentence) from every
-    rank's events (``engine.core.runs.step_breakdown``: the one rule)."""
-    fold = StepBreakdownFold()
-    for path in run_dir.rank_event_paths().values():
-        fold.feed_all(read_events(path, run_dir.path))
-    split = fold.whole_run()
-    bottleneck = find_bottleneck(split)
-    return split, bottleneck.sentence if bottleneck else ""
-
-
-def started_time(run_dir: RunDir, info: RunInfo) -> float:
-    """When the (first) launcher started its ranks; run.json's creation before that."""
-    started = [
-        e.time
-        for path in run_dir.launcher_event_paths()
-        for e in read_events(path, run_dir.path)
-        if isinstance(e, RunStarted)
-    ]
-    return min(started) if started else info.created
+    """Each rank's step split over the whole run and the run's bottleneck, from its files."""
+    return RunEvents.read(run_dir).step_split()
 
 
 def build_summary(
@@ -136,18 +158,19 @@ def build_summary(
         info: RunInfo | None = run_dir.read_run_info()
     except RunDirError:  # a summary must be written even next to a broken run.json
         info = None
-    rank0 = read_events(run_dir.rank_events_path(0), run_dir.path)
-    started = started_time(run_dir, info) if info else _first_time(rank0)
+    events = RunEvents.read(run_dir)  # each file once, for every figure below
+    rank0 = events.rank0
+    started = events.started_time(info) if info else _first_time(rank0)
     world_size = info.world_size if info else _reported_world_size(rank0)
     devices = info.devices if info else config.devices.spec
     described = DevicePlan.from_description(devices)
     device_count = described.device_count if described is not None else 1
     global_batch = config.training.batch_size * (world_size if config.strategy.name == "ddp" else 1)
     if failure is None and status == RunStatus.FAILED:
-        failure = root_failure_of(run_dir, status)
+        failure = events.root_failure(status)
     finished = time.time()
     epochs = epoch_figures(rank0)
-    split, bottleneck = step_split_of(run_dir)
+    split, bottleneck = events.step_split()
     return RunSummary(
         run_id=run_dir.run_id,
         preset=config.name,
