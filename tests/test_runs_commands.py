@@ -198,7 +198,9 @@ def test_a_summary_reads_each_event_file_once(
 ) -> None:
     from engine.core.runs import summarize
 
-    launcher = [RankExited(rank=1, pid=101, exitcode=None, signal="SIGKILL", time=T0 + 1.05)]
+    launcher: list[Event] = [
+        RankExited(rank=1, pid=101, exitcode=None, signal="SIGKILL", time=T0 + 1.05)
+    ]
     run_dir = make_run(
         runs_dir,
         "r-reads",
