@@ -167,6 +167,45 @@ def test_rm_is_kept_from_a_run_only_by_its_own_processes_not_a_namesakes(
     assert not run_dir.path.exists()
 
 
+def test_removal_acts_on_the_callers_plan_and_rechecks_only_what_can_change(
+    runs_dir: Path, tmp_path: Path, pen: ProcessPen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """remove_runs does not plan again (no run observed, one process scan for the plan), yet
+    a run whose directory became a link or whose marker a process took since is kept."""
+    from engine.core.ops import run_removal
+
+    plain, linked, marked = (
+        ended(runs_dir, f"20260101-00000{n}-made-aaa{n}", RunStatus.COMPLETED) for n in (1, 2, 3)
+    )
+    plan = run_removal.plan_removal([plain, linked, marked])
+    assert [r.run_id for r in plan.remove] == [plain.run_id, linked.run_id, marked.run_id]
+    moved = tmp_path / "moved"
+    linked.path.rename(moved)
+    linked.path.symlink_to(moved)
+    late = pen.python(env=marker_env(runs_dir, marked.run_id))
+    assert pen.wait_until(lambda: _carries_marker(late.pid, marked.run_id))
+    scans = []
+    real_scan = run_removal.live_run_markers
+
+    def counted_scan() -> dict[run_removal.RunMarker, list[int]]:
+        scans.append(1)
+        return real_scan()
+
+    def no_observing(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("remove_runs observed a run again")
+
+    monkeypatch.setattr(run_removal, "live_run_markers", counted_scan)
+    monkeypatch.setattr(run_removal, "observe_run", no_observing)
+    result = run_removal.remove_runs(plan)
+    assert result.removed == (plain.run_id,) and len(scans) == 1
+    assert dict(result.failed) == {
+        linked.run_id: "its run directory is a symbolic link; remove the link yourself",
+        marked.run_id: f"processes carrying its run marker are alive (pid {late.pid}): stop "
+        f"them first (ddptui kill {marked.run_id})",
+    }
+    assert not plain.path.exists() and moved.is_dir() and marked.path.is_dir()
+
+
 def test_rm_dry_run_removes_nothing_and_an_unknown_run_is_bad_input(runs_dir: Path) -> None:
     run_dir = ended(runs_dir, "20260101-000000-made-aaaa", RunStatus.COMPLETED)
     code, out, _ = cli("rm", "aaaa", "--runs-dir", str(runs_dir), "--dry-run")

@@ -80,31 +80,40 @@ def _refusal(
     run_dir: RunDir, markers: dict[RunMarker, list[int]], allow_other_users: bool, now: float
 ) -> tuple[str, RunStatus]:
     """(why it may not be removed, or "", its status)."""
-    try:
-        mode = os.lstat(run_dir.path).st_mode
-    except OSError as err:
-        return f"it cannot be read ({err.strerror})", RunStatus.UNREADABLE
-    if stat.S_ISLNK(mode):
-        return (
-            "its run directory is a symbolic link; remove the link yourself",
-            RunStatus.UNREADABLE,
-        )
+    why = _not_a_plain_directory(run_dir)
+    if why:
+        return why, RunStatus.UNREADABLE
     owner = run_dir_owner(run_dir)
     if owner is not None and not allow_other_users:
         return f"it is {owner}'s run (as root, --all-users removes it)", RunStatus.UNREADABLE
     status = observe_run(run_dir, now, settle=False).status
     if status.live:
         return f"it is {status}: stop it first (ddptui kill {run_dir.run_id})", status
+    return _carried_by_live_processes(run_dir, markers), status
+
+
+def _not_a_plain_directory(run_dir: RunDir) -> str:
+    """Why ``run_dir`` is no directory rmtree may go into (unreadable, a link), or ""."""
+    try:
+        mode = os.lstat(run_dir.path).st_mode
+    except OSError as err:
+        return f"it cannot be read ({err.strerror})"
+    if stat.S_ISLNK(mode):
+        return "its run directory is a symbolic link; remove the link yourself"
+    return ""
+
+
+def _carried_by_live_processes(run_dir: RunDir, markers: dict[RunMarker, list[int]]) -> str:
+    """Why live processes keep ``run_dir`` (they carry its run marker), or ""."""
     # its own processes carry its directory; an older launcher's, its id alone
     pids = markers.get(RunMarker.of_dir(run_dir.path)) or markers.get(RunMarker(run_dir.run_id, ""))
-    if pids:
-        listed = ", ".join(map(str, pids[:5]))
-        return (
-            f"processes carrying its run marker are alive (pid {listed}): stop them first "
-            f"(ddptui kill {run_dir.run_id})",
-            status,
-        )
-    return "", status
+    if not pids:
+        return ""
+    listed = ", ".join(map(str, pids[:5]))
+    return (
+        f"processes carrying its run marker are alive (pid {listed}): stop them first "
+        f"(ddptui kill {run_dir.run_id})"
+    )
 
 
 def prune_selection(
@@ -127,15 +136,16 @@ def prune_selection(
 
 
 def remove_runs(plan: RemovalPlan) -> RemovalResult:
-    """Remove what the plan removes, each checked again for a going run just before."""
+    """Remove what the caller's plan removes. What may change since it was planned is checked
+    again just before each: the path still no link, and no live process carrying the run's
+    marker (one scan of the processes for the whole plan). A run the plan found ended cannot
+    start again, so it is not observed twice."""
     removed, failed = [], []
-    again = plan_removal([RunDir(Path(r.path)) for r in plan.remove], allow_other_users=True)
-    refused_now = dict(again.refused)
+    markers = live_run_markers()
     for run in plan.remove:
-        if run.run_id in refused_now:
-            failed.append((run.run_id, refused_now[run.run_id]))
-            continue
-        problem = _remove_tree(run.path)
+        run_dir = RunDir(Path(run.path))
+        problem = _not_a_plain_directory(run_dir) or _carried_by_live_processes(run_dir, markers)
+        problem = problem or _remove_tree(run.path)
         if problem:
             failed.append((run.run_id, problem))
         else:
