@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # only annotations: the app starts without ddptui.watch
     from ddptui.watch import RunView
     from engine.core.jobs.gpu_view import GpuView
     from engine.core.plan.preset_check import PresetCheck
+    from engine.core.runs.compare.run_diff import RunDiff
     from engine.core.runs.run_listing import RunListing
     from engine.core.runs.rundir import RunDir
     from engine.core.stacks.snapshot import StackSnapshot
@@ -245,6 +246,15 @@ class ResultsBuilt(Message, bubble=False):
         self.source = source
         self.table = shown(table)
         self.error = shown(error)
+
+
+class RunsCompared(Message):
+    """Two runs compared (``engine.core.runs.compare``), or why they could not be (one sentence)."""
+
+    def __init__(self, diff: RunDiff | None, problem: str = "") -> None:
+        super().__init__()
+        self.diff = shown(diff)
+        self.problem = shown(problem)
 
 
 class StacksTaken(Message):

@@ -13,7 +13,10 @@ from click.testing import CliRunner, Result
 from ddptui.cli import main
 from engine.core.common.statuses import RunStatus
 from engine.core.runs.compare import compared_run
-from tests.fixtures.diff_runs import make_ended_run
+from tests.fixtures.diff_runs import (
+    SLOWER_SENTENCE,
+    make_ended_run,
+)
 
 A = "20261206-100000-cpu-demo-aaaa"
 B = "20261206-110000-cpu-demo-bbbb"
@@ -41,10 +44,7 @@ def test_two_runs_by_their_suffixes_fit_80_columns(runs: Path) -> None:
     assert [line for line in lines if len(line) > WIDTH] == []
     assert lines[:2] == [f"A  {A}", f"B  {B}"]
     text = " ".join(lines)
-    assert (
-        "B is 1.8x slower: its data wait rose from 4 % to 47 % of the step; it ran with "
-        "data.num_workers 2 instead of 10" in text
-    )
+    assert SLOWER_SENTENCE in text
     assert "  data.num_workers  10  2" in lines
     assert "environment: the same" in lines
     assert any(line.split()[:2] == ["images/s", "5,120"] for line in lines)

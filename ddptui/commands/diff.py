@@ -15,7 +15,7 @@ import click
 from ddptui.cli_common import echo, fail, read_runs_dir_option
 from ddptui.cli_table import terminal_width
 from engine.core.common import strict_json
-from engine.core.runs.rundir import RunDir, RunDirError, find_run
+from engine.core.runs.rundir import RunDirError, find_run
 
 
 @click.command("diff")
@@ -53,12 +53,12 @@ def diff_command(run_a: str, run_b: str | None, runs_dir: Path, as_json: bool) -
     Exit codes: 0 compared, 2 bad input (an unknown or ambiguous id, a run directory of
     another user, a file written by a newer ddptui, no completed run to compare with).
     """
-    from engine.core.runs.compare.compared_run import read_compared_run
+    from engine.core.runs.compare.compared_run import previous_completed_run, read_compared_run
     from engine.core.runs.compare.run_diff import diff_runs
 
     try:
         b_dir = find_run(runs_dir, run_b if run_b is not None else run_a)
-        a_dir = find_run(runs_dir, run_a) if run_b is not None else _previous_completed(b_dir)
+        a_dir = find_run(runs_dir, run_a) if run_b is not None else previous_completed_run(b_dir)
         if a_dir.path == b_dir.path:
             fail(f"{run_a!r} and {run_b!r} are the same run ({a_dir.run_id}); name two runs")
         diff = diff_runs(read_compared_run(a_dir), read_compared_run(b_dir))
@@ -70,35 +70,3 @@ def diff_command(run_a: str, run_b: str | None, runs_dir: Path, as_json: bool) -
     from ddptui.run_diff_text import diff_lines
 
     echo("\n".join(diff_lines(diff, terminal_width())))
-
-
-def _previous_completed(run: RunDir) -> RunDir:
-    """The newest completed run of ``run``'s preset started before it, else the newest after it;
-    RunDirError when there is none."""
-    from engine.core.common.statuses import RunStatus
-    from engine.core.runs.rundir import list_runs, preset_of_run_id
-
-    preset = preset_of_run_id(run.run_id)
-    if preset is None:
-        raise RunDirError(
-            f"{run.run_id} is not named after a preset, so it has no runs of its own kind; "
-            "name the run to compare it with: ddptui diff RUN_A RUN_B"
-        )
-    others = [
-        r
-        for r in list_runs(run.path.parent)
-        if r.run_id != run.run_id and preset_of_run_id(r.run_id) == preset
-    ]
-    before = [r for r in others if r.run_id < run.run_id]
-    after = [r for r in others if r.run_id > run.run_id]
-    for candidate in [*reversed(before), *reversed(after)]:
-        try:
-            summary = candidate.read_summary()
-        except RunDirError:
-            continue
-        if summary is not None and summary.status == RunStatus.COMPLETED:
-            return candidate
-    raise RunDirError(
-        f"no other completed run of {preset} in {run.path.parent} to compare {run.run_id} with; "
-        "name both runs: ddptui diff RUN_A RUN_B"
-    )

@@ -1,5 +1,6 @@
 """Results: the speedup table (``engine.core.bench.speedup_table``) of the runs launched since the app opened,
 or of a stored bench; the baseline row is choosable, and the table exports to Markdown or CSV.
+``space`` marks a row (A, then B) and ``d`` compares the runs of two rows as ``ddptui diff`` does.
 
 The essential columns come first (row, devices, precision, images/s, speedup, efficiency, accuracy,
 note), so they fit 80 columns; the rest follow, and a line says the table scrolls when it does.
@@ -23,13 +24,14 @@ from textual.widgets import DataTable, Footer, Header, OptionList, Static
 from textual.widgets.option_list import Option
 
 from ddptui import text_figures
-from ddptui.messages import ResultsBuilt
+from ddptui.messages import ResultsBuilt, RunsCompared
 from ddptui.screens.base import DdptuiScreen
 from ddptui.widgets.dialog import Dialog
 from ddptui.widgets.fitted_table import FittedTable
+from ddptui.widgets.run_diff_dialog import read_diff, show_comparison
 
 if TYPE_CHECKING:
-    pass
+    from engine.core.runs.rundir import RunDir
 
 SESSION = "session"
 # The columns that fit 80 columns first; every other column of the table follows.
@@ -117,6 +119,8 @@ class ResultsScreen(DdptuiScreen):
         Binding("b", "choose_baseline", "Baseline"),
         Binding("m", "export('markdown')", "→.md"),
         Binding("v", "export('csv')", "→.csv"),
+        Binding("space", "mark", "Mark", show=False),
+        Binding("d", "compare", "Compare"),
     ]
 
     def __init__(self) -> None:
@@ -125,6 +129,7 @@ class ResultsScreen(DdptuiScreen):
         self.baseline: str | None = None
         self.table: Any = None
         self.export_dir: Path = Path.cwd()
+        self.marked: list[str] = []  # the rows marked for comparing, A first (at most 2)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -183,9 +188,8 @@ class ResultsScreen(DdptuiScreen):
             )
             notes.update("")
             return
-        title = Text(table.title or "Speedup table", style="bold")
-        title.append(f" · baseline: {table.baseline or 'none'} (b changes it)", style="")
-        head.update(title)
+        self.marked = [label for label in self.marked if any(r.label == label for r in table.rows)]
+        self._draw_head()
         headers, rows = screen_columns(table)
         data.add_columns(*headers)
         for cells, row in zip(rows, table.rows, strict=True):
@@ -205,6 +209,68 @@ class ResultsScreen(DdptuiScreen):
             scroll.update(hint)
         chart.update(speedup_bars(table, width))
         notes.update(Text("\n".join(table.notes), style="dim"))
+
+    def _draw_head(self) -> None:
+        table = self.table
+        title = Text(table.title or "Speedup table", style="bold")
+        title.append(f" · baseline: {table.baseline or 'none'} (b changes it)", style="")
+        if self.marked:
+            marks = ", ".join(f"{'AB'[i]} {label}" for i, label in enumerate(self.marked))
+            title.append(f" · marked {marks} (d compares)", style="cyan")
+        self.query_one("#results-head", Static).update(title)
+
+    # -- comparing two rows' runs ---------------------------------------------------------------
+
+    def _highlighted_label(self) -> str | None:
+        data = self.query_one(DataTable)
+        if self.table is None or not data.row_count:
+            return None
+        value = data.coordinate_to_cell_key(data.cursor_coordinate).row_key.value
+        return str(value) if value is not None else None
+
+    def action_mark(self) -> None:
+        """Mark the highlighted row for comparing (again: unmark it); a third replaces A."""
+        label = self._highlighted_label()
+        if label is None:
+            return
+        if label in self.marked:
+            self.marked.remove(label)
+        else:
+            self.marked = [*self.marked[-1:], label]
+        self._draw_head()
+
+    def _run_of(self, label: str) -> RunDir | None:
+        """The run a row stands for (its last repeat's), in this session or the runs directory."""
+        from engine.core.runs.rundir import RunDir
+
+        row = next((r for r in self.table.rows if r.label == label), None) if self.table else None
+        if row is None or not row.run_ids:
+            return None
+        run_id = row.run_ids[-1]
+        here = next((r for r in self.ddptui.session_runs if r.run_id == run_id), None)
+        return here if here is not None else RunDir(self.ddptui.runs_dir / run_id)
+
+    def action_compare(self) -> None:
+        labels = list(self.marked)
+        highlighted = self._highlighted_label()
+        if len(labels) < 2 and highlighted is not None and highlighted not in labels:
+            labels.append(highlighted)
+        if len(labels) < 2:
+            self.notify("Mark a row (space), then press d on another to compare their runs.")
+            return
+        a, b = self._run_of(labels[0]), self._run_of(labels[1])
+        if a is None or b is None:
+            missing = labels[0] if a is None else labels[1]
+            self.notify(f"Row {missing} has no run to compare.", severity="warning")
+            return
+        self.compare_runs(a, b)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="compare")
+    def compare_runs(self, a: RunDir, b: RunDir) -> None:
+        self.post_message(read_diff(a, b))
+
+    def on_runs_compared(self, message: RunsCompared) -> None:
+        show_comparison(self, message)
 
     # -- choices --------------------------------------------------------------------------------
 

@@ -1,6 +1,8 @@
 """Past and running runs from the runs directory, newest first; Enter opens one (re-attaching to a
 run that is still going), ``delete`` removes an ended one after a confirmation, ``f`` shows only
-the runs in one state.
+the runs in one state, ``m`` marks a run (A, then B) and ``d`` compares them as ``ddptui diff``
+does (one marked: against the highlighted run; none: the highlighted run against the newest
+completed run of its preset before it).
 
 The list comes from one ``RunCatalog`` (through ``ddptui.watch.RunLister``) in a thread worker: an
 ended run is read once, then only its summary's identity is checked; a going run is observed at
@@ -19,11 +21,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Footer, Header, Static
 
-from ddptui.messages import RunsListed, RunsRemoved
+from ddptui.messages import RunsCompared, RunsListed, RunsRemoved
 from ddptui.screens.base import PollingScreen
 from ddptui.watch import RunLister, RunListing
 from ddptui.widgets.confirm import ConfirmDialog
 from ddptui.widgets.fitted_table import FittedTable
+from ddptui.widgets.run_diff_dialog import read_diff, show_comparison
 from ddptui.widgets.run_summary import STATUS_STYLES
 from engine.core.common import formatting
 from engine.core.common.statuses import RunStatus
@@ -61,6 +64,9 @@ class RunsScreen(PollingScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("delete", "remove", "Delete"),
         Binding("f", "filter", "Filter"),
+        Binding("space", "mark", "Mark", show=False),
+        Binding("m", "mark", "Mark", show=False),
+        Binding("d", "compare", "Compare"),
         Binding("f5", "refresh", "Refresh", show=False),
     ]
 
@@ -69,6 +75,7 @@ class RunsScreen(PollingScreen):
         self.runs: list[RunListing] = []  # every run, newest first
         self.state = ""  # the state shown ("": every run)
         self.removing = False
+        self.marked: list[str] = []  # the runs marked for comparing, A first (at most 2)
         self._shown: list[RunListing] = []
         self._head: Text | None = None  # the head line as last drawn
         self._lister: RunLister | None = None
@@ -111,7 +118,10 @@ class RunsScreen(PollingScreen):
         head = Text.assemble(
             (f"{len(self.runs)} runs in {app.runs_dir}", "bold"), f" · {going} going"
         )
-        if self.state:
+        if self.marked:
+            marks = ", ".join(f"{'AB'[i]} {run_id}" for i, run_id in enumerate(self.marked))
+            head.append(f" · marked {marks} (d compares)", style="cyan")
+        elif self.state:
             head.append(f" · showing {self.state} ({len(shown)}; f: next state)", style="yellow")
         else:
             head.append(" · Enter opens (re-attaches to a running one)")
@@ -142,6 +152,8 @@ class RunsScreen(PollingScreen):
         table.clear()
         for run in shown:
             marker = "▸ " if run.run_id in open_ids else "  "
+            if run.run_id in self.marked:
+                marker = "AB"[self.marked.index(run.run_id)] + " "
             started = (
                 time.strftime("%m-%d %H:%M", time.localtime(run.created)) if run.created else "-"
             )
@@ -185,6 +197,39 @@ class RunsScreen(PollingScreen):
     def action_filter(self) -> None:
         self.state = FILTERS[(FILTERS.index(self.state) + 1) % len(FILTERS)]
         self._show()
+
+    def action_mark(self) -> None:
+        """Mark the highlighted run for comparing (again: unmark it); a third mark replaces A."""
+        run = self._highlighted()
+        if run is None:
+            return
+        if run.run_id in self.marked:
+            self.marked.remove(run.run_id)
+        else:
+            self.marked = [*self.marked[-1:], run.run_id]
+        self._shown = []  # the rows' marks changed: redraw them
+        self._head = None
+        self._show()
+
+    def action_compare(self) -> None:
+        run = self._highlighted()
+        by_id = {r.run_id: r for r in self.runs}
+        marked = [RunDir(by_id[i].path) for i in self.marked if i in by_id]
+        if len(marked) == 2:
+            self.compare_runs(marked[0], marked[1])
+        elif run is None:
+            self.notify("No run selected.")
+        elif marked and marked[0].run_id != run.run_id:
+            self.compare_runs(marked[0], RunDir(run.path))
+        else:  # against the newest completed run of its preset, as `ddptui diff RUN`
+            self.compare_runs(None, RunDir(run.path))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="compare")
+    def compare_runs(self, a: RunDir | None, b: RunDir) -> None:
+        self.post_message(read_diff(a, b))
+
+    def on_runs_compared(self, message: RunsCompared) -> None:
+        show_comparison(self, message)
 
     def action_remove(self) -> None:
         run = self._highlighted()

@@ -10,11 +10,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.core.common.config_error import ConfigError
+from engine.core.common.statuses import RunStatus
 from engine.core.common.visible_text import visible
 from engine.core.config.toml_io import to_mapping
 from engine.core.runs.compare.step_spread import step_time_spread
 from engine.core.runs.recorded_environment import RecordedEnvironment, read_environment
-from engine.core.runs.rundir import RunDir, RunDirError, run_dir_owner
+from engine.core.runs.rundir import (
+    RunDir,
+    RunDirError,
+    list_runs,
+    preset_of_run_id,
+    run_dir_owner,
+)
 from engine.core.runs.summary import RunSummary
 
 # Config keys that say nothing of how a run computes.
@@ -91,4 +98,33 @@ def read_compared_run(run_dir: RunDir, *, all_users: bool = False) -> ComparedRu
         environment=environment,
         step_spread=step_time_spread(run_dir.path, run_dir.rank_event_paths().values()),
         notes=tuple(notes),
+    )
+
+
+def previous_completed_run(run: RunDir) -> RunDir:
+    """What one run is compared with: the newest completed run of its preset (by its id) started
+    before it, else the newest after it; RunDirError, one sentence, when there is none."""
+    preset = preset_of_run_id(run.run_id)
+    if preset is None:
+        raise RunDirError(
+            f"{run.run_id} is not named after a preset, so it has no runs of its own kind; "
+            "name the run to compare it with: ddptui diff RUN_A RUN_B"
+        )
+    others = [
+        r
+        for r in list_runs(run.path.parent)
+        if r.run_id != run.run_id and preset_of_run_id(r.run_id) == preset
+    ]
+    before = [r for r in others if r.run_id < run.run_id]
+    after = [r for r in others if r.run_id > run.run_id]
+    for candidate in [*reversed(before), *reversed(after)]:
+        try:
+            summary = candidate.read_summary()
+        except RunDirError:
+            continue
+        if summary is not None and summary.status == RunStatus.COMPLETED:
+            return candidate
+    raise RunDirError(
+        f"no other completed run of {preset} in {run.path.parent} to compare {run.run_id} with; "
+        "name both runs: ddptui diff RUN_A RUN_B"
     )
