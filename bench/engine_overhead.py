@@ -42,11 +42,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from engine.core.backends.local.start import start_run  # noqa: E402
 from engine.core.config.presets import load_preset  # noqa: E402
 from engine.core.config.schema import RunConfig  # noqa: E402
 from engine.core.config.toml_io import apply_overrides, to_toml  # noqa: E402
 from engine.core.host.capacity import usable_cores  # noqa: E402
-from engine.core.ops.run_start import start_run  # noqa: E402
 
 PLAIN_SCRIPT = REPO / "bench" / "plain_ddp.py"
 sys.path.insert(0, str(PLAIN_SCRIPT.parent))

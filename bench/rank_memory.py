@@ -1,6 +1,6 @@
 """How much host memory a rank really holds, against what ``engine.core.plan.memory_estimate`` says.
 
-Each case is a real run, started exactly as ``ddptui run`` starts it (``engine.core.ops.run_start``: the
+Each case is a real run, started exactly as ``ddptui run`` starts it (``engine.core.backends.local.start``: the
 launcher, spawned ranks, DataLoader workers where the pipeline uses them), on the CPU with a few
 steps per epoch and the evaluation and checkpoint left on. While it runs, every process of the run
 is sampled every 20 ms for its peak resident set (``VmHWM`` in ``/proc/<pid>/status``, which the
@@ -34,10 +34,10 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from engine.core.backends.local.start import start_run  # noqa: E402
 from engine.core.config.presets import load_preset  # noqa: E402
 from engine.core.config.schema import MODELS, RunConfig  # noqa: E402
 from engine.core.config.toml_io import apply_overrides  # noqa: E402
-from engine.core.ops.run_start import start_run  # noqa: E402
 from engine.core.plan.memory_estimate import MemoryEstimate, estimate_memory  # noqa: E402
 from engine.core.plan.run_plan import plan_run  # noqa: E402
 

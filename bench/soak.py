@@ -2,7 +2,7 @@
 a summary.json? (issue 8)
 
 Each run is cpu-demo on ``cpu:2`` for a handful of steps, started the way ``ddptui run`` starts it
-(``engine.core.ops.run_start.start_run``: the launcher in its own session, ranks spawned by it), with one
+(``engine.core.backends.local.start.start_run``: the launcher in its own session, ranks spawned by it), with one
 fault drawn at random:
 
 - ``none``, ``crash``, ``exit``: a clean run, a rank raising, a rank's ``os._exit(3)``;
@@ -75,6 +75,8 @@ sys.path.insert(0, str(REPO))
 
 import psutil  # noqa: E402
 
+from engine.core.backends.local.kill import kill_run  # noqa: E402
+from engine.core.backends.local.start import StartedRun, start_run  # noqa: E402
 from engine.core.common.run_environment import RUN_MARKER_ENV  # noqa: E402
 from engine.core.config.presets import load_preset  # noqa: E402
 from engine.core.config.schema import RunConfig, ScriptConfig  # noqa: E402
@@ -82,8 +84,6 @@ from engine.core.config.toml_io import apply_overrides  # noqa: E402
 from engine.core.jobs.clean import CleanPlan, clean_orphans, plan_clean  # noqa: E402
 from engine.core.jobs.process_table import scan_processes  # noqa: E402
 from engine.core.ops.follower import follow_run  # noqa: E402
-from engine.core.ops.kill import kill_run  # noqa: E402
-from engine.core.ops.run_start import StartedRun, start_run  # noqa: E402
 from engine.core.runs.events import RankStalled, read_events  # noqa: E402
 from engine.core.runs.observer import LAUNCHER_START_GRACE_SECONDS, observe_run  # noqa: E402
 from engine.core.runs.rundir import RunDir  # noqa: E402

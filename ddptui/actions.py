@@ -1,6 +1,6 @@
 """The engine calls the UI makes that change or survey the machine, one method each.
 
-Start a run (``engine.core.ops.run_start``), stop one and clean orphans (process control), scan processes
+Start a run (``engine.core.backends.local.start``), stop one and clean orphans (process control), scan processes
 (``engine.core.jobs.process_table``), build a speedup table (``engine.core.bench.speedup_table``). The screens call these
 from thread workers only, and only through an ``EngineActions``, so each stays one swappable call
 (tests pass a subclass). Engine modules are imported when first called, which keeps them (and
@@ -21,11 +21,11 @@ from engine.core.runs.rundir import RunDir
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from engine.core.backends.local.start import StartedRun
     from engine.core.bench.speedup_table import SpeedupTable
     from engine.core.host.gpus import GpuInventory
     from engine.core.jobs.gpu_view import GpuView
     from engine.core.jobs.process_table import ProcessTable
-    from engine.core.ops.run_start import StartedRun
     from engine.core.plan.run_plan import RunPlan
     from engine.core.procs.process_identity import ProcessProbe, ProcessRef
     from engine.core.stacks.snapshot import StackSnapshot
@@ -60,17 +60,17 @@ class EngineActions:
         """Start the launcher in its own session (``slurm``: submit the run to Slurm); raises
         ConfigError with the reason."""
         if slurm:
-            from engine.core.ops.backends import SLURM
+            from engine.core.backends.registry import SLURM
 
             return SLURM.start(config, self.runs_dir)
-        from engine.core.ops.run_start import start_run
+        from engine.core.backends.local.start import start_run
 
         return start_run(config, self.runs_dir, gpu_count=gpu_count)
 
     def slurm_partitions(self) -> list[tuple[str, bool, int, str]]:
         """Slurm's partitions (``sinfo``): (name, default, nodes, max time) each; SlurmUnavailable
         (one sentence) when Slurm cannot be asked from here."""
-        from engine.core.host.slurm_cluster import read_cluster
+        from engine.core.backends.slurm.cluster import read_cluster
 
         cluster = read_cluster()
         return [(p.name, p.default, len(p.nodes), p.max_time) for p in cluster.partitions]
@@ -78,15 +78,15 @@ class EngineActions:
     def check_slurm(self, config: RunConfig) -> RunPlan:
         """``config`` checked as ``ddptui run --slurm`` checks it (nothing submitted): each node's
         plan; ConfigError with the reason."""
-        from engine.core.ops.slurm_submit import check_request
+        from engine.core.backends.slurm.submit import check_request
 
         return check_request(config, self.runs_dir).plan
 
     def kill_run(self, run_dir: RunDir, grace: float = KILL_GRACE_SECONDS) -> Outcome:
         """The job-scoped kill (``engine.core.procs.stopping``, or Slurm's scancel with every
         node's proof): every process of this run, nothing else."""
+        from engine.core.backends.registry import backend_of
         from engine.core.common.statuses import StopRequester
-        from engine.core.ops.backends import backend_of
 
         backend = backend_of(run_dir)
         result = backend.stop(run_dir, grace, by=StopRequester.UI)
@@ -94,7 +94,7 @@ class EngineActions:
 
     def take_stacks(self, run_dir: RunDir) -> StackSnapshot | None:
         """Every rank's stack now (stored in the run directory); None when no rank is alive."""
-        from engine.core.ops.backends import backend_of
+        from engine.core.backends.registry import backend_of
 
         return backend_of(run_dir).snapshot(run_dir, reason="on demand")
 

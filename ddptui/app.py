@@ -1,7 +1,7 @@
 """The Textual app: launch runs, watch every rank and GPU, kill, compare, clean up.
 
 ``ddptui`` with no command calls ``run_app()``. The app never imports torch and never starts
-ranks itself: runs start through ``engine.core.ops.run_start`` (a launcher in its own session), so closing
+ranks itself: runs start through ``engine.core.backends.local.start`` (a launcher in its own session), so closing
 the app, a dropped SSH link or a crash leaves them running, and opening a running run re-attaches to
 its run directory.
 

@@ -183,7 +183,7 @@ class SlurmPartitionsRead(Message, bubble=False):
 
 
 class RunLaunched(Message):
-    """The launcher of a run started (``engine.core.ops.run_start.start_run``), or why it did not."""
+    """The launcher of a run started (``engine.core.backends.local.start.start_run``), or why it did not."""
 
     def __init__(self, run_id: str | None, started: Any = None, error: str = "") -> None:
         super().__init__()
@@ -258,7 +258,7 @@ class RunsCompared(Message):
 
 
 class StacksTaken(Message):
-    """A fresh stack snapshot of a run (``engine.core.ops.run_snapshot``), or why there is none."""
+    """A fresh stack snapshot of a run (``engine.core.backends.local.snapshot``), or why there is none."""
 
     def __init__(self, snapshot: StackSnapshot | None, problem: str = "") -> None:
         super().__init__()

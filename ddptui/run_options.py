@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 import click
 
 from ddptui.cli_common import runs_dir_option
+from engine.core.backends.slurm.config import parse_sbatch_option
 from engine.core.config.schema import ConfigError
-from engine.core.config.slurm_config import parse_sbatch_option
 from engine.core.config.toml_io import parse_setting
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -13,10 +13,10 @@ import time
 from typing import TextIO
 
 from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
+from engine.core.backends.local.start import StartedRun
 from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.common.visible_text import visible
 from engine.core.ops.follower import FollowResult, follow_run
-from engine.core.ops.run_start import StartedRun
 from engine.core.runs.events import EpochEnded, Evaluation, EventTail, RankFailed
 from engine.core.runs.observer import RunState
 from engine.core.runs.rank_states import StepReport

@@ -15,9 +15,9 @@ import torch
 from click.testing import CliRunner
 
 from ddptui.cli import main
+from engine.core.backends.local.start import prepare_run, start_run
 from engine.core.config.presets import load_preset
 from engine.core.config.toml_io import apply_overrides, to_toml
-from engine.core.ops.run_start import prepare_run, start_run
 from engine.core.runs.events import EpochEnded, Evaluation, RankStarted, StepProgress, read_events
 from engine.core.runs.rundir import RunDir
 from tests.fixtures.spawning import free_port

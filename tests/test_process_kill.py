@@ -12,12 +12,12 @@ from pathlib import Path
 import psutil
 import pytest
 
+from engine.core.backends.local import kill
+from engine.core.backends.local.kill import kill_run
 from engine.core.config.schema import RunConfig, SupervisionConfig
 from engine.core.config.toml_io import to_toml
 from engine.core.host.gpus import GpuInventory, GpuProcess, GpuSample
 from engine.core.jobs.process_table import scan_processes
-from engine.core.ops import kill
-from engine.core.ops.kill import kill_run
 from engine.core.procs import stopping
 from engine.core.procs.process_identity import ProcessRef
 from engine.core.procs.stopping import gpu_memory_left, stop_processes

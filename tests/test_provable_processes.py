@@ -13,11 +13,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from engine.core.backends.local.kill import kill_run
 from engine.core.common.statuses import JobKind, JobState, RunStatus
 from engine.core.host.gpus import GpuInventory
 from engine.core.jobs.clean import plan_clean
 from engine.core.jobs.process_table import scan_processes
-from engine.core.ops.kill import kill_run
 from engine.core.procs import stopping
 from engine.core.procs.stopping import KillRefused
 from tests.fixtures.live_runs import ddptui

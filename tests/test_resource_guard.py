@@ -18,11 +18,11 @@ from click.testing import CliRunner
 
 from ddptui.cli import main
 from ddptui.run_options import collect_overrides
+from engine.core.backends.local.start import prepare_run, start_run
 from engine.core.config.presets import load_preset
 from engine.core.config.schema import MODELS, ConfigError, ModelConfig
 from engine.core.config.toml_io import apply_overrides, load_config, to_toml
 from engine.core.host.gpus import GpuInventory, GpuProcess, GpuSample
-from engine.core.ops.run_start import prepare_run, start_run
 from engine.core.plan import resource_guard
 from engine.core.plan.memory_estimate import GIB, MIB, estimate_memory, parameter_count
 from engine.core.plan.resource_guard import ResourceError, check_resources

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from engine.core.backends.slurm.config import SlurmConfig, parse_sbatch_option
+from engine.core.backends.slurm.submit import SlurmRequest, batch_script, node_plan, srun_command
 from engine.core.common.config_error import ConfigError
 from engine.core.config.presets import load_preset
-from engine.core.config.slurm_config import SlurmConfig, parse_sbatch_option
 from engine.core.config.toml_io import apply_overrides, load_config, to_toml
 from engine.core.host.gpus import GpuInventory, GpuSample
-from engine.core.ops.slurm_submit import SlurmRequest, batch_script, node_plan, srun_command
 from engine.core.runs.placement import (
     NodeGpus,
     NodeRecord,

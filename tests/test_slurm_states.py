@@ -1,4 +1,4 @@
-"""A run on Slurm's state from both sides, decided in one place (``engine.core.runs.slurm_state``
+"""A run on Slurm's state from both sides, decided in one place (``engine.core.backends.slurm.state``
 through the run observer): Slurm's word on its job (a stand-in here; the real one in
 tests/slurm) and its node launchers' records. Pending with Slurm's reason, starting, running,
 then completed, failed (the root cause's rank and node), killed, cancelled, timeout, node failure;
@@ -12,17 +12,17 @@ from pathlib import Path
 
 import pytest
 
+from engine.core.backends.slurm import state as slurm_state
+from engine.core.backends.slurm.cluster import SlurmUnavailable, expand_hostlist
+from engine.core.backends.slurm.jobs import JobLookup, JobState, SlurmJob, _from_sacct, _from_squeue
+from engine.core.backends.slurm.state import settle_from_nodes
 from engine.core.common.run_files import write_atomic
 from engine.core.common.statuses import RunStatus
-from engine.core.host.slurm_cluster import SlurmUnavailable, expand_hostlist
-from engine.core.host.slurm_jobs import JobLookup, JobState, SlurmJob, _from_sacct, _from_squeue
 from engine.core.procs.process_identity import ProcessRef
-from engine.core.runs import slurm_state
 from engine.core.runs.events import EventWriter, RankFailed, RankStarted
 from engine.core.runs.observer import RunObserver
 from engine.core.runs.placement import KillRequest, kill_request_path, write_node_record
 from engine.core.runs.rundir import RunDir
-from engine.core.runs.slurm_state import settle_from_nodes
 from tests.fixtures.slurm_runs import JOB, node_record
 from tests.fixtures.slurm_runs import slurm_run as make_slurm_run
 
@@ -227,7 +227,7 @@ def test_a_step_of_an_allocation_ends_with_its_nodes_not_with_the_allocation(
 def test_a_cancel_writes_no_word_into_another_users_run_and_still_cancels(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from engine.core.ops import slurm_stop
+    from engine.core.backends.slurm import stop as slurm_stop
 
     run_dir = slurm_run(tmp_path)
     kill_request_path(run_dir.path).parent.mkdir()  # slurm/, as submitting makes it
@@ -247,7 +247,7 @@ def test_a_cancel_writes_no_word_into_another_users_run_and_still_cancels(
 def test_a_job_gone_from_the_queue_is_looked_up_in_sacct_once_per_poll_for_every_caller(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from engine.core.host import slurm_jobs
+    from engine.core.backends.slurm import jobs as slurm_jobs
 
     asked: list[str] = []
     ended = job(JobState.COMPLETED)

@@ -17,6 +17,7 @@ from ddptui.commands.gpus import render_gpus
 from ddptui.commands.kill import _kill_report
 from ddptui.stack_report import diagnosis_lines
 from ddptui.terminal_progress import result_line
+from engine.core.backends.local.kill import KillResult, Target, _killed_by_launcher
 from engine.core.common.run_environment import RUN_DIR_ENV, RUN_MARKER_ENV
 from engine.core.common.statuses import (
     HolderKind,
@@ -38,7 +39,6 @@ from engine.core.host.gpus import GpuInventory
 from engine.core.jobs import process_table
 from engine.core.jobs.gpu_view import GpuProcessRow, GpuView, build_gpu_view
 from engine.core.jobs.process_table import scan_processes
-from engine.core.ops.kill import KillResult, Target, _killed_by_launcher
 from engine.core.plan.run_plan import plan_run
 from engine.core.procs.process_scan import ProcessInfo
 from engine.core.procs.stopping import StopResult

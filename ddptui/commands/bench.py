@@ -24,6 +24,7 @@ from ddptui.cli_table import output_width, wide_option
 from ddptui.run_options import collect_overrides, override_options
 from ddptui.speedup_text import chosen_format, format_option, speedup_lines
 from ddptui.terminal_progress import ProgressPrinter, follow_with_progress
+from engine.core.backends.local.start import StartedRun
 from engine.core.bench.bench_runner import BenchState, Follow, run_rows
 from engine.core.bench.result_history import HistoryError, ResultHistory, default_db_path
 from engine.core.bench.speedup_table import SpeedupTable
@@ -34,7 +35,6 @@ from engine.core.config.suites import Suite, list_suites, load_suite, suite_of_p
 from engine.core.host import gpus
 from engine.core.host.machine_info import MachineInfo, collect_machine_info
 from engine.core.ops.follower import FollowResult
-from engine.core.ops.run_start import StartedRun
 from engine.core.plan.suite_plan import resolve_rows
 
 

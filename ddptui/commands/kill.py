@@ -18,10 +18,10 @@ import click
 
 from ddptui import exit_codes
 from ddptui.cli_common import confirmed, echo, fail, read_runs_dir_option
+from engine.core.backends.local.kill import KillResult
+from engine.core.backends.registry import backend_of
 from engine.core.common import strict_json
 from engine.core.common.statuses import KillOutcome
-from engine.core.ops.backends import backend_of
-from engine.core.ops.kill import KillResult
 from engine.core.procs.stopping import KillRefused
 from engine.core.runs.rundir import RunDirError, find_run, run_dir_owner
 

@@ -20,14 +20,14 @@ from ddptui.run_options import (
 )
 from ddptui.script_target import script_config
 from ddptui.terminal_progress import ProgressPrinter, follow_with_progress, result_line
+from engine.core.backends.local.start import StartedRun
+from engine.core.backends.registry import backend_named
 from engine.core.common import strict_json
 from engine.core.common.statuses import RunStatus
 from engine.core.config.faults import FAULT_EFFECTS
 from engine.core.config.presets import load_preset
 from engine.core.config.schema import ConfigError, RunConfig
 from engine.core.config.toml_io import apply_overrides
-from engine.core.ops.backends import backend_named
-from engine.core.ops.run_start import StartedRun
 from engine.core.runs.rundir import RunDirError
 
 # Shortcuts that set the engine's own workload: a script has its own options, after --.

@@ -20,9 +20,9 @@ from ddptui.cli_table import (
     wide_option,
 )
 from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
+from engine.core.backends.local.snapshot import request_flight_recorder_dumps
+from engine.core.backends.registry import LOCAL, backend_of
 from engine.core.common import strict_json
-from engine.core.ops.backends import LOCAL, backend_of
-from engine.core.ops.run_snapshot import request_flight_recorder_dumps
 from engine.core.procs.process_identity import identify
 from engine.core.runs.observer import observe_run
 from engine.core.runs.rundir import RunDirError, find_run

@@ -8,7 +8,7 @@ Presets that cannot run on this machine stay in the list, marked, with the reaso
 (``engine.core.plan.preset_check``, as ``ddptui presets`` says it). The form is read into plain
 values on the UI thread and checked (``ddptui.launch_form``: the overrides, the plan, the resource
 guard's reading of /proc and cgroup files) in a thread worker, a burst of keystrokes giving one
-check. Starting a run goes through ``engine.core.ops.run_start`` in a thread worker: the launcher
+check. Starting a run goes through ``engine.core.backends.local.start`` in a thread worker: the launcher
 runs in its own session, never in the UI process.
 """
 

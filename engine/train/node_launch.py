@@ -22,7 +22,7 @@ judged on its ranks, stacks of the whole run when one stalls), and its own part 
   named; that proof is in its record, which ``ddptui kill`` waits for.
 
 The run's summary is written once, from every node's record and Slurm's own word on the job
-(``engine.core.runs.slurm_state``): by ``--finish`` when every node said how its share ended, else
+(``engine.core.backends.slurm.state``): by ``--finish`` when every node said how its share ended, else
 by the first reader that finds the job over (``ddptui run``'s follower, ``kill``, ``show``).
 """
 
@@ -265,7 +265,7 @@ def prove_node_clean(run_dir: RunDir, node: str, ranks: dict[int, psutil.Process
 
 def _stacks_of_the_run(run_dir: RunDir) -> Callable[[str], StackSnapshot | None]:
     """A stall's snapshot of every rank of the run, on every node (one taker at a time)."""
-    from engine.core.ops.slurm_stacks import snapshot_slurm_run
+    from engine.core.backends.slurm.stacks import snapshot_slurm_run
 
     return lambda reason: snapshot_slurm_run(run_dir, reason=reason, wait_for_other=0.0)
 
@@ -399,7 +399,7 @@ def finish_run(run_dir: RunDir) -> int:
     """The batch script's last step: settle the run once every node launcher said how its share
     ended (completed, or failed with the root cause); a run some node could not finish is left to
     the first reader that finds the job over, which has Slurm's word on it."""
-    from engine.core.runs.slurm_state import settle_from_nodes
+    from engine.core.backends.slurm.state import settle_from_nodes
 
     problem = settle_from_nodes(run_dir)
     if problem:

@@ -365,8 +365,8 @@ class StandInActions(EngineActions):
 
     def check_slurm(self, config: RunConfig) -> Any:
         """As ``ddptui run --slurm`` checks, against the stand-in's partitions: each node's plan."""
+        from engine.core.backends.slurm.submit import node_plan
         from engine.core.config.schema import ConfigError
-        from engine.core.ops.slurm_submit import node_plan
 
         if self.partitions is None:
             raise ConfigError("--slurm: Slurm's srun is not on PATH")

@@ -62,7 +62,7 @@ def runs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     (presets / "hang-demo.toml").write_text(HANG_PRESET, encoding="utf-8")
     monkeypatch.setenv("DDPTUI_PRESETS", str(presets))
     yield runs
-    from engine.core.ops.kill import kill_run
+    from engine.core.backends.local.kill import kill_run
 
     for run_dir in list_runs(runs):
         # A failure here is not hidden: the process reaper still fails the test on leftovers.

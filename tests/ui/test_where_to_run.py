@@ -107,7 +107,7 @@ async def test_the_runs_screen_shows_a_slurm_runs_job_and_why_it_pends(
 async def test_the_run_screen_of_a_slurm_run_shows_each_ranks_node_and_each_nodes_gpus(
     make_app: Callable[..., DdptuiApp], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from engine.core.host.slurm_jobs import JobLookup, JobState, SlurmJob
+    from engine.core.backends.slurm.jobs import JobLookup, JobState, SlurmJob
     from engine.core.runs import observer
     from engine.core.runs.events import EventWriter, RankStarted, StepProgress
     from engine.core.runs.placement import write_node_record

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
+from engine.core.backends.local.start import StartedRun, start_run
 from engine.core.bench.result_history import RecordedRun
 from engine.core.bench.speedup_table import RowResult
 from engine.core.bench.table_compute import failure_reason
@@ -21,7 +22,6 @@ from engine.core.common.statuses import RunStatus
 from engine.core.config.schema import ConfigError
 from engine.core.host.outside_load import OutsideLoad
 from engine.core.ops.follower import FollowResult
-from engine.core.ops.run_start import StartedRun, start_run
 from engine.core.plan.suite_plan import ResolvedRow
 from engine.core.runs.rundir import RunDirError
 from engine.core.runs.summary import RunSummary

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.core.backends.slurm.config import SlurmConfig
 from engine.core.common.config_error import ConfigError as ConfigError
 from engine.core.config.devices import parse_device_spec
 from engine.core.config.faults import parse_fault
-from engine.core.config.slurm_config import SlurmConfig
 
 STRATEGIES = ("single", "dataparallel", "ddp")
 PRECISIONS = ("fp32", "fp16", "bf16")

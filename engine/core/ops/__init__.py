@@ -1,3 +1,3 @@
-"""Acting on one run: start it (``run_start``), follow it to its end (``follower``), take its
-stacks from outside (``run_snapshot``) and kill exactly its processes (``kill``).
+"""Acting on one run through its backend (``engine.core.backends``): follow a started run to its
+end (``follower``) and remove finished runs (``run_removal``).
 """

@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from engine.core.backends.local.start import StartedRun
 from engine.core.common.statuses import RunStatus, StopRequester
-from engine.core.ops.run_start import StartedRun
 from engine.core.procs.run_proof import RunMarker, marked_processes
 from engine.core.runs.observer import RunObserver, RunState
 from engine.core.runs.stop_request import request_stop

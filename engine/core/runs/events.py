@@ -269,7 +269,7 @@ class StacksTaken(Event):
 class NodeFinished(Event):
     """One node launcher of a run across nodes is done with its share (``events/launcher-<node>
     .jsonl``): how its ranks ended there. The run's own end is decided from every node and from
-    Slurm (``engine.core.runs.slurm_state``), so this is not a ``RunFinished``."""
+    Slurm (``engine.core.backends.slurm.state``), so this is not a ``RunFinished``."""
 
     type: ClassVar[str] = "node_finished"
     node: str

@@ -26,18 +26,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from engine.core.common.config_error import ConfigError
-from engine.core.common.statuses import RankStatus, RunStatus
-from engine.core.config.devices import DevicePlan
-from engine.core.config.schema import RunConfig
-from engine.core.host.slurm_jobs import read_job
-from engine.core.procs.process_identity import ProcessProbe
-from engine.core.runs.events import EventTail
-from engine.core.runs.placement import rank_nodes
-from engine.core.runs.rank_states import RankState, RankStateTracker, Thresholds
-from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
-from engine.core.runs.settle import lost_summary, settle_run
-from engine.core.runs.slurm_state import (
+from engine.core.backends.slurm.jobs import read_job
+from engine.core.backends.slurm.state import (
     JobReader,
     SlurmVerdict,
     SlurmView,
@@ -46,6 +36,16 @@ from engine.core.runs.slurm_state import (
     read_view,
     slurm_summary,
 )
+from engine.core.common.config_error import ConfigError
+from engine.core.common.statuses import RankStatus, RunStatus
+from engine.core.config.devices import DevicePlan
+from engine.core.config.schema import RunConfig
+from engine.core.procs.process_identity import ProcessProbe
+from engine.core.runs.events import EventTail
+from engine.core.runs.placement import rank_nodes
+from engine.core.runs.rank_states import RankState, RankStateTracker, Thresholds
+from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
+from engine.core.runs.settle import lost_summary, settle_run
 from engine.core.runs.step_breakdown import (
     Bottleneck,
     StepBreakdown,
@@ -270,7 +270,7 @@ class RunObserver:
         return self._gone(info, f"the launcher (pid {info.launcher.pid}) is gone without a summary")
 
     def _decide_slurm(self, info: RunInfo, now: float) -> tuple[RunStatus, str, bool | None]:
-        """A run on Slurm: ``engine.core.runs.slurm_state`` decides from Slurm's word on its job
+        """A run on Slurm: ``engine.core.backends.slurm.state`` decides from Slurm's word on its job
         and its node launchers' records. While the job runs its node launchers judge silence, as
         a live launcher does; once it is over, its summary is built (and settled) once."""
         if self._slurm_end is None:

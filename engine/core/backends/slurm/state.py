@@ -1,4 +1,4 @@
-"""A run on Slurm, from both sides: Slurm's word on its job (``engine.core.host.slurm_jobs``) and
+"""A run on Slurm, from both sides: Slurm's word on its job (``engine.core.backends.slurm.jobs``) and
 what its node launchers recorded (``engine.core.runs.placement``), decided in one place for the
 run observer, the batch script's last step and ``ddptui kill``.
 
@@ -23,10 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from engine.core.backends.slurm.cluster import SlurmUnavailable, read_cluster
+from engine.core.backends.slurm.jobs import JobLookup, JobState, SlurmJob, read_job
 from engine.core.common.config_error import ConfigError
 from engine.core.common.statuses import RunStatus
-from engine.core.host.slurm_cluster import SlurmUnavailable, read_cluster
-from engine.core.host.slurm_jobs import JobLookup, JobState, SlurmJob, read_job
 from engine.core.runs.placement import (
     KillRequest,
     NodeRecord,

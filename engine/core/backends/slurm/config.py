@@ -4,7 +4,7 @@
 
 Plain Python. Values are checked where they are made, as every section's are; whether the cluster
 has that partition, or that many nodes, is asked of Slurm when the run is submitted
-(``engine.core.ops.slurm_submit``).
+(``engine.core.backends.slurm.submit``).
 """
 
 from __future__ import annotations

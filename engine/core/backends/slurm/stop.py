@@ -1,6 +1,6 @@
 """Stopping a run on Slurm, verified: ``ddptui kill`` (and Ctrl-C in ``ddptui run``, and the UI's kill).
 
-First every rank's stack (``engine.core.ops.slurm_stacks``), then the request is written into the
+First every rank's stack (``engine.core.backends.slurm.stacks``), then the request is written into the
 run directory (the run ends ``killed``, not ``cancelled``), then ``scancel`` of the job (inside a
 user's allocation: of the run's step only, never the allocation). Slurm sends every node launcher
 SIGTERM; each stops its ranks and proves its node clean in its record
@@ -15,12 +15,13 @@ import contextlib
 import os
 import time
 
+from engine.core.backends.local.kill import KillResult, Target, check_run_owner
+from engine.core.backends.slurm.cluster import SlurmUnavailable, run_slurm
+from engine.core.backends.slurm.jobs import QUEUE
+from engine.core.backends.slurm.stacks import snapshot_slurm_run, step_of
+from engine.core.backends.slurm.state import SlurmView, verification
 from engine.core.common.run_files import refuse_writing, user_name, write_json_atomic
 from engine.core.common.statuses import KillOutcome, RunStatus
-from engine.core.host.slurm_cluster import SlurmUnavailable, run_slurm
-from engine.core.host.slurm_jobs import QUEUE
-from engine.core.ops.kill import KillResult, Target, check_run_owner
-from engine.core.ops.slurm_stacks import snapshot_slurm_run, step_of
 from engine.core.procs.stopping import StopResult
 from engine.core.runs.observer import RunObserver, RunState
 from engine.core.runs.placement import (
@@ -30,7 +31,6 @@ from engine.core.runs.placement import (
     read_node_records,
 )
 from engine.core.runs.rundir import RunDir, RunDirError
-from engine.core.runs.slurm_state import SlurmView, verification
 
 # How long the node launchers have to prove their nodes clean after scancel: Slurm's KillWait
 # (30 s by default) bounds them; a node that has not reported by then is named unverified.

@@ -43,7 +43,7 @@ from engine.core.runs.rundir import (
 
 class LauncherHandle(Protocol):
     """What follows a started run to its end: the launcher's ``Popen``, or (a run on Slurm) its
-    job (``engine.core.ops.slurm_submit.SlurmJobHandle``)."""
+    job (``engine.core.backends.slurm.submit.SlurmJobHandle``)."""
 
     pid: int
 

@@ -16,9 +16,9 @@ import os
 import time
 from collections.abc import Callable
 
+from engine.core.backends.slurm.cluster import SlurmUnavailable, run_slurm
 from engine.core.common.run_environment import STACK_DUMP_SIGNAL, faulthandler_file_name
 from engine.core.common.run_files import open_private
-from engine.core.host.slurm_cluster import SlurmUnavailable, run_slurm
 from engine.core.runs.observer import RunObserver
 from engine.core.runs.placement import NodeRecord, read_node_records
 from engine.core.runs.rundir import RunDir, RunInfo

@@ -23,14 +23,8 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from engine.core.common.config_error import ConfigError
-from engine.core.common.disk_space import write_failure
-from engine.core.common.run_environment import RUN_DIR_ENV, RUN_MARKER_ENV
-from engine.core.common.run_files import open_private, write_atomic
-from engine.core.common.statuses import RunStatus, StopRequester
-from engine.core.config.devices import parse_device_spec
-from engine.core.config.schema import RunConfig
-from engine.core.host.slurm_cluster import (
+from engine.core.backends.local.start import LauncherHandle, create_run_dir
+from engine.core.backends.slurm.cluster import (
     SlurmCluster,
     SlurmUnavailable,
     expand_hostlist,
@@ -38,9 +32,16 @@ from engine.core.host.slurm_cluster import (
     run_slurm,
     slurm_command,
 )
-from engine.core.host.slurm_jobs import QUEUE, read_job
-from engine.core.ops.run_start import LauncherHandle, create_run_dir
-from engine.core.ops.slurm_stop import request_cancel
+from engine.core.backends.slurm.jobs import QUEUE, read_job
+from engine.core.backends.slurm.state import LISTING_GRACE_SECONDS
+from engine.core.backends.slurm.stop import request_cancel
+from engine.core.common.config_error import ConfigError
+from engine.core.common.disk_space import write_failure
+from engine.core.common.run_environment import RUN_DIR_ENV, RUN_MARKER_ENV
+from engine.core.common.run_files import open_private, write_atomic
+from engine.core.common.statuses import RunStatus, StopRequester
+from engine.core.config.devices import parse_device_spec
+from engine.core.config.schema import RunConfig
 from engine.core.plan.run_plan import RunPlan, plan_run
 from engine.core.procs.process_identity import ProcessRef, identify
 from engine.core.runs.placement import (
@@ -55,7 +56,6 @@ from engine.core.runs.rundir import (
     RunInfo,
     this_host,
 )
-from engine.core.runs.slurm_state import LISTING_GRACE_SECONDS
 
 # File systems that live in one machine's memory: other nodes never see them.
 LOCAL_ONLY_FILESYSTEMS = frozenset({"tmpfs", "ramfs", "devtmpfs"})

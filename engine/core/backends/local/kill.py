@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import psutil
 
+from engine.core.backends.local.snapshot import snapshot_run
 from engine.core.common.config_error import ConfigError
 from engine.core.common.run_files import refuse_writing, user_name
 from engine.core.common.statuses import KillOutcome, ProcessState, RunStatus, StopRequester
-from engine.core.ops.run_snapshot import snapshot_run
 from engine.core.procs.process_identity import (
     ProcessRef,
     identify,
@@ -77,7 +77,7 @@ class KillResult:
     stacks: StackSnapshot | None = None  # every rank's stack, taken before anything was signalled
     by_launcher: bool = False  # the run's live launcher stopped its ranks and wrote the summary
     grace_seconds: float = 0.0  # between SIGTERM and SIGKILL, as the ranks were given it
-    # A run on Slurm (engine.core.ops.slurm_stop): its job, the nodes whose launcher proved them
+    # A run on Slurm (engine.core.backends.slurm.stop): its job, the nodes whose launcher proved them
     # clean, those that did not report, a rank's daemon found, and all that in one sentence.
     job_id: str = ""
     verified_nodes: tuple[str, ...] = ()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from engine.core.host.slurm_cluster import (
+from engine.core.backends.slurm.cluster import (
     SlurmUnavailable,
     expand_hostlist,
     read_json,

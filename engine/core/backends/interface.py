@@ -1,0 +1,39 @@
+"""The one interface over where a run's ranks live (``engine.core.backends``): start a run,
+take its stacks, stop it. Plain Python.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from engine.core.backends.local.kill import KillResult
+from engine.core.backends.local.start import StartedRun
+from engine.core.common.statuses import StopRequester
+from engine.core.config.schema import RunConfig
+from engine.core.runs.rundir import RunDir
+from engine.core.stacks.snapshot import StackSnapshot
+
+
+class Backend(Protocol):
+    name: str
+
+    def start(self, config: RunConfig, runs_dir: Path, *, run_id: str | None = None) -> StartedRun:
+        """Check, make the run directory and start the run; ConfigError / RunDirError (one
+        sentence, nothing started) when it cannot."""
+        ...
+
+    def snapshot(self, run_dir: RunDir, *, reason: str) -> StackSnapshot | None:
+        """Every live rank's stack now, judged and stored; None when none is alive."""
+        ...
+
+    def stop(
+        self,
+        run_dir: RunDir,
+        grace: float = 10.0,
+        *,
+        allow_other_users: bool = False,
+        by: StopRequester = StopRequester.KILL,
+    ) -> KillResult:
+        """Stop exactly the run's processes, verified; the summary says killed."""
+        ...

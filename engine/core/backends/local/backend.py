@@ -1,0 +1,35 @@
+"""The local backend (``engine.core.backends.local``): a run's ranks on this machine, under
+one launcher in its own session. Plain Python.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.core.backends.local.kill import KillResult, kill_run
+from engine.core.backends.local.snapshot import snapshot_run
+from engine.core.backends.local.start import StartedRun, start_run
+from engine.core.common.statuses import StopRequester
+from engine.core.config.schema import RunConfig
+from engine.core.runs.rundir import RunDir
+from engine.core.stacks.snapshot import StackSnapshot
+
+
+class LocalBackend:
+    name = "local"
+
+    def start(self, config: RunConfig, runs_dir: Path, *, run_id: str | None = None) -> StartedRun:
+        return start_run(config, runs_dir, run_id=run_id)
+
+    def snapshot(self, run_dir: RunDir, *, reason: str) -> StackSnapshot | None:
+        return snapshot_run(run_dir, reason=reason)
+
+    def stop(
+        self,
+        run_dir: RunDir,
+        grace: float = 10.0,
+        *,
+        allow_other_users: bool = False,
+        by: StopRequester = StopRequester.KILL,
+    ) -> KillResult:
+        return kill_run(run_dir, grace, allow_other_users=allow_other_users, by=by)

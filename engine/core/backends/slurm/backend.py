@@ -1,0 +1,38 @@
+"""The Slurm backend (``engine.core.backends.slurm``): a run's ranks on Slurm's nodes, one
+node launcher per node. Plain Python.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.core.backends.local.kill import KillResult
+from engine.core.backends.local.start import StartedRun
+from engine.core.backends.slurm.stacks import snapshot_slurm_run
+from engine.core.backends.slurm.stop import kill_slurm_run
+from engine.core.backends.slurm.submit import submit_run
+from engine.core.common.statuses import StopRequester
+from engine.core.config.schema import RunConfig
+from engine.core.runs.rundir import RunDir
+from engine.core.stacks.snapshot import StackSnapshot
+
+
+class SlurmBackend:
+    name = "slurm"
+
+    def start(self, config: RunConfig, runs_dir: Path, *, run_id: str | None = None) -> StartedRun:
+        run_dir, plan, handle = submit_run(config, runs_dir, run_id=run_id)
+        return StartedRun(run_dir=run_dir, plan=plan, process=handle)
+
+    def snapshot(self, run_dir: RunDir, *, reason: str) -> StackSnapshot | None:
+        return snapshot_slurm_run(run_dir, reason=reason)
+
+    def stop(
+        self,
+        run_dir: RunDir,
+        grace: float = 10.0,  # Slurm's KillWait governs; the node launchers' own grace is shorter
+        *,
+        allow_other_users: bool = False,
+        by: StopRequester = StopRequester.KILL,
+    ) -> KillResult:
+        return kill_slurm_run(run_dir, allow_other_users=allow_other_users, reason=by.sentence)
