@@ -175,3 +175,38 @@ def test_epoch_ended_carries_global_figures() -> None:
         "global_steady_images_per_s",
         "data_wait_seconds",
     } <= set(fields)
+
+
+def test_one_rule_says_what_a_run_directory_is_for_listing_finding_and_locating(
+    tmp_path: Path,
+) -> None:
+    """A real directory holding config.toml is a run for ``ddptui runs``, for ``find_run`` and
+    for a process's marker alike; a link to one, or a directory with only a run.json, is none."""
+    from engine.core.common.run_layout import RunLayout, is_run_dir
+    from engine.core.jobs.grouping import locate_run
+    from engine.core.procs.run_proof import RunMarker
+    from engine.core.runs.rundir import list_runs
+
+    runs = tmp_path / "runs"
+    real = runs / "20260101-000000-made-aaaa"
+    json_only = runs / "20260101-000000-made-bbbb"
+    for path in (real, json_only):
+        path.mkdir(parents=True)
+    (real / "config.toml").write_text("")
+    (json_only / "run.json").write_text("{}")
+    (runs / "20260101-000000-made-cccc").symlink_to(real)
+    assert [d.run_id for d in list_runs(runs)] == [real.name]
+    assert [is_run_dir(p) for p in sorted(runs.iterdir())] == [True, False, False]
+    assert find_run(runs, "aaaa").path == real
+    for missing in ("bbbb", "cccc"):
+        with pytest.raises(RunDirError):
+            find_run(runs, missing)
+    found, why = locate_run(RunMarker(real.name, str(real)))
+    assert found is not None and found.path == real and why == ""
+    found, why = locate_run(RunMarker(json_only.name, str(json_only)))
+    assert found is None and "holds no run" in why
+    # RunDir names its files from the one layout
+    run_dir, layout = RunDir(real), RunLayout(real)
+    assert (run_dir.config_path, run_dir.run_json_path) == (layout.config, layout.run_json)
+    assert run_dir.rank_events_path(3) == real / "events" / "rank-3.jsonl"
+    assert run_dir.launcher_log_path == real / "logs" / "launcher.log"

@@ -20,12 +20,12 @@ and last, a child of a rank is that rank's worker.
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.core.common.run_environment import LAUNCHER_PID_ENV, RUN_DIR_ENV
+from engine.core.common.run_layout import is_run_dir
 from engine.core.common.statuses import JobKind, ProcessRole
 from engine.core.procs.process_identity import ProcessRef, same_start
 from engine.core.procs.process_scan import (
@@ -62,19 +62,17 @@ class FoundJob:
 
 def locate_run(marker: RunMarker) -> tuple[RunDir | None, str]:
     """The run directory a run's processes carry in their environment, or None and why not: it
-    must be an absolute path named after the run id, a real directory (not a symbolic link) that
-    holds a run.json."""
+    must be an absolute path named after the run id, and a run directory (``is_run_dir``: the one
+    rule)."""
     if not marker.run_dir:
         return None, f"its processes carry no run directory ({RUN_DIR_ENV})"
     path = Path(marker.run_dir)
     if not path.is_absolute() or path.name != marker.run_id:
         return None, f"its processes carry {marker.run_dir}, which is not run {marker.run_id}'s"
-    try:
-        if stat.S_ISLNK(os.lstat(path).st_mode):
-            return None, f"its run directory {path} is a symbolic link: not followed"
-        os.lstat(path / "run.json")
-    except OSError:
-        return None, f"its run directory {path} (from its processes' environment) has no run.json"
+    if path.is_symlink():
+        return None, f"its run directory {path} is a symbolic link: not followed"
+    if not is_run_dir(path):
+        return None, f"its run directory {path} (from its processes' environment) holds no run"
     return RunDir(path), ""
 
 

@@ -25,7 +25,6 @@ from engine.core.common.run_files import UnsafeRunFile, read_run_bytes, write_js
 from engine.core.host.gpus import GpuInventory
 from engine.core.runs.rundir import RunDir, RunDirError
 
-ENVIRONMENT_FILE = "environment.json"
 ENVIRONMENT_SCHEMA_VERSION = 1
 ENVIRONMENT_MAX_BYTES = 256 << 10
 VALUE_MAX_CHARS = 200
@@ -162,7 +161,7 @@ def _float_or_none(value: Any) -> float | None:
 
 
 def environment_path(run_dir: RunDir) -> Path:
-    return run_dir.path / ENVIRONMENT_FILE
+    return run_dir.layout.environment
 
 
 def environment_here(

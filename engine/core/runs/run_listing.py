@@ -27,6 +27,7 @@ from engine.core.common.run_files import (
     make_dirs,
     write_atomic,
 )
+from engine.core.common.run_layout import SUMMARY_NAME
 from engine.core.common.statuses import RunStatus
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo, run_names
 
@@ -280,7 +281,7 @@ class RunCatalog:
 
     def _listing(self, name: str) -> RunListing:
         # An ended run costs one stat a listing: strings, not Paths, on this path.
-        summary_path = os.path.join(self.runs_dir, name, "summary.json")
+        summary_path = os.path.join(self.runs_dir, name, SUMMARY_NAME)
         identity = file_identity(summary_path)
         cached = self._ended.get(name)
         if identity is not None and cached is not None and cached[0] == identity:

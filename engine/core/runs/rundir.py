@@ -1,17 +1,7 @@
 """The run directory: the one channel between the engine (writer) and the UI (reader).
 
-Layout (docs/architecture.md)::
-
-    runs/<run-id>/config.toml            resolved preset        (launcher)
-                  run.json               ids, pids, state       (launcher)
-                  events/rank-<r>.jsonl  rank events            (rank r)
-                  events/launcher.jsonl  launcher events        (launcher)
-                  logs/rank-<r>.log      stdout + stderr        (rank r)
-                  logs/launcher.log      launcher output        (launcher)
-                  stacks/                stack dumps, snapshots (ranks, launcher, kill)
-                  flight-recorder/       collective traces      (ranks, torch)
-                  summary.json           final status, figures  (launcher, always)
-                  checkpoint.pt          state_dict             (rank 0)
+Its layout, every path of a run, is ``engine.core.common.run_layout``'s (with the one rule for
+what a run directory is); ``RunDir`` names those paths for its readers and reads and writes them.
 
 Plain Python only. JSON files are replaced atomically (write to a temp file, then rename), so a
 reader never sees half a file, and read back into the typed objects that wrote them (``RunInfo``,
@@ -32,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.common.config_error import ConfigError
-from engine.core.common.run_environment import RUN_MARKER_ENV, STACKS_DIR
+from engine.core.common.run_environment import RUN_MARKER_ENV
 from engine.core.common.run_files import (
     CONFIG_MAX_BYTES,
     DIR_MODE,
@@ -43,6 +33,13 @@ from engine.core.common.run_files import (
     read_run_text,
     user_name,
     write_json_atomic,
+)
+from engine.core.common.run_layout import (
+    NODE_EVENTS_PATTERN,
+    RANK_EVENTS_PATTERN,
+    RunLayout,
+    holds_run,
+    is_run_dir,
 )
 from engine.core.common.statuses import RunStatus
 from engine.core.config.schema import RunConfig
@@ -191,50 +188,51 @@ class RunDir:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        self.layout = RunLayout(self.path)
 
     @property
     def run_id(self) -> str:
         return self.path.name
 
-    # paths
+    # paths: the layout's (``engine.core.common.run_layout``), by the names readers know
     @property
     def config_path(self) -> Path:
-        return self.path / "config.toml"
+        return self.layout.config
 
     @property
     def run_json_path(self) -> Path:
-        return self.path / "run.json"
+        return self.layout.run_json
 
     @property
     def summary_path(self) -> Path:
-        return self.path / "summary.json"
+        return self.layout.summary
 
     @property
     def checkpoint_path(self) -> Path:
-        return self.path / "checkpoint.pt"
+        return self.layout.checkpoint
 
     @property
     def rendezvous_path(self) -> Path:
         """The file store where the ranks of a single-node run meet (exists while it runs)."""
-        return self.path / ".rendezvous"
+        return self.layout.rendezvous
 
     @property
     def events_dir(self) -> Path:
-        return self.path / "events"
+        return self.layout.events_dir
 
     @property
     def logs_dir(self) -> Path:
-        return self.path / "logs"
+        return self.layout.logs_dir
 
     @property
     def stacks_dir(self) -> Path:
         """Stack dumps of the ranks (faulthandler) and the snapshots taken of them."""
-        return self.path / STACKS_DIR
+        return self.layout.stacks_dir
 
     @property
     def flight_recorder_dir(self) -> Path:
         """torch's flight-recorder dumps, ``rank_<r>`` each."""
-        return self.path / "flight-recorder"
+        return self.layout.flight_recorder_dir
 
     def flight_recorder_dumps(self) -> list[Path]:
         try:
@@ -243,32 +241,32 @@ class RunDir:
             return []
 
     def rank_events_path(self, rank: int) -> Path:
-        return self.events_dir / f"rank-{rank}.jsonl"
+        return self.layout.rank_events(rank)
 
     @property
     def launcher_events_path(self) -> Path:
-        return self.events_dir / "launcher.jsonl"
+        return self.layout.launcher_events
 
     def launcher_event_paths(self) -> list[Path]:
         """The launcher's events, and each node launcher's of a run across nodes
         (``launcher-<node>.jsonl``, ``engine.core.runs.placement``)."""
         try:
-            nodes = sorted(self.events_dir.glob("launcher-*.jsonl"))
+            nodes = sorted(self.events_dir.glob(NODE_EVENTS_PATTERN))
         except OSError:
             nodes = []
         return [self.launcher_events_path, *nodes]
 
     def rank_log_path(self, rank: int) -> Path:
-        return self.logs_dir / f"rank-{rank}.log"
+        return self.layout.rank_log(rank)
 
     @property
     def launcher_log_path(self) -> Path:
-        return self.logs_dir / "launcher.log"
+        return self.layout.launcher_log
 
     def rank_event_paths(self) -> dict[int, Path]:
         """Existing rank event files by rank."""
         found = {}
-        for p in self.events_dir.glob("rank-*.jsonl"):
+        for p in self.events_dir.glob(RANK_EVENTS_PATTERN):
             suffix = p.stem.removeprefix("rank-")
             if suffix.isdigit():
                 found[int(suffix)] = p
@@ -416,14 +414,13 @@ def find_run(runs_dir: Path, run_id: str) -> RunDir:
             f"{exact} is a symbolic link ({os.readlink(exact)}): a run directory is never "
             "followed through one"
         )
-    if _is_run(exact):
+    if is_run_dir(exact):
         return RunDir(exact)
     if runs_dir.is_dir():
-        names = sorted(p.name for p in _run_entries(runs_dir) if run_id in p.name)
-        of_preset = [n for n in names if preset_of_run_id(n) == run_id and _is_run(runs_dir / n)]
+        matches = [n for n in run_names(runs_dir) if run_id in n]
+        of_preset = [n for n in matches if preset_of_run_id(n) == run_id]
         if of_preset:  # ids sort by their start time: the last is the newest
             return RunDir(runs_dir / of_preset[-1])
-        matches = [n for n in names if _is_run(runs_dir / n)]
         if len(matches) == 1:
             return RunDir(runs_dir / matches[0])
         if len(matches) > 1:
@@ -441,21 +438,14 @@ def find_run(runs_dir: Path, run_id: str) -> RunDir:
     raise RunDirError(f"no run {run_id!r} in {runs_dir}")
 
 
-def _is_run(path: Path) -> bool:
-    """A run directory: not a symbolic link, holding its run.json or config.toml."""
-    return not path.is_symlink() and (
-        (path / "run.json").exists() or (path / "config.toml").exists()
-    )
-
-
 def list_runs(runs_dir: Path) -> list[RunDir]:
     """Run directories under ``runs_dir``, oldest first; RunDirError when it cannot be read."""
     return [RunDir(runs_dir / name) for name in run_names(runs_dir)]
 
 
 def run_names(runs_dir: Path, known: Collection[str] = ()) -> list[str]:
-    """The names of the run directories under ``runs_dir`` (those with a config.toml), oldest
-    first; a name in ``known`` is taken for a run without looking (a poller's runs stay runs).
+    """The names of the run directories under ``runs_dir`` (``is_run_dir``: the one rule),
+    oldest first; a name in ``known`` is taken for a run without looking (a poller's runs stay runs).
     RunDirError when the directory cannot be read."""
     check_runs_dir(runs_dir)
     if not runs_dir.is_dir():
@@ -469,20 +459,7 @@ def run_names(runs_dir: Path, known: Collection[str] = ()) -> list[str]:
         raise RunDirError(f"--runs-dir {runs_dir} cannot be listed ({err.strerror})") from None
     # Names and os.path, not a Path a file: this runs at every listing, over every run there is.
     where = os.fspath(runs_dir)
-    return [
-        name
-        for name in names
-        if name in known or os.path.exists(os.path.join(where, name, "config.toml"))
-    ]
-
-
-def _run_entries(runs_dir: Path) -> list[Path]:
-    """The directories in ``runs_dir``; a symbolic link there is no run directory (it could point
-    at any directory of the machine, /root included)."""
-    try:
-        return [p for p in runs_dir.iterdir() if not p.is_symlink() and p.is_dir()]
-    except OSError as err:
-        raise RunDirError(f"--runs-dir {runs_dir} cannot be listed ({err.strerror})") from None
+    return [name for name in names if name in known or holds_run(os.path.join(where, name))]
 
 
 def run_dir_owner(run_dir: RunDir) -> str | None:

@@ -18,7 +18,6 @@ from engine.core.common.run_files import read_run_text, refuse_writing, write_js
 from engine.core.common.statuses import StopRequester
 from engine.core.runs.rundir import RunDir
 
-STOP_REQUEST_NAME = "stop-request"
 FRESH_SECONDS = 120.0  # a request older than this is an earlier stop's, not this signal's
 REQUEST_MAX_BYTES = 4096
 
@@ -29,7 +28,7 @@ def request_stop(run_dir: RunDir, by: StopRequester) -> bool:
     if refuse_writing(run_dir.path):
         return False
     try:
-        write_json_atomic(run_dir.path / STOP_REQUEST_NAME, {"by": by.value, "time": time.time()})
+        write_json_atomic(run_dir.layout.stop_request, {"by": by.value, "time": time.time()})
     except OSError:
         return False
     return True
@@ -40,7 +39,7 @@ def read_stop_request(run_dir: RunDir, now: float | None = None) -> StopRequeste
     now = time.time() if now is None else now
     try:
         data = json.loads(
-            read_run_text(run_dir.path, run_dir.path / STOP_REQUEST_NAME, REQUEST_MAX_BYTES)
+            read_run_text(run_dir.path, run_dir.layout.stop_request, REQUEST_MAX_BYTES)
         )
         by, asked = StopRequester(data["by"]), float(data["time"])
     except (OSError, ValueError, KeyError, TypeError):

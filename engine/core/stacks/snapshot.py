@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.common import strict_json
-from engine.core.common.run_environment import STACKS_DIR
 from engine.core.common.run_files import (
     PRIVATE_DIR_MODE,
     open_private,
     read_run_text,
     refuse_writing,
 )
+from engine.core.common.run_layout import RunLayout
 from engine.core.common.statuses import RankActivity
 
 SNAPSHOT_SUFFIX = ".json"
@@ -250,7 +250,7 @@ class StackSnapshot:
 
 
 def stacks_dir(run_dir_path: Path) -> Path:
-    return Path(run_dir_path) / STACKS_DIR
+    return RunLayout(Path(run_dir_path)).stacks_dir
 
 
 def save_snapshot(run_dir_path: Path, snapshot: StackSnapshot) -> StackSnapshot:
