@@ -57,6 +57,7 @@ from engine.core.common.statuses import RunStatus
 from engine.core.config.schema import ConfigError
 from engine.core.host.capacity import usable_cores
 from engine.core.host.gpus import sample_gpus
+from engine.core.host.outside_load import OutsideLoad
 from engine.core.procs.process_identity import ref_of
 from engine.core.procs.run_proof import RunMarker, marked_processes
 from engine.core.procs.stopping import protected_pids, stop_processes
@@ -74,8 +75,10 @@ from engine.core.runs.placement import (
     write_node_gpus,
     write_node_record,
 )
+from engine.core.runs.recorded_environment import RecordedEnvironment
 from engine.core.runs.rundir import RunDir, RunDirError, this_host
 from engine.core.stacks.snapshot import StackSnapshot
+from engine.train.environment_record import record_environment, record_outside_load
 from engine.train.launch import (
     EXIT_BAD_INPUT,
     LauncherEvents,
@@ -324,6 +327,8 @@ def launch_node(run_dir: RunDir, node: SlurmNode) -> RunStatus:
     error_files: list[str | None] = []
     ranks = node_ranks(node.index, nproc)
     status, reason = RunStatus.FAILED, ""
+    outside_load = OutsideLoad()
+    environment: RecordedEnvironment | None = None
     try:
         if config.script.given:
             processes.update(start_script_ranks(run_dir, node.index, ranks, world_size))
@@ -334,6 +339,8 @@ def launch_node(run_dir: RunDir, node: SlurmNode) -> RunStatus:
             record, ranks=tuple(ref_of(p) for p in processes.values()), global_ranks=ranks
         )
         write_node_record(run_dir.path, record)
+        if node.index == 0:  # one record a run: node 0's ranks hold rank 0
+            environment = record_environment(run_dir, plan)
         status, _failure, reason = supervise(
             run_dir,
             config,
@@ -353,6 +360,7 @@ def launch_node(run_dir: RunDir, node: SlurmNode) -> RunStatus:
     finally:
         sampler.done.set()
         remove_rank_leftovers(run_dir, processes, error_files)
+        record_outside_load(run_dir, environment, outside_load)
         proof = prove_node_clean(run_dir, node.name, processes)
         final = replace(record, state=status, reason=reason, finished=time.time(), proof=proof)
         with contextlib.suppress(WriteFailed, OSError):

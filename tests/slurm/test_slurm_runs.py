@@ -17,6 +17,7 @@ import pytest
 
 from engine.core.runs.events import RankStalled, StepProgress, read_events
 from engine.core.runs.placement import read_node_gpus, read_node_records
+from engine.core.runs.recorded_environment import read_environment
 from engine.core.runs.rundir import RunDir, list_runs
 from tests.fixtures.live_runs import ddptui, marked
 from tests.fixtures.repo import REPO_ROOT
@@ -145,6 +146,11 @@ def test_a_plain_ddp_script_across_two_nodes_reports_every_ranks_progress(
         "n1": "completed",
         "n2": "completed",
     }
+    # node 0's launcher recorded what the ranks ran with, torch's version without importing it
+    environment = read_environment(run_dir)
+    assert environment is not None and environment.torch and environment.threads_per_rank
+    assert environment.cuda.startswith("unknown (the launcher of a script run")
+    assert environment.outside_load_cores is not None
 
 
 def test_a_hang_on_the_second_node_is_flagged_named_and_killed_with_every_node_verified(
