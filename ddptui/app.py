@@ -25,7 +25,7 @@ from textual.reactive import reactive
 from textual.worker import Worker, WorkerState
 
 from ddptui.gpu_history import GpuHistory
-from ddptui.messages import GpusSampled, LatestRunFound
+from ddptui.messages import GpusSampled, LatestRunFound, RunsGoingAtQuit
 from ddptui.runs_location import default_runs_dir
 from engine.core.common.visible_text import visible
 from engine.core.host.gpus import GpuInventory, sample_gpus
@@ -307,22 +307,31 @@ class DdptuiApp(App[None]):
 
     # -- quitting ---------------------------------------------------------------------------------
 
-    def active_runs(self) -> list[RunDir]:
-        """Runs opened or launched here that are still going, checked now."""
-        from ddptui.watch import run_is_active
-
+    def watched_runs(self) -> list[RunDir]:
+        """Runs opened or launched here (what quitting asks about, if they still go)."""
         seen: dict[str, RunDir] = {r.run_id: r for r in self.session_runs}
         for name in self.run_screen_names:
             screen = self.get_screen(name)
             run_dir = getattr(screen, "run_dir", None)
             if isinstance(run_dir, RunDir):
                 seen.setdefault(run_dir.run_id, run_dir)
-        self.reap_launchers()
-        now = self.clock()
-        return [r for r in seen.values() if run_is_active(r, self.probe, now)]
+        return list(seen.values())
 
     async def action_quit(self) -> None:
-        active = self.active_runs()
+        self.reap_launchers()
+        self.check_runs_going(self.watched_runs())
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="quit-check")
+    def check_runs_going(self, runs: list[RunDir]) -> None:
+        """Which of ``runs`` still go, checked now off the event loop: observing a run reads
+        its directory and, for a Slurm run, asks squeue."""
+        from ddptui.watch import run_is_active
+
+        now = self.clock()
+        self.post_message(RunsGoingAtQuit([r for r in runs if run_is_active(r, self.probe, now)]))
+
+    def on_runs_going_at_quit(self, message: RunsGoingAtQuit) -> None:
+        active = message.runs
         if not active:
             self.exit()
             return

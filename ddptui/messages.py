@@ -229,6 +229,14 @@ class LatestRunFound(Message):
         self.run_dir = run_dir
 
 
+class RunsGoingAtQuit(Message):
+    """Of the runs opened or launched in this UI, those still going when quit was asked."""
+
+    def __init__(self, runs: list[RunDir]) -> None:
+        super().__init__()
+        self.runs = runs
+
+
 class CleanFinished(Message):
     """Cleaning orphaned jobs ended."""
 

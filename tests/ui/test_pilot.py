@@ -221,6 +221,36 @@ async def test_quitting_with_a_run_going_asks_and_can_leave_it(
     assert app.return_code == 0
 
 
+async def test_the_quit_check_observes_runs_off_the_event_loop(
+    make_app: Callable[..., DdptuiApp], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Observing a run reads its directory (and asks squeue for a Slurm run): a thread does it,
+    never the event loop, and the answer comes back as a message."""
+    import threading
+
+    from ddptui import watch
+
+    checked_in: list[threading.Thread] = []
+    real_check = watch.run_is_active
+
+    def recorded(run_dir: RunDir, *args: Any, **kwargs: Any) -> bool:
+        checked_in.append(threading.current_thread())
+        return real_check(run_dir, *args, **kwargs)
+
+    monkeypatch.setattr(watch, "run_is_active", recorded)
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await settle(pilot)
+        app.session_runs.append(RunDir(RECORDED / LIVE_RUN))
+        await pilot.press("q")
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmDialog)
+        assert checked_in and threading.main_thread() not in checked_in
+        await pilot.press("l")
+        await settle(pilot)
+    assert app.return_code == 0
+
+
 async def test_quitting_can_stop_the_runs_first(make_app: Callable[..., DdptuiApp]) -> None:
     app = make_app()
     async with app.run_test(size=SMALL) as pilot:
