@@ -113,3 +113,23 @@ def test_help_teaches_and_the_command_is_listed() -> None:
     help_text = CliRunner().invoke(main, ["diff", "--help"]).stdout
     assert "ddptui diff cpu-demo" in help_text and "within noise" in help_text
     assert "diff" in CliRunner().invoke(main, ["--help"]).stdout
+
+
+def test_eight_ranks_and_hostile_values_fit_80_columns_and_show_as_text(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    make_ended_run(runs, A, world=8, variables={"NCCL_DEBUG": "INFO"})
+    make_ended_run(
+        runs, B, world=8, step_seconds=0.07, forward_factor=2.0,
+        variables={"NCCL_DEBUG": "\x1b[2J" + "WARN" * 60},
+        overrides={"model.factory_args": {"name": "x" * 300}},
+    )  # fmt: skip
+    result = diff(runs, "aaaa", "bbbb")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert [line for line in lines if len(line) > WIDTH] == []
+    assert "\x1b" not in result.stdout and "\\x1b[2J" in result.stdout
+    assert any(line.split() == ["PART", "SHARE", "MEAN", "MS", "MOVED", "MOST"] for line in lines)
+    forward = next(line.split() for line in lines if line.startswith("  forward "))
+    assert forward[1:] == ["38→55", "%", "19.2→53.8", "rank", "0", "19.2→53.8"]
+    assert "it ran with model.factory_args.name xxxxxxxxxxxx" in " ".join(lines)
+    assert "model.factory_args unset" not in result.stdout  # an empty table is no key

@@ -47,7 +47,7 @@ def flat_config(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
         name = f"{prefix}{key}"
         if name in UNCOMPARED_KEYS:
             continue
-        if isinstance(value, Mapping) and value:
+        if isinstance(value, Mapping):  # an empty table has no keys to differ in
             flat.update(flat_config(value, f"{name}."))
         else:
             flat[name] = _words(value)
@@ -59,8 +59,6 @@ def _words(value: Any) -> str:
         text = "true" if value else "false"
     elif isinstance(value, (list, tuple)):
         text = "[" + ", ".join(_words(v) for v in value) + "]"
-    elif isinstance(value, Mapping):
-        text = "{}"
     elif isinstance(value, str):
         text = repr(value) if value == "" else value
     else:

@@ -20,6 +20,7 @@ NOISE_FLOOR = 0.02
 # Other processes keeping this many more cores busy during B than during A: named as a cause.
 OUTSIDE_LOAD_CORES = 0.5
 NAMED_MAX = 2  # differences named in the sentence
+SAID_VALUE_MAX_CHARS = 40  # a value in the sentence (the tables show more of it)
 
 PART_WORDS = {
     StepPart.DATA: "data wait",
@@ -70,7 +71,12 @@ class Change:
         return {"key": self.key, "a": self.a, "b": self.b}
 
     def said(self) -> str:
-        return f"{self.key} {self.b} instead of {self.a}"
+        def short(value: str) -> str:
+            if len(value) <= SAID_VALUE_MAX_CHARS:
+                return value
+            return value[: SAID_VALUE_MAX_CHARS - 3] + "..."
+
+        return f"{self.key} {short(self.b)} instead of {short(self.a)}"
 
 
 @dataclass(frozen=True)
