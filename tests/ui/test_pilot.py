@@ -206,26 +206,10 @@ async def test_a_finished_run_has_nothing_to_kill(make_app: Callable[..., Ddptui
 
 
 async def test_quitting_with_a_run_going_asks_and_can_leave_it(
-    make_app: Callable[..., DdptuiApp],
-) -> None:
-    app = make_app()
-    async with app.run_test(size=SMALL) as pilot:
-        await settle(pilot)
-        app.session_runs.append(RunDir(RECORDED / LIVE_RUN))
-        await pilot.press("q")
-        await settle(pilot)
-        assert isinstance(app.screen, ConfirmDialog)
-        await pilot.press("l")
-        await settle(pilot)
-    assert actions(app).killed == []
-    assert app.return_code == 0
-
-
-async def test_the_quit_check_observes_runs_off_the_event_loop(
     make_app: Callable[..., DdptuiApp], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Observing a run reads its directory (and asks squeue for a Slurm run): a thread does it,
-    never the event loop, and the answer comes back as a message."""
+    """The check observes the runs (reading their directories, asking squeue for a Slurm run)
+    in a thread, never on the event loop; the answer comes back as a message."""
     import threading
 
     from ddptui import watch
@@ -248,6 +232,7 @@ async def test_the_quit_check_observes_runs_off_the_event_loop(
         assert checked_in and threading.main_thread() not in checked_in
         await pilot.press("l")
         await settle(pilot)
+    assert actions(app).killed == []
     assert app.return_code == 0
 
 
