@@ -115,3 +115,14 @@ def test_the_spread_is_read_from_a_bounded_sample_of_a_long_run(tmp_path: Path) 
     assert SAMPLES_MAX <= len(lines) < 2 * SAMPLES_MAX
     spread = step_time_spread(a.path, a.rank_event_paths().values())
     assert spread == pytest.approx(0.1, rel=0.15)
+
+
+def test_a_run_that_has_not_ended_has_no_speed_to_compare(tmp_path: Path) -> None:
+    a = make_ended_run(tmp_path, "a", overrides={"data.num_workers": 10})
+    b = make_ended_run(tmp_path, "b", overrides={"data.num_workers": 2})
+    b.summary_path.unlink()
+    diff = compared(a, b)
+    assert diff.slower is None
+    assert diff.sentence == (
+        "no speeds to compare (B has not ended); B ran with data.num_workers 2 instead of 10"
+    )

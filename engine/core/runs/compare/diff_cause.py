@@ -182,7 +182,8 @@ def cause_sentence(
     changes = [*config, *environment]
     moved = moved_part(split)
     named = named_differences(changes, moved[0] if moved else None)
-    ran_with = f"it ran with {' and '.join(c.said() for c in named)}" if named else ""
+    differences = " and ".join(c.said() for c in named)
+    ran_with = f"it ran with {differences}" if named else ""
     load = _load_clause(outside_load)
     if slower is None:
         why = (
@@ -190,7 +191,7 @@ def cause_sentence(
             if unfinished
             else "neither has images/s or a timed step"
         )
-        return f"no speeds to compare ({why})" + (f"; B {ran_with}" if ran_with else "")
+        return f"no speeds to compare ({why})" + (f"; B ran with {differences}" if named else "")
     difference = f"{100 * abs(slower - 1):.1f} %"
     if abs(slower - 1) <= noise:
         if not changes:
