@@ -16,9 +16,9 @@ from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.reactive import reactive
-from textual.widget import Widget
 
 from ddptui import text_figures
+from ddptui.widgets.list_cursor import CursorList
 from engine.core.common import formatting
 from engine.core.common.statuses import HolderKind
 from engine.core.jobs.gpu_view import GpuProcessRow
@@ -78,7 +78,7 @@ def cells(row: GpuProcessRow) -> tuple[str, ...]:
     )
 
 
-class GpuProcessList(Widget, can_focus=True):
+class GpuProcessList(CursorList, can_focus=True):
     """Set ``rows``; ``sort`` / ``reverse`` order them; ``cursor`` is the selected row's index."""
 
     DEFAULT_CSS = """
@@ -157,16 +157,20 @@ class GpuProcessList(Widget, can_focus=True):
     def watch_cursor(self) -> None:
         self.post_message(self.Highlighted(self.selected))
 
-    def action_move(self, delta: int) -> None:
-        if self._ordered:
-            self.cursor = max(0, min(len(self._ordered) - 1, self.cursor + delta))
+    def cursor_rows(self) -> int:
+        return len(self._ordered)
+
+    def cursor_index(self) -> int:
+        return self.cursor
+
+    def cursor_to(self, index: int) -> None:
+        self.cursor = index
 
     def action_page(self, direction: int) -> None:
         self.action_move(direction * max(1, self.size.height - 2))
 
     def action_edge(self, direction: int) -> None:
-        if self._ordered:
-            self.cursor = 0 if direction < 0 else len(self._ordered) - 1
+        self.action_move(-len(self._ordered) if direction < 0 else len(self._ordered))
 
     def cycle_sort(self, step: int) -> None:
         self.sort = SORTS[(SORTS.index(self.sort) + step) % len(SORTS)]
@@ -213,12 +217,6 @@ class GpuProcessList(Widget, can_focus=True):
                 line.append(" ")
             line.append(text_figures.short_command(row.command or "?", command_width), style="dim")
             if index == self.cursor:
-                line.stylize("reverse" if self.has_focus else "underline")
+                self.mark_cursor(line)
             lines.append(line)
         return Group(*lines)
-
-    def on_focus(self) -> None:
-        self.refresh()
-
-    def on_blur(self) -> None:
-        self.refresh()

@@ -12,9 +12,9 @@ from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.reactive import reactive
-from textual.widget import Widget
 
 from ddptui import text_figures
+from ddptui.widgets.list_cursor import CursorList
 from engine.core.common import formatting
 from engine.core.common.statuses import RankStatus
 from engine.core.runs.rank_states import RankState
@@ -35,10 +35,11 @@ WIDE_FROM = 110  # terminals this wide also get a "why" column
 CULPRIT_MARK = " ◀"  # after the state of the rank the others wait for (the diagnosis says so)
 
 
-class RankTable(Widget, can_focus=True):
+class RankTable(CursorList, can_focus=True):
     """The ranks of one run. Set ``ranks``, ``epochs`` and ``now``; ``selected`` is the highlighted
-    rank."""
+    rank; up / down go round the ranks."""
 
+    WRAPS = True
     DEFAULT_CSS = """
     RankTable { height: 2; }
     RankTable:focus { background: $boost; }
@@ -86,12 +87,15 @@ class RankTable(Widget, can_focus=True):
         if self.styles.height is None or self.styles.height.value != count:
             self.styles.height = count
 
-    def action_move(self, delta: int) -> None:
-        if not self.ranks:
-            return
+    def cursor_rows(self) -> int:
+        return len(self.ranks)
+
+    def cursor_index(self) -> int:
         numbers = [r.rank for r in self.ranks]
-        current = numbers.index(self.selected) if self.selected in numbers else 0
-        self.selected = numbers[(current + delta) % len(numbers)]
+        return numbers.index(self.selected) if self.selected in numbers else 0
+
+    def cursor_to(self, index: int) -> None:
+        self.selected = self.ranks[index].rank
         self.post_message(self.RankSelected(self.selected))
 
     def render(self) -> Group:
@@ -205,15 +209,9 @@ class RankTable(Widget, can_focus=True):
             if why_width:
                 line.append(r.reason[:why_width], style="dim")
             if r.rank == self.selected:
-                line.stylize("reverse" if self.has_focus else "underline")
+                self.mark_cursor(line)
             lines.append(line)
         return Group(*lines)
-
-    def on_focus(self) -> None:
-        self.refresh()
-
-    def on_blur(self) -> None:
-        self.refresh()
 
 
 def _steps_cell(r: RankState) -> str:

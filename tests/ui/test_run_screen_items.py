@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from rich.text import Text
 from textual.widgets import Static
 
 from ddptui.app import DdptuiApp
@@ -128,6 +129,30 @@ async def test_the_culprit_of_a_stuck_run_is_marked_in_the_rank_table(
         states = {row.split()[0]: row.split(maxsplit=9)[-1].strip() for row in rows}
         assert states == {"0": "running", "1": "straggler", "2": "stalled ◀", "3": "running"}
         assert "culprit rank 2 ◀" in text_of(screen.query_one("#diagnosis", Static))
+
+
+async def test_up_and_down_go_round_the_ranks_and_pick_the_log_shown(
+    make_app: Callable[..., DdptuiApp],
+) -> None:
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        screen = await open_run(pilot, app, RunDir(RECORDED / LIVE_RUN))
+        table = screen.query_one(RankTable)
+        numbers = [r.rank for r in table.ranks]
+        assert numbers == [0, 1, 2, 3]
+        table.selected = 3
+        table.action_move(1)  # past the last rank: the first
+        await settle(pilot)
+        assert table.selected == 0
+        table.action_move(-1)
+        table.action_move(-1)
+        await settle(pilot)
+        assert table.selected == 2
+        table.focus()
+        await settle(pilot)
+        lines = [line for line in table.render().renderables if isinstance(line, Text)]
+        marked = [str(line).split()[0] for line in lines if "reverse" in str(line.spans)]
+        assert marked == ["2"]
 
 
 async def test_the_stacks_screen_opens_on_the_main_thread_native_frames_folded(
