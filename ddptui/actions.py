@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.core.common.statuses import KillOutcome
 from engine.core.config.schema import RunConfig
+from engine.core.procs.stopping import STOP_GRACE_SECONDS
 from engine.core.runs.rundir import RunDir
 
 if TYPE_CHECKING:
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
     from engine.core.plan.run_plan import RunPlan
     from engine.core.procs.process_identity import ProcessProbe, ProcessRef
     from engine.core.stacks.snapshot import StackSnapshot
-
-KILL_GRACE_SECONDS = 5.0
 
 
 def may_stop_other_users() -> bool:
@@ -82,7 +81,7 @@ class EngineActions:
 
         return check_request(config, self.runs_dir).plan
 
-    def kill_run(self, run_dir: RunDir, grace: float = KILL_GRACE_SECONDS) -> Outcome:
+    def kill_run(self, run_dir: RunDir, grace: float = STOP_GRACE_SECONDS) -> Outcome:
         """The job-scoped kill (``engine.core.procs.stopping``, or Slurm's scancel with every
         node's proof): every process of this run, nothing else."""
         from engine.core.backends.registry import backend_of
@@ -116,7 +115,7 @@ class EngineActions:
         return view
 
     def stop_processes(
-        self, refs: Sequence[ProcessRef], grace: float = KILL_GRACE_SECONDS, all_users: bool = False
+        self, refs: Sequence[ProcessRef], grace: float = STOP_GRACE_SECONDS, all_users: bool = False
     ) -> Outcome:
         """Stop these processes (pid and start time) and their children: SIGTERM, SIGKILL."""
         from engine.core.procs.stopping import stop_refs
@@ -136,7 +135,7 @@ class EngineActions:
         result = signal_refs(refs, signal.Signals[signal_name], all_users=all_users)
         return Outcome(ok=not result.refused, report=describe_signal(result))
 
-    def clean(self, grace: float = KILL_GRACE_SECONDS, all_users: bool = False) -> Outcome:
+    def clean(self, grace: float = STOP_GRACE_SECONDS, all_users: bool = False) -> Outcome:
         """Stop this user's orphaned jobs (every user's with ``all_users``, as root), from a fresh
         scan (what ``ddptui clean`` does)."""
         from engine.core.jobs.clean import clean_orphans, plan_clean

@@ -15,6 +15,7 @@ import click
 from ddptui import exit_codes
 from ddptui.runs_location import default_runs_dir
 from engine.core.common.visible_text import visible
+from engine.core.procs.stopping import STOP_GRACE_SECONDS
 
 
 def echo(text: str, *, err: bool = False, nl: bool = True) -> None:
@@ -88,4 +89,13 @@ unused_runs_dir_option = click.option(
     hidden=True,
     expose_value=False,
     callback=checked_runs_dir(write=False),
+)
+
+# kill and clean: one default grace for every stop (engine.core.procs.stopping).
+grace_option = click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=STOP_GRACE_SECONDS,
+    show_default=True,
+    help="Seconds between SIGTERM and SIGKILL.",
 )

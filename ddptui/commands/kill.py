@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from ddptui import exit_codes
-from ddptui.cli_common import confirmed, echo, fail, read_runs_dir_option
+from ddptui.cli_common import confirmed, echo, fail, grace_option, read_runs_dir_option
 from engine.core.backends.local.kill import KillResult
 from engine.core.backends.registry import backend_of
 from engine.core.common import strict_json
@@ -111,13 +111,7 @@ def _how_stopped(result: KillResult, grace: float) -> list[str]:
 
 @click.command("kill")
 @click.argument("run_id")
-@click.option(
-    "--grace",
-    type=click.FloatRange(min=0),
-    default=10.0,
-    show_default=True,
-    help="Seconds between SIGTERM and SIGKILL.",
-)
+@grace_option
 @click.option(
     "--all-users",
     is_flag=True,

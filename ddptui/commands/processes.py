@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from ddptui import exit_codes
-from ddptui.cli_common import confirmed, echo, fail, unused_runs_dir_option
+from ddptui.cli_common import confirmed, echo, fail, grace_option, unused_runs_dir_option
 from ddptui.cli_table import Column, output_width, render_table, wide_option, wrap_line
 from ddptui.text_figures import short_command
 from engine.core.common import strict_json
@@ -219,13 +219,7 @@ def _leftover_lines(plan: LeftoverPlan) -> list[str]:
 @click.option("--yes", "-y", is_flag=True, help="Do not ask; for scripts.")
 @click.option("--dry-run", is_flag=True, help="Only show what would be stopped and removed.")
 @click.option("--all-users", is_flag=True, help="As root: also stop orphaned jobs of other users.")
-@click.option(
-    "--grace",
-    type=click.FloatRange(min=0),
-    default=5.0,
-    show_default=True,
-    help="Seconds between SIGTERM and SIGKILL.",
-)
+@grace_option
 @unused_runs_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable plan and result.")
 @click.option("--shm-dir", type=click.Path(path_type=Path), default=DEFAULT_SHM_DIR, hidden=True)

@@ -25,7 +25,7 @@ from textual.widget import Widget
 from textual.widgets import Footer, Header, Input, Static
 
 from ddptui import text_figures
-from ddptui.actions import KILL_GRACE_SECONDS
+from ddptui.actions import STOP_GRACE_SECONDS
 from ddptui.messages import GpusScanned, StopFinished
 from ddptui.screens.base import PollingScreen
 from ddptui.widgets.confirm import AllUsersToggle, ConfirmDialog
@@ -300,7 +300,7 @@ class GpusScreen(AllUsersToggle, PollingScreen):
             )
             return
         body = (
-            f"{what}\n\nStop: SIGTERM, then SIGKILL after {KILL_GRACE_SECONDS:.0f} s, child "
+            f"{what}\n\nStop: SIGTERM, then SIGKILL after {STOP_GRACE_SECONDS:.0f} s, child "
             "processes too. Or one signal: SIGINT (as Ctrl-C), or SIGKILL now."
         )
         if others:
@@ -333,7 +333,7 @@ class GpusScreen(AllUsersToggle, PollingScreen):
         actions = self.ddptui.actions
         try:
             if how == "stop":
-                outcome = actions.stop_processes(refs, KILL_GRACE_SECONDS, all_users)
+                outcome = actions.stop_processes(refs, STOP_GRACE_SECONDS, all_users)
             else:
                 outcome = actions.signal_processes(refs, how, all_users)
         except Exception as err:

@@ -17,7 +17,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Footer, Header, Static
 
 from ddptui import text_figures
-from ddptui.actions import KILL_GRACE_SECONDS
+from ddptui.actions import STOP_GRACE_SECONDS
 from ddptui.messages import CleanFinished, ProcessesListed
 from ddptui.screens.base import PollingScreen
 from ddptui.widgets.confirm import AllUsersToggle, ConfirmDialog
@@ -225,7 +225,7 @@ class ProcessesScreen(AllUsersToggle, PollingScreen):
         )
         dialog = ConfirmDialog(
             f"Clean {len(chosen_jobs)} orphaned job{'s' if len(chosen_jobs) > 1 else ''}?",
-            f"{listing}\n\nEach process gets SIGTERM, then SIGKILL after {KILL_GRACE_SECONDS:.0f} s. "
+            f"{listing}\n\nEach process gets SIGTERM, then SIGKILL after {STOP_GRACE_SECONDS:.0f} s. "
             + whose,
             [("y", "Clean", "clean")],
         )
@@ -242,7 +242,7 @@ class ProcessesScreen(AllUsersToggle, PollingScreen):
     @work(thread=True, exclusive=True, exit_on_error=False, group="clean")
     def clean(self) -> None:
         try:
-            outcome = self.ddptui.actions.clean(KILL_GRACE_SECONDS, self.all_users)
+            outcome = self.ddptui.actions.clean(STOP_GRACE_SECONDS, self.all_users)
         except Exception as err:
             self.post_message(CleanFinished(False, f"clean failed: {err}"))
             return

@@ -25,7 +25,7 @@ from textual.containers import Horizontal
 from textual.widgets import Button, Footer, Header, Static
 from textual.worker import Worker, WorkerState
 
-from ddptui.actions import KILL_GRACE_SECONDS
+from ddptui.actions import STOP_GRACE_SECONDS
 from ddptui.messages import KillFinished, RunProgressed, WorkerProblem
 from ddptui.screens.base import PollingScreen
 from ddptui.watch import RunReader, RunView
@@ -447,13 +447,13 @@ class RunScreen(PollingScreen):
                 self.kill_run()
 
         self.app.push_screen(
-            confirm_kill(visible(self.run_dir.run_id, one_line=True), KILL_GRACE_SECONDS), chosen
+            confirm_kill(visible(self.run_dir.run_id, one_line=True), STOP_GRACE_SECONDS), chosen
         )
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="kill")
     def kill_run(self) -> None:
         try:
-            outcome = self.ddptui.actions.kill_run(self.run_dir, KILL_GRACE_SECONDS)
+            outcome = self.ddptui.actions.kill_run(self.run_dir, STOP_GRACE_SECONDS)
         except Exception as err:
             self.post_message(KillFinished(self.run_dir.run_id, False, f"kill failed: {err}"))
             return

@@ -11,6 +11,7 @@ from engine.core.backends.local.kill import KillResult
 from engine.core.backends.local.start import StartedRun
 from engine.core.common.statuses import StopRequester
 from engine.core.config.schema import RunConfig
+from engine.core.procs.stopping import STOP_GRACE_SECONDS
 from engine.core.runs.rundir import RunDir
 from engine.core.stacks.snapshot import StackSnapshot
 
@@ -30,7 +31,7 @@ class Backend(Protocol):
     def stop(
         self,
         run_dir: RunDir,
-        grace: float = 10.0,
+        grace: float = STOP_GRACE_SECONDS,
         *,
         allow_other_users: bool = False,
         by: StopRequester = StopRequester.KILL,

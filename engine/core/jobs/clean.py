@@ -8,7 +8,7 @@ from pathlib import Path
 
 from engine.core.common.statuses import JobKind, JobState
 from engine.core.jobs.process_table import ProcessTable, TrainingJob
-from engine.core.procs.stopping import StopResult, protected_pids, stop_refs
+from engine.core.procs.stopping import STOP_GRACE_SECONDS, StopResult, protected_pids, stop_refs
 from engine.core.runs.rundir import RunDir, run_dir_owner
 from engine.core.runs.settle import record_killed
 
@@ -99,7 +99,7 @@ def _job_run_owner(job: TrainingJob) -> str | None:
 
 
 def clean_orphans(
-    plan: CleanPlan, grace: float = 5.0, *, all_users: bool = False
+    plan: CleanPlan, grace: float = STOP_GRACE_SECONDS, *, all_users: bool = False
 ) -> tuple[CleanedJob, ...]:
     """Stop the planned jobs. Each process is looked up again by pid and start time, so one that
     ended since the scan, and a pid reused since, are left alone; of a ddptui run, only processes

@@ -27,6 +27,9 @@ from engine.core.procs.process_identity import ProcessRef, lookup, process_ended
 from engine.core.procs.run_proof import RunMarker, marker_mismatch
 
 POLL_SECONDS = 0.05
+# Between SIGTERM and SIGKILL where the caller names no other: ``ddptui kill``, ``ddptui clean``
+# and every stop from the UI alike (a run's ranks stopped by its killer, leftovers, orphans).
+STOP_GRACE_SECONDS = 5.0
 KILL_WAIT_SECONDS = 5.0  # after SIGKILL: a process in uninterruptible sleep may take a moment
 GPU_RELEASE_WAIT_SECONDS = 5.0
 

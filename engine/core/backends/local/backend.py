@@ -11,6 +11,7 @@ from engine.core.backends.local.snapshot import snapshot_run
 from engine.core.backends.local.start import StartedRun, start_run
 from engine.core.common.statuses import StopRequester
 from engine.core.config.schema import RunConfig
+from engine.core.procs.stopping import STOP_GRACE_SECONDS
 from engine.core.runs.rundir import RunDir
 from engine.core.stacks.snapshot import StackSnapshot
 
@@ -27,7 +28,7 @@ class LocalBackend:
     def stop(
         self,
         run_dir: RunDir,
-        grace: float = 10.0,
+        grace: float = STOP_GRACE_SECONDS,
         *,
         allow_other_users: bool = False,
         by: StopRequester = StopRequester.KILL,

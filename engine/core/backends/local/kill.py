@@ -34,6 +34,7 @@ from engine.core.procs.process_identity import (
 from engine.core.procs.run_proof import RunMarker, directory_owner, marked_processes, prove
 from engine.core.procs.stopping import (
     POLL_SECONDS,
+    STOP_GRACE_SECONDS,
     KillRefused,
     StopResult,
     descendants,
@@ -287,7 +288,7 @@ def _nothing_left(
 
 def kill_run(
     run_dir: RunDir,
-    grace: float = 10.0,
+    grace: float = STOP_GRACE_SECONDS,
     *,
     allow_other_users: bool = False,
     check_gpu: bool = True,

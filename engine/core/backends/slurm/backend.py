@@ -13,6 +13,7 @@ from engine.core.backends.slurm.stop import kill_slurm_run
 from engine.core.backends.slurm.submit import submit_run
 from engine.core.common.statuses import StopRequester
 from engine.core.config.schema import RunConfig
+from engine.core.procs.stopping import STOP_GRACE_SECONDS
 from engine.core.runs.rundir import RunDir
 from engine.core.stacks.snapshot import StackSnapshot
 
@@ -30,7 +31,7 @@ class SlurmBackend:
     def stop(
         self,
         run_dir: RunDir,
-        grace: float = 10.0,  # Slurm's KillWait governs; the node launchers' own grace is shorter
+        grace: float = STOP_GRACE_SECONDS,  # Slurm's KillWait governs; the node launchers' own grace is shorter
         *,
         allow_other_users: bool = False,
         by: StopRequester = StopRequester.KILL,
