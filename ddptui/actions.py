@@ -1,6 +1,6 @@
 """The engine calls the UI makes that change or survey the machine, one method each.
 
-Start a run (``engine.core.backends.local.start``), stop one and clean orphans (process control), scan processes
+Start a run (through its backend, ``engine.core.backends``), stop one and clean orphans (process control), scan processes
 (``engine.core.jobs.process_table``), build a speedup table (``engine.core.bench.speedup_table``). The screens call these
 from thread workers only, and only through an ``EngineActions``, so each stays one swappable call
 (tests pass a subclass). Engine modules are imported when first called, which keeps them (and
@@ -58,13 +58,9 @@ class EngineActions:
     def start_run(self, config: RunConfig, gpu_count: int, *, slurm: bool = False) -> StartedRun:
         """Start the launcher in its own session (``slurm``: submit the run to Slurm); raises
         ConfigError with the reason."""
-        if slurm:
-            from engine.core.backends.registry import SLURM
+        from engine.core.backends.registry import backend_named
 
-            return SLURM.start(config, self.runs_dir)
-        from engine.core.backends.local.start import start_run
-
-        return start_run(config, self.runs_dir, gpu_count=gpu_count)
+        return backend_named(slurm).start(config, self.runs_dir, gpu_count=gpu_count)
 
     def slurm_partitions(self) -> list[tuple[str, bool, int, str]]:
         """Slurm's partitions (``sinfo``): (name, default, nodes, max time) each; SlurmUnavailable

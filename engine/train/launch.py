@@ -241,6 +241,7 @@ def record_start(
         node_rank=node_rank,
         nnodes=nnodes,
         oom_baseline=oom_baseline(),
+        placement=info.placement if info else None,  # the backend's own keys, as it wrote them
     )
     run_dir.make_missing_dirs()
     reserve = SpaceReserve(run_dir.path)

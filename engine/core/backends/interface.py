@@ -12,16 +12,30 @@ from engine.core.backends.local.start import StartedRun
 from engine.core.common.statuses import StopRequester
 from engine.core.config.schema import RunConfig
 from engine.core.procs.stopping import STOP_GRACE_SECONDS
+from engine.core.runs.run_info import RunInfo
 from engine.core.runs.rundir import RunDir
 from engine.core.stacks.snapshot import StackSnapshot
 
 
 class Backend(Protocol):
-    name: str
+    name: str  # run.json's placement.backend of its runs; the registry's key
 
-    def start(self, config: RunConfig, runs_dir: Path, *, run_id: str | None = None) -> StartedRun:
+    def owns(self, info: RunInfo) -> bool:
+        """Whether the run of this run.json is this backend's (where it is: ``backend_of``)."""
+        ...
+
+    def start(
+        self,
+        config: RunConfig,
+        runs_dir: Path,
+        *,
+        run_id: str | None = None,
+        gpu_count: int | None = None,
+    ) -> StartedRun:
         """Check, make the run directory and start the run; ConfigError / RunDirError (one
-        sentence, nothing started) when it cannot."""
+        sentence, nothing started) when it cannot. ``gpu_count``: the GPUs this machine has, as
+        the caller already counted them (None: counted here); a backend that places the ranks
+        elsewhere goes by its own."""
         ...
 
     def snapshot(self, run_dir: RunDir, *, reason: str) -> StackSnapshot | None:

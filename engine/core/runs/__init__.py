@@ -1,8 +1,9 @@
-"""One run, read from its directory: the run directory and its files (``rundir``), the typed
-per-rank and launcher events (``events``) and what the log pane says of them (``event_notices``),
-what the ranks reported (``rank_states``), the one throttled step report every rank writes
-(``step_reporter``), the figures of a script run (``script_reporting``), the summary
-(``summary``, ``summarize``), the one settler of a run whose launcher ended without one
-(``settle``) and the run observer (``observer``): the one place that decides a run's and each
-rank's status. Never starts or signals a process.
+"""One run, read from its directory: the run directory and its files (``rundir``), run.json
+(``run_info``: who runs it, and on which backend), the typed per-rank and launcher events
+(``events``) and what the log pane says of them (``event_notices``), what the ranks reported
+(``rank_states``), the one throttled step report every rank writes (``step_reporter``), the
+figures of a script run (``script_reporting``), the summary (``summary``, ``summarize``), the one
+settler of a run whose launcher ended without one (``settle``) and the run observer
+(``observer``): the one place that decides a run's and each rank's status. Never starts or
+signals a process.
 """

@@ -12,6 +12,7 @@ from engine.core.backends.local.start import StartedRun, start_run
 from engine.core.common.statuses import StopRequester
 from engine.core.config.schema import RunConfig
 from engine.core.procs.stopping import STOP_GRACE_SECONDS
+from engine.core.runs.run_info import RunInfo
 from engine.core.runs.rundir import RunDir
 from engine.core.stacks.snapshot import StackSnapshot
 
@@ -19,8 +20,18 @@ from engine.core.stacks.snapshot import StackSnapshot
 class LocalBackend:
     name = "local"
 
-    def start(self, config: RunConfig, runs_dir: Path, *, run_id: str | None = None) -> StartedRun:
-        return start_run(config, runs_dir, run_id=run_id)
+    def owns(self, info: RunInfo) -> bool:
+        return info.slurm is None and info.placement is None
+
+    def start(
+        self,
+        config: RunConfig,
+        runs_dir: Path,
+        *,
+        run_id: str | None = None,
+        gpu_count: int | None = None,
+    ) -> StartedRun:
+        return start_run(config, runs_dir, run_id=run_id, gpu_count=gpu_count)
 
     def snapshot(self, run_dir: RunDir, *, reason: str) -> StackSnapshot | None:
         return snapshot_run(run_dir, reason=reason)

@@ -30,6 +30,7 @@ from engine.core.host import gpus
 from engine.core.plan.resource_guard import ResourceCheck, check_resources
 from engine.core.plan.run_plan import RunPlan, plan_run
 from engine.core.procs.run_proof import RunMarker
+from engine.core.runs.run_info import Placement
 from engine.core.runs.rundir import (
     RunDir,
     RunDirError,
@@ -132,7 +133,9 @@ def create_run_dir(
     return run_dir, written
 
 
-def _local_info(config: RunConfig, plan: RunPlan) -> Callable[[RunDir], RunInfo]:
+def _local_info(
+    config: RunConfig, plan: RunPlan, placement: Placement | None = None
+) -> Callable[[RunDir], RunInfo]:
     """run.json of a run on this machine, before its launcher starts."""
     return lambda run_dir: RunInfo(
         run_id=run_dir.run_id,
@@ -142,6 +145,7 @@ def _local_info(config: RunConfig, plan: RunPlan) -> Callable[[RunDir], RunInfo]
         state=RunStatus.STARTING,
         world_size=plan.world_size,
         devices=plan.devices.describe(),
+        placement=placement,
     )
 
 
@@ -156,15 +160,17 @@ def start_run(
     gpu_count: int | None = None,
     run_id: str | None = None,
     launcher_args: tuple[str, ...] = (),
+    placement: Placement | None = None,
 ) -> StartedRun:
     """Validate ``config``, make its run directory and start its launcher in a new session.
 
     Returns at once; the run goes on without this process. Raises ConfigError (nothing started,
     nothing created) when the config cannot run here or its ranks do not fit; the resource
-    guard's warnings are ``StartedRun.warnings``.
+    guard's warnings are ``StartedRun.warnings``. ``placement``: run.json's, for a backend that
+    runs its ranks under this machine's launcher but keeps the run as its own.
     """
     plan, resources = check_run(config, gpu_count=gpu_count)
-    run_dir, _ = create_run_dir(config, runs_dir, run_id, _local_info(config, plan))
+    run_dir, _ = create_run_dir(config, runs_dir, run_id, _local_info(config, plan, placement))
     # The launcher's own output (before it redirects the ranks) goes to logs/launcher.log.
     try:
         log_fd = open_private(run_dir.launcher_log_path, "append")

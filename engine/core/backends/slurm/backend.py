@@ -14,6 +14,7 @@ from engine.core.backends.slurm.submit import submit_run
 from engine.core.common.statuses import StopRequester
 from engine.core.config.schema import RunConfig
 from engine.core.procs.stopping import STOP_GRACE_SECONDS
+from engine.core.runs.run_info import RunInfo
 from engine.core.runs.rundir import RunDir
 from engine.core.stacks.snapshot import StackSnapshot
 
@@ -21,7 +22,17 @@ from engine.core.stacks.snapshot import StackSnapshot
 class SlurmBackend:
     name = "slurm"
 
-    def start(self, config: RunConfig, runs_dir: Path, *, run_id: str | None = None) -> StartedRun:
+    def owns(self, info: RunInfo) -> bool:
+        return info.slurm is not None  # run.json's own ``slurm`` key, as every Slurm run has it
+
+    def start(
+        self,
+        config: RunConfig,
+        runs_dir: Path,
+        *,
+        run_id: str | None = None,
+        gpu_count: int | None = None,  # this machine's: the nodes' GPUs are Slurm's to give
+    ) -> StartedRun:
         run_dir, plan, handle = submit_run(config, runs_dir, run_id=run_id)
         return StartedRun(run_dir=run_dir, plan=plan, process=handle)
 
