@@ -431,3 +431,17 @@ def test_show_counts_epochs_from_1_as_the_screens_do(tmp_path: Path) -> None:
         line.split(":")[0].strip() for line in result.stdout.splitlines() if "img/s, loss" in line
     ]
     assert epochs == ["epoch 1", "epoch 2"]
+
+
+def test_show_json_is_the_listing_json_of_the_run_and_then_its_details(tmp_path: Path) -> None:
+    """One JSON shape of a run: ``show --json`` starts with what ``runs --json`` lists of it."""
+    runs = tmp_path / "runs"
+    shutil.copytree(REPO_ROOT / RECORDED, runs)
+    listed = CliRunner().invoke(main, ["runs", "--runs-dir", str(runs), "--json"])
+    shown = CliRunner().invoke(main, ["show", GPU_RUN, "--runs-dir", str(runs), "--json"])
+    assert listed.exit_code == 0 and shown.exit_code == 0, listed.output + shown.output
+    listing = next(r for r in json.loads(listed.stdout) if r["run_id"] == GPU_RUN)
+    state = json.loads(shown.stdout)
+    assert list(state)[: len(listing)] == list(listing)
+    assert {key: state[key] for key in listing} == listing
+    assert state["state"] == "completed" and state["ranks"] and state["summary"] is not None

@@ -44,6 +44,7 @@ from engine.core.procs.process_identity import ProcessProbe
 from engine.core.runs.events import EventTail
 from engine.core.runs.placement import rank_nodes
 from engine.core.runs.rank_states import RankState, RankStateTracker, Thresholds
+from engine.core.runs.run_listing import RunListing
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
 from engine.core.runs.settle import lost_summary, settle_run
 from engine.core.runs.step_breakdown import (
@@ -127,23 +128,14 @@ class RunState:
         return tuple(sorted({r.gpu_index for r in self.ranks if r.gpu_index is not None}))
 
     def to_json(self) -> dict[str, Any]:
+        """``ddptui show --json``: the run in the one JSON shape of a run (``RunListing``'s, what
+        ``ddptui runs --json`` lists), then what only an observation holds."""
         return {
-            "run_id": self.run_id,
-            "path": str(self.path),
-            "state": self.status,
-            "reason": self.reason,
-            "preset": self.preset,
-            "created": self.created,
-            "devices": self.devices,
-            "world_size": self.world_size,
+            **RunListing.of(self).to_json(),
             "launcher_alive": self.launcher_alive,
-            "stalled_ranks": list(self.stalled_ranks),
-            "straggler_ranks": list(self.straggler_ranks),
             "ranks": [r.to_json() for r in self.ranks],
             "summary": self.summary.to_json() if self.summary else None,
             "diagnosis": self.diagnosis.to_json() if self.diagnosis else None,
-            "problem": self.problem,
-            "unsaved": self.unsaved,
             **({"slurm": self.slurm.to_json()} if self.slurm else {}),
             "step_breakdown": [b.to_json() for b in self.step_breakdown],
             "bottleneck": self.bottleneck.sentence if self.bottleneck else "",
