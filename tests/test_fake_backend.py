@@ -70,6 +70,13 @@ def test_run_show_and_kill_go_through_the_fake_backend(
     assert shown.exit_code == 0, shown.output
     assert json.loads(shown.stdout)["state"] == "running"
 
+    told = CliRunner().invoke(main, ["show", started.run_id, "--runs-dir", str(runs_dir)])
+    assert told.exit_code == 0, told.output
+    assert (
+        "\nplacement  fake, slot bench-7\n" in told.stdout
+    )  # the fake's describe(), after created
+    assert told.stdout.index("created ") < told.stdout.index("placement  fake")
+
     killed = CliRunner().invoke(
         main, ["kill", started.run_id, "--yes", "--grace", "5", "--runs-dir", str(runs_dir)]
     )

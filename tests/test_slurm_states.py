@@ -266,3 +266,25 @@ def test_a_job_gone_from_the_queue_is_looked_up_in_sacct_once_per_poll_for_every
     time.sleep(0.35)
     assert slurm_jobs.read_job(JOB, queue, records).job == ended
     assert asked == [JOB, JOB]
+
+
+def test_the_slurm_backend_owns_a_slurm_run_and_describes_its_job_and_nodes(
+    tmp_path: Path,
+) -> None:
+    """What `ddptui show` prints of where a Slurm run is comes from its backend's describe()."""
+    from engine.core.backends.registry import LOCAL, SLURM, backend_for, backend_of
+
+    run_dir = slurm_run(tmp_path)
+    assert backend_of(run_dir) is SLURM
+    state = observe(run_dir, JobLookup(job(JobState.PENDING, reason="Resources")))
+    assert SLURM.describe(state) == (
+        f"slurm      job {JOB} (PENDING: Resources); no node launcher yet",
+    )
+    write_node_record(run_dir.path, node_record("n1", 0, RunStatus.RUNNING))
+    write_node_record(run_dir.path, node_record("n2", 1, RunStatus.RUNNING))
+    state = observe(run_dir, JobLookup(job(JobState.RUNNING)))
+    assert backend_for(state.info) is SLURM
+    assert SLURM.describe(state) == (
+        f"slurm      job {JOB} (RUNNING); n1 (ranks 0, running); n2 (ranks 1, running)",
+    )
+    assert backend_for(None) is LOCAL and LOCAL.describe(state) == ()

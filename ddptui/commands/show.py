@@ -16,6 +16,7 @@ import click
 
 from ddptui.cli_common import echo, fail, read_runs_dir_option
 from ddptui.cli_table import Column, render_table, terminal_width
+from engine.core.backends.registry import backend_for
 from engine.core.common import strict_json
 from engine.core.common.formatting import format_duration
 from engine.core.runs.rundir import RunDir, RunDirError, find_run
@@ -72,27 +73,6 @@ def _rank_rows(ranks: tuple[RankState, ...], now: float, width: int | None) -> l
     if across:
         columns = (RANK_COLUMNS[0], Column("NODE"), *RANK_COLUMNS[1:])
     return render_table(columns, rows, width, indent=2)
-
-
-def _slurm_lines(progress: RunState) -> list[str]:
-    """A run on Slurm: its job, and each node with its ranks and whether it proved itself
-    clean at its end."""
-    view = progress.slurm
-    if view is None:
-        return []
-    job = view.job
-    said = f" ({job.state}{': ' + job.reason if job.reason else ''})" if job else ""
-    where = "step of your allocation, " if view.in_allocation else ""
-    nodes = []
-    for name, record in sorted(view.nodes.items(), key=lambda item: item[1].node_rank):
-        ranks = ",".join(map(str, record.global_ranks)) or "-"
-        proof = record.proof
-        checked = "" if proof is None else (" verified" if proof.clean else " NOT clean")
-        nodes.append(f"{name} (ranks {ranks}, {record.state}{checked})")
-    return [
-        f"slurm      {where}job {view.job_id or '-'}{said}; "
-        + ("; ".join(nodes) or "no node launcher yet")
-    ]
 
 
 def _per_step(seconds: float | None, total: float) -> str:
@@ -240,7 +220,7 @@ def show_command(run_id: str, runs_dir: Path, as_json: bool) -> None:
             + (f": {progress.reason}" if progress.reason and not progress.summary else ""),
             f"devices    {progress.devices or '-'}, world size {progress.world_size or '-'}",
             f"created    {created}",
-            *_slurm_lines(progress),
+            *backend_for(progress.info).describe(progress),
             *_config_lines(progress),
             "",
             *(

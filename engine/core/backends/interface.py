@@ -1,5 +1,5 @@
-"""The one interface over where a run's ranks live (``engine.core.backends``): start a run,
-take its stacks, stop it. Plain Python.
+"""The one interface over where a run's ranks live (``engine.core.backends``): say whether a
+run is its own, start a run, take its stacks, stop it, and describe where it runs. Plain Python.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from engine.core.backends.local.start import StartedRun
 from engine.core.common.statuses import StopRequester
 from engine.core.config.schema import RunConfig
 from engine.core.procs.stopping import STOP_GRACE_SECONDS
+from engine.core.runs.observer import RunState
 from engine.core.runs.run_info import RunInfo
 from engine.core.runs.rundir import RunDir
 from engine.core.stacks.snapshot import StackSnapshot
@@ -51,4 +52,9 @@ class Backend(Protocol):
         by: StopRequester = StopRequester.KILL,
     ) -> KillResult:
         """Stop exactly the run's processes, verified; the summary says killed."""
+        ...
+
+    def describe(self, state: RunState) -> tuple[str, ...]:
+        """The lines ``ddptui show`` prints of where the observed run is (a label, padded to
+        11 characters, then the text); none where its devices line says it all."""
         ...

@@ -11,6 +11,7 @@ from __future__ import annotations
 from engine.core.backends.interface import Backend
 from engine.core.backends.local.backend import LocalBackend
 from engine.core.backends.slurm.backend import SlurmBackend
+from engine.core.runs.run_info import RunInfo
 from engine.core.runs.rundir import RunDir
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "SLURM",
     "Backend",
     "backend_called",
+    "backend_for",
     "backend_named",
     "backend_of",
     "register",
@@ -59,7 +61,14 @@ def backend_named(slurm: bool) -> Backend:
 
 def backend_of(run_dir: RunDir) -> Backend:
     """The backend of an existing run, from its run.json (RunDirError when it cannot be read)."""
-    info = run_dir.read_run_info()
+    return backend_for(run_dir.read_run_info())
+
+
+def backend_for(info: RunInfo | None) -> Backend:
+    """The backend of the run of this run.json, as already read (None: none yet, this
+    machine's)."""
+    if info is None:
+        return LOCAL
     for backend in reversed(_REGISTERED.values()):
         if backend is not LOCAL and backend.owns(info):
             return backend

@@ -12,6 +12,7 @@ from engine.core.backends.local.start import StartedRun, start_run
 from engine.core.common.statuses import StopRequester
 from engine.core.config.schema import RunConfig
 from engine.core.procs.stopping import STOP_GRACE_SECONDS
+from engine.core.runs.observer import RunState
 from engine.core.runs.run_info import RunInfo
 from engine.core.runs.rundir import RunDir
 from engine.core.stacks.snapshot import StackSnapshot
@@ -45,3 +46,6 @@ class LocalBackend:
         by: StopRequester = StopRequester.KILL,
     ) -> KillResult:
         return kill_run(run_dir, grace, allow_other_users=allow_other_users, by=by)
+
+    def describe(self, state: RunState) -> tuple[str, ...]:
+        return ()  # this machine: the devices line says where

@@ -14,6 +14,7 @@ from engine.core.backends.slurm.submit import submit_run
 from engine.core.common.statuses import StopRequester
 from engine.core.config.schema import RunConfig
 from engine.core.procs.stopping import STOP_GRACE_SECONDS
+from engine.core.runs.observer import RunState
 from engine.core.runs.run_info import RunInfo
 from engine.core.runs.rundir import RunDir
 from engine.core.stacks.snapshot import StackSnapshot
@@ -48,3 +49,22 @@ class SlurmBackend:
         by: StopRequester = StopRequester.KILL,
     ) -> KillResult:
         return kill_slurm_run(run_dir, allow_other_users=allow_other_users, reason=by.sentence)
+
+    def describe(self, state: RunState) -> tuple[str, ...]:
+        """Its job, and each node with its ranks and whether it proved itself clean at its end."""
+        view = state.slurm
+        if view is None:
+            return ()
+        job = view.job
+        said = f" ({job.state}{': ' + job.reason if job.reason else ''})" if job else ""
+        where = "step of your allocation, " if view.in_allocation else ""
+        nodes = []
+        for name, record in sorted(view.nodes.items(), key=lambda item: item[1].node_rank):
+            ranks = ",".join(map(str, record.global_ranks)) or "-"
+            proof = record.proof
+            checked = "" if proof is None else (" verified" if proof.clean else " NOT clean")
+            nodes.append(f"{name} (ranks {ranks}, {record.state}{checked})")
+        return (
+            f"slurm      {where}job {view.job_id or '-'}{said}; "
+            + ("; ".join(nodes) or "no node launcher yet"),
+        )
