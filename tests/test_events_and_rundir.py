@@ -210,3 +210,20 @@ def test_one_rule_says_what_a_run_directory_is_for_listing_finding_and_locating(
     assert (run_dir.config_path, run_dir.run_json_path) == (layout.config, layout.run_json)
     assert run_dir.rank_events_path(3) == real / "events" / "rank-3.jsonl"
     assert run_dir.launcher_log_path == real / "logs" / "launcher.log"
+
+
+def test_a_runs_first_run_json_is_made_in_one_place() -> None:
+    import socket
+    import time
+
+    from engine.core.common.statuses import RunStatus
+
+    before = time.time()
+    fresh = RunInfo.begun("r-1", "cpu-demo", world_size=2, devices="cpu:2")
+    assert (fresh.host, fresh.state, fresh.world_size, fresh.devices) == (
+        socket.gethostname(), RunStatus.STARTING, 2, "cpu:2",
+    )  # fmt: skip
+    assert before <= fresh.created <= time.time() and fresh.launcher is None
+    kept = RunInfo.begun("r-1", "cpu-demo", world_size=2, devices="cpu:2", created=12.5,
+                         state=RunStatus.RUNNING)  # fmt: skip
+    assert (kept.created, kept.state) == (12.5, RunStatus.RUNNING)

@@ -27,7 +27,6 @@ import pickle
 import socket
 import subprocess
 import sys
-import time
 import traceback
 from dataclasses import replace
 from pathlib import Path
@@ -65,7 +64,6 @@ from engine.core.runs.rundir import (
     RunDir,
     RunDirError,
     RunInfo,
-    this_host,
 )
 from engine.core.runs.summarize import build_summary
 from engine.core.runs.summary import Failure, RunSummary
@@ -228,14 +226,16 @@ def record_start(
     launcher's events."""
     info = run_dir.read_run_info() if run_dir.run_json_path.exists() else None
     me = psutil.Process()
-    base = RunInfo(
-        run_id=run_dir.run_id,
-        preset=config.name,
-        host=this_host(),
-        created=info.created if info else time.time(),
-        state=RunStatus.RUNNING,
+    begun = RunInfo.begun(
+        run_dir.run_id,
+        config.name,
         world_size=world_size,
         devices=plan.devices.describe(),
+        state=RunStatus.RUNNING,
+        created=info.created if info else None,
+    )
+    base = replace(
+        begun,
         launcher=ProcessRef(me.pid, me.create_time()),
         pgid=os.getpgid(0),
         node_rank=node_rank,

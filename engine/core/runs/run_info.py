@@ -4,6 +4,8 @@ written through ``engine.core.runs.rundir.RunDir``. Plain Python.
 
 from __future__ import annotations
 
+import socket
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +16,10 @@ from engine.core.procs.process_identity import ProcessRef
 from engine.core.runs.placement import SlurmPlacement
 
 RUN_SCHEMA_VERSION = 1
+
+
+def this_host() -> str:
+    return socket.gethostname()
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,23 @@ class RunInfo:
     slurm: SlurmPlacement | None = None
     # A run of a backend other than this machine and Slurm: that backend's name and own keys.
     placement: Placement | None = None
+
+    @classmethod
+    def begun(
+        cls,
+        run_id: str,
+        preset: str,
+        *,
+        world_size: int,
+        devices: str,
+        state: RunStatus = RunStatus.STARTING,
+        created: float | None = None,
+    ) -> RunInfo:
+        """run.json as a run begins, on this host, now (or at ``created``): the one place a
+        run's first run.json is made, by ``ddptui run``, a Slurm submit and a launcher started
+        by hand alike (each adds its own keys with ``dataclasses.replace``)."""
+        when = time.time() if created is None else created
+        return cls(run_id, preset, this_host(), when, state, world_size, devices)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", RunStatus(self.state))  # the word, typed where made

@@ -14,7 +14,6 @@ import json
 import os
 import re
 import secrets
-import socket
 import time
 from collections.abc import Collection
 from pathlib import Path
@@ -42,6 +41,7 @@ from engine.core.common.run_layout import (
 from engine.core.config.schema import RunConfig
 from engine.core.config.toml_io import config_from_text
 from engine.core.runs.run_info import RUN_SCHEMA_VERSION, RunInfo
+from engine.core.runs.run_info import this_host as this_host  # where launchers have found it
 from engine.core.runs.summary import RunSummary
 
 DEFAULT_RUNS_DIR = Path("runs")
@@ -228,10 +228,6 @@ class RunDir:
             return RunSummary.from_json(data)
         except (KeyError, TypeError, ValueError) as err:
             raise RunDirError(f"{self.summary_path}: summary.json is corrupt ({err!r})") from None
-
-
-def this_host() -> str:
-    return socket.gethostname()
 
 
 def check_run_id(run_id: str) -> None:

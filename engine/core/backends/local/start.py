@@ -15,15 +15,13 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
 from engine.core.common.disk_space import write_failure
 from engine.core.common.run_files import SpaceReserve, make_dirs, open_private, write_atomic
-from engine.core.common.statuses import RunStatus
 from engine.core.config.schema import RunConfig
 from engine.core.config.toml_io import to_toml
 from engine.core.host import gpus
@@ -38,7 +36,6 @@ from engine.core.runs.rundir import (
     check_run_id,
     check_runs_dir,
     new_run_id,
-    this_host,
 )
 
 
@@ -137,14 +134,10 @@ def _local_info(
     config: RunConfig, plan: RunPlan, placement: Placement | None = None
 ) -> Callable[[RunDir], RunInfo]:
     """run.json of a run on this machine, before its launcher starts."""
-    return lambda run_dir: RunInfo(
-        run_id=run_dir.run_id,
-        preset=config.name,
-        host=this_host(),
-        created=time.time(),
-        state=RunStatus.STARTING,
-        world_size=plan.world_size,
-        devices=plan.devices.describe(),
+    return lambda run_dir: replace(
+        RunInfo.begun(
+            run_dir.run_id, config.name, world_size=plan.world_size, devices=plan.devices.describe()
+        ),
         placement=placement,
     )
 

@@ -39,7 +39,7 @@ from engine.core.common.config_error import ConfigError
 from engine.core.common.disk_space import write_failure
 from engine.core.common.run_environment import RUN_DIR_ENV, RUN_MARKER_ENV
 from engine.core.common.run_files import open_private, write_atomic
-from engine.core.common.statuses import RunStatus, StopRequester
+from engine.core.common.statuses import StopRequester
 from engine.core.config.devices import parse_device_spec
 from engine.core.config.schema import RunConfig
 from engine.core.plan.run_plan import RunPlan, plan_run
@@ -292,14 +292,11 @@ class SlurmJobHandle:
 
 def _info(run_dir: RunDir, config: RunConfig, request: SlurmRequest) -> RunInfo:
     slurm = config.slurm
-    return RunInfo(
-        run_id=run_dir.run_id,
-        preset=config.name,
-        host=this_host(),
-        created=time.time(),
-        state=RunStatus.STARTING,
-        world_size=request.world_size,
-        devices=request.devices,
+    begun = RunInfo.begun(
+        run_dir.run_id, config.name, world_size=request.world_size, devices=request.devices
+    )
+    return replace(
+        begun,
         nnodes=request.nodes,
         slurm=SlurmPlacement(
             job_id=request.in_allocation,
