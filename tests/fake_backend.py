@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from engine.core.backends.interface import RecordedProcess
+from engine.core.backends.local.backend import recorded_here
 from engine.core.backends.local.kill import KillResult, kill_run
 from engine.core.backends.local.snapshot import snapshot_run
 from engine.core.backends.local.start import StartedRun, start_run
@@ -28,6 +30,9 @@ class FakeBackend:
 
     def owns(self, info: RunInfo) -> bool:
         return info.placement is not None and info.placement.backend == self.name
+
+    def locate(self, run_dir: RunDir, info: RunInfo) -> tuple[RecordedProcess, ...]:
+        return recorded_here(info)  # its ranks run here, under this machine's launcher
 
     def start(
         self,

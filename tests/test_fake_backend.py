@@ -1,5 +1,5 @@
 """A third backend is one object and one ``register`` call (issue 28): a fake placement
-(tests/fake_backend.py) runs a real two-rank script run, and ``ddptui show`` and ``ddptui kill``
+(tests/fake_backend.py) runs a real two-rank script run, and ``ddptui show``, ``ddptui ps`` and ``ddptui kill``
 reach it through the same ``Backend`` interface as the local and Slurm runs."""
 
 from __future__ import annotations
@@ -14,8 +14,11 @@ from click.testing import CliRunner
 from ddptui.cli import main
 from engine.core.backends import registry
 from engine.core.backends.registry import LOCAL, backend_called, backend_of
+from engine.core.common.statuses import ProcessRole
 from engine.core.config.schema import RunConfig, ScriptConfig
 from engine.core.config.toml_io import apply_overrides
+from engine.core.host.gpus import GpuInventory
+from engine.core.jobs.process_table import scan_processes
 from engine.core.runs.run_info import Placement
 from engine.core.runs.rundir import RunDir
 from tests.fake_backend import FakeBackend
@@ -60,6 +63,14 @@ def test_run_show_and_kill_go_through_the_fake_backend(
     written = json.loads(run_dir.run_json_path.read_text(encoding="utf-8"))
     assert written["placement"] == {"backend": "fake", "slot": "bench-7"}
     assert backend_of(run_dir) is fake
+    info = run_dir.read_run_info()
+    assert info.launcher is not None
+    assert fake.locate(run_dir, info) == ((None, info.launcher), *info.ranked())
+    # `ddptui ps` names the launcher and each rank from the fake's locate()
+    table = scan_processes(gpus=GpuInventory(error="no GPU in this test"), cpu_interval=0.0)
+    job = next(j for j in table.jobs if j.run_id == started.run_id)
+    roles = sorted((p.role, p.rank) for p in job.processes)
+    assert roles == [(ProcessRole.LAUNCHER, None), (ProcessRole.RANK, 0), (ProcessRole.RANK, 1)]
     registry.unregister(fake)
     assert backend_of(run_dir) is LOCAL  # an unknown placement's run is this machine's
     registry.register(fake)

@@ -288,3 +288,12 @@ def test_the_slurm_backend_owns_a_slurm_run_and_describes_its_job_and_nodes(
         f"slurm      job {JOB} (RUNNING); n1 (ranks 0, running); n2 (ranks 1, running)",
     )
     assert backend_for(None) is LOCAL and LOCAL.describe(state) == ()
+    # `ddptui ps` finds a Slurm run's processes in its node launchers' records
+    info = run_dir.read_run_info()
+    assert SLURM.locate(run_dir, info) == (
+        (None, ProcessRef(200, 1.0)),
+        (0, ProcessRef(100, 2.0)),
+        (None, ProcessRef(201, 1.0)),
+        (1, ProcessRef(101, 2.0)),
+    )
+    assert LOCAL.locate(run_dir, info) == ()  # run.json names none of them

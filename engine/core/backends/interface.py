@@ -1,5 +1,5 @@
 """The one interface over where a run's ranks live (``engine.core.backends``): say whether a
-run is its own, start a run, take its stacks, stop it, and describe where it runs. Plain Python.
+run is its own, locate its processes, start it, take its stacks, stop it, and describe where it runs. Plain Python.
 """
 
 from __future__ import annotations
@@ -11,11 +11,15 @@ from engine.core.backends.local.kill import KillResult
 from engine.core.backends.local.start import StartedRun
 from engine.core.common.statuses import StopRequester
 from engine.core.config.schema import RunConfig
+from engine.core.procs.process_identity import ProcessRef
 from engine.core.procs.stopping import STOP_GRACE_SECONDS
 from engine.core.runs.observer import RunState
 from engine.core.runs.run_info import RunInfo
 from engine.core.runs.rundir import RunDir
 from engine.core.stacks.snapshot import StackSnapshot
+
+# A process a run's records name: its global rank (None: a launcher) and who it is.
+RecordedProcess = tuple[int | None, ProcessRef]
 
 
 class Backend(Protocol):
@@ -23,6 +27,11 @@ class Backend(Protocol):
 
     def owns(self, info: RunInfo) -> bool:
         """Whether the run of this run.json is this backend's (where it is: ``backend_of``)."""
+        ...
+
+    def locate(self, run_dir: RunDir, info: RunInfo) -> tuple[RecordedProcess, ...]:
+        """Every launcher (rank None) and rank process the run's records name, each with its
+        global rank, wherever the backend keeps them; live or not is the caller's to check."""
         ...
 
     def start(

@@ -24,10 +24,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.core.backends.registry import backend_for
 from engine.core.common.run_environment import LAUNCHER_PID_ENV, RUN_DIR_ENV
 from engine.core.common.run_layout import is_run_dir
 from engine.core.common.statuses import JobKind, ProcessRole
-from engine.core.procs.process_identity import ProcessRef, same_start
+from engine.core.procs.process_identity import same_start
 from engine.core.procs.process_scan import (
     ProcessInfo,
     distributed_env,
@@ -38,7 +39,6 @@ from engine.core.procs.process_scan import (
     loads_torch,
 )
 from engine.core.procs.run_proof import RunMarker
-from engine.core.runs.placement import read_node_records
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
 
 DESCENT_LIMIT = 64  # parents followed up from one process: /proc can show a cycle mid-scan
@@ -161,15 +161,8 @@ def _roles_from_run_json(grouping: _Grouping, job: FoundJob) -> None:
         job.info_problem = f"{job.run_dir.run_json_path} names run {info.run_id}, not {job.run_id}"
         return
     job.info = info
-    named: list[tuple[int | None, ProcessRef]] = (
-        [(None, job.info.launcher)] if job.info.launcher else []
-    )
-    named += job.info.ranked()
-    if job.info.slurm is not None:  # a run on Slurm: its node launchers' records say who
-        for record in read_node_records(job.run_dir.path)[0].values():
-            named += [(None, record.launcher)] if record.launcher else []
-            named += record.ranked()
-    for rank, ref in named:
+    # as the run's backend records them (run.json; each node launcher's record across nodes)
+    for rank, ref in backend_for(info).locate(job.run_dir, info):
         p = grouping.procs.get(ref.pid)
         if p is None or not same_start(p.create_time, ref.start_time):
             continue

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from engine.core.backends.interface import RecordedProcess
 from engine.core.backends.local.kill import KillResult, kill_run
 from engine.core.backends.local.snapshot import snapshot_run
 from engine.core.backends.local.start import StartedRun, start_run
@@ -18,11 +19,20 @@ from engine.core.runs.rundir import RunDir
 from engine.core.stacks.snapshot import StackSnapshot
 
 
+def recorded_here(info: RunInfo) -> tuple[RecordedProcess, ...]:
+    """The launcher and ranks run.json names: every process of a run on one machine."""
+    launcher: tuple[RecordedProcess, ...] = ((None, info.launcher),) if info.launcher else ()
+    return (*launcher, *info.ranked())
+
+
 class LocalBackend:
     name = "local"
 
     def owns(self, info: RunInfo) -> bool:
         return info.slurm is None and info.placement is None
+
+    def locate(self, run_dir: RunDir, info: RunInfo) -> tuple[RecordedProcess, ...]:
+        return recorded_here(info)
 
     def start(
         self,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from engine.core.backends.interface import RecordedProcess
+from engine.core.backends.local.backend import recorded_here
 from engine.core.backends.local.kill import KillResult
 from engine.core.backends.local.start import StartedRun
 from engine.core.backends.slurm.stacks import snapshot_slurm_run
@@ -15,6 +17,7 @@ from engine.core.common.statuses import StopRequester
 from engine.core.config.schema import RunConfig
 from engine.core.procs.stopping import STOP_GRACE_SECONDS
 from engine.core.runs.observer import RunState
+from engine.core.runs.placement import read_node_records
 from engine.core.runs.run_info import RunInfo
 from engine.core.runs.rundir import RunDir
 from engine.core.stacks.snapshot import StackSnapshot
@@ -25,6 +28,14 @@ class SlurmBackend:
 
     def owns(self, info: RunInfo) -> bool:
         return info.slurm is not None  # run.json's own ``slurm`` key, as every Slurm run has it
+
+    def locate(self, run_dir: RunDir, info: RunInfo) -> tuple[RecordedProcess, ...]:
+        """run.json's, then each node launcher's record: itself and its ranks."""
+        found = list(recorded_here(info))
+        for record in read_node_records(run_dir.path)[0].values():
+            found += [(None, record.launcher)] if record.launcher else []
+            found += record.ranked()
+        return tuple(found)
 
     def start(
         self,
