@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.core.common.statuses import KillOutcome
 from engine.core.config.schema import RunConfig
 from engine.core.procs.stopping import STOP_GRACE_SECONDS
 from engine.core.runs.rundir import RunDir
@@ -80,12 +79,13 @@ class EngineActions:
     def kill_run(self, run_dir: RunDir, grace: float = STOP_GRACE_SECONDS) -> Outcome:
         """The job-scoped kill (``engine.core.procs.stopping``, or Slurm's scancel with every
         node's proof): every process of this run, nothing else."""
+        from ddptui.kill_report import kill_sentence
         from engine.core.backends.registry import backend_of
         from engine.core.common.statuses import StopRequester
 
         backend = backend_of(run_dir)
         result = backend.stop(run_dir, grace, by=StopRequester.UI)
-        return Outcome(ok=result.ok, report=describe_kill(result))
+        return Outcome(ok=result.ok, report=kill_sentence(result))
 
     def take_stacks(self, run_dir: RunDir) -> StackSnapshot | None:
         """Every rank's stack now (stored in the run directory); None when no rank is alive."""
@@ -195,28 +195,6 @@ class EngineActions:
         if baseline is None or baseline == record.table.baseline:
             return record.table
         return rebaseline(record, baseline)
-
-
-def describe_kill(result: Any) -> str:
-    """A ``KillResult`` in one or two sentences: what was stopped and whether anything is left."""
-    if result.outcome == KillOutcome.ALREADY_FINISHED:
-        return f"run {result.run_id} had already finished; no process of it was left"
-    if result.outcome == KillOutcome.NOTHING_RUNNING:
-        return f"no process of run {result.run_id} was left; it is now recorded as killed"
-    stop = result.stop
-    n = len(result.targets)
-    text = f"stopped run {result.run_id}: {n} process{'es' if n != 1 else ''}"
-    if stop is not None:
-        text += f" ({len(stop.terminated)} on SIGTERM, {len(stop.killed)} needed SIGKILL)"
-        if stop.survivors:
-            text += f"; STILL RUNNING: pids {', '.join(map(str, stop.survivors))}"
-        else:
-            text += "; none left"
-    if result.verification:
-        text += f"; {result.verification}"
-    if result.gpu_check:
-        text += f"; {result.gpu_check}"
-    return text
 
 
 def describe_signal(result: Any) -> str:

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from ddptui.cli import main
 from ddptui.commands.gpus import render_gpus
-from ddptui.commands.kill import _kill_report
+from ddptui.kill_report import kill_report
 from ddptui.stack_report import diagnosis_lines
 from ddptui.terminal_progress import result_line
 from engine.core.backends.local.kill import KillResult, Target, _killed_by_launcher
@@ -73,7 +73,7 @@ def test_kill_names_what_ended_on_sigterm_and_what_needed_sigkill() -> None:
         by_launcher=True,
         grace_seconds=5.0,
     )
-    assert _kill_report(result, 10.0) == [
+    assert kill_report(result, 10.0) == [
         "run r: stopping launcher (pid 100), rank 0 (pid 101), rank 1 (pid 102), marked (pid 103)",
         "  its launcher stopped its ranks and wrote the summary",
         "  ended on SIGTERM: launcher (pid 100), rank 0 (pid 101), pid 103",

@@ -18,95 +18,12 @@ import click
 
 from ddptui import exit_codes
 from ddptui.cli_common import confirmed, echo, fail, grace_option, read_runs_dir_option
+from ddptui.kill_report import kill_report
 from engine.core.backends.local.kill import KillResult
 from engine.core.backends.registry import backend_of
 from engine.core.common import strict_json
-from engine.core.common.statuses import KillOutcome
 from engine.core.procs.stopping import KillRefused
 from engine.core.runs.rundir import RunDirError, find_run, run_dir_owner
-
-
-def _kill_report(result: KillResult, grace: float) -> list[str]:
-    lines = []
-    if result.outcome == KillOutcome.ALREADY_FINISHED:
-        lines.append(
-            f"run {result.run_id} already finished ({result.status_before}); nothing to stop."
-        )
-    elif result.outcome == KillOutcome.NOTHING_RUNNING:
-        recorded = (
-            "recorded it as killed"
-            if result.summary_written
-            else f"its summary was not written: {result.unwritten}"
-            if result.unwritten
-            else "its summary was already there"
-        )
-        lines.append(
-            f"run {result.run_id}: no process of it is left (state was {result.status_before}); "
-            f"{recorded}."
-        )
-    elif result.job_id and not result.targets:
-        lines.append(
-            f"run {result.run_id}: Slurm job {result.job_id} cancelled while it was "
-            f"{result.status_before}, before any node launcher had started"
-        )
-    else:
-        roles = ", ".join(f"{t.role} (pid {t.pid})" for t in result.targets)
-        job = f" (Slurm job {result.job_id}, cancelled)" if result.job_id else ""
-        lines.append(f"run {result.run_id}{job}: stopping {roles}")
-        if result.status_before.final:
-            lines.append(
-                f"  it had already finished ({result.status_before}); these were leftovers"
-            )
-        stop = result.stop
-        if stop is not None:
-            extra = len(stop.stopped) - len(result.targets)
-            if extra > 0:
-                lines.append(f"  and {extra} of their child processes")
-            if result.by_launcher and result.job_id:
-                lines.append("  each node launcher stopped its ranks and checked its node")
-            elif result.by_launcher:
-                lines.append("  its launcher stopped its ranks and wrote the summary")
-            lines.extend(_how_stopped(result, grace))
-            if stop.survivors:
-                lines.append(f"  still alive after SIGKILL: {', '.join(map(str, stop.survivors))}")
-            else:
-                lines.append("  none left")
-            lines.extend(f"  not stopped: {why}" for _, why in stop.refused)
-            lines.extend(f"  {why}" for _, why in stop.left_alone)
-    lines.extend(f"  {s}" for s in result.skipped)
-    if result.verification:
-        lines.append(f"  {result.verification}")
-    lines.extend(f"  a rank's daemon: {d}" for d in result.daemons)
-    if result.gpu_check:
-        lines.append(f"  {result.gpu_check}")
-    if result.summary_written:
-        lines.append("  summary.json: killed")
-    elif result.unwritten and result.outcome == KillOutcome.STOPPED:
-        lines.append(f"  summary.json not written: {result.unwritten}")
-    return lines
-
-
-def _how_stopped(result: KillResult, grace: float) -> list[str]:
-    """Which process ended on SIGTERM and which needed SIGKILL, each named (its role in the run,
-    else its pid), as the launcher's events or the killer's own stop say it."""
-    assert result.stop is not None
-    roles = {t.pid: t.role for t in result.targets}
-
-    def named(pids: tuple[int, ...]) -> str:
-        return ", ".join(
-            f"{roles[pid]} (pid {pid})" if roles.get(pid) not in (None, "marked") else f"pid {pid}"
-            for pid in pids
-        )
-
-    stop = result.stop
-    lines = []
-    if stop.terminated:
-        lines.append(f"  ended on SIGTERM: {named(stop.terminated)}")
-    if stop.killed:
-        given = result.grace_seconds or grace
-        lines.append(f"  needed SIGKILL, {given:g} s after SIGTERM: {named(stop.killed)}")
-    lines.append(f"  {stop.seconds:.1f} s in all")
-    return lines
 
 
 @click.command("kill")
@@ -157,7 +74,7 @@ def kill_command(
     if as_json:
         click.echo(strict_json.dumps(_kill_json(result), indent=2))
     else:
-        echo("\n".join(_kill_report(result, grace)))
+        echo("\n".join(kill_report(result, grace)))
     sys.exit(exit_codes.OK if result.ok else exit_codes.FAILED)
 
 
