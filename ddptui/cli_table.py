@@ -111,6 +111,19 @@ def wrap_line(text: object, width: int | None, *, indent: str = "", hang: str = 
     return lines or [indent]
 
 
+def with_notes(lines: list[str], notes: Sequence[str], width: int | None) -> list[str]:
+    """``lines`` and then, where there are any, the ``notes`` on what this machine cannot see
+    (another user's processes, a container's), one wrapped item each; no blank line at the end."""
+    out = list(lines)
+    if notes:
+        out.append("Not visible from here:")
+        for note in notes:
+            out += wrap_line(note, width, indent="  - ", hang="    ")
+    while out and not out[-1]:
+        out.pop()
+    return out
+
+
 def echo_wrapped(text: object, width: int | None, *, indent: str = "", hang: str = "") -> None:
     """Print a sentence wrapped to ``width`` (``wrap_line``)."""
     for line in wrap_line(text, width, indent=indent, hang=hang):

@@ -10,7 +10,15 @@ import time
 import click
 
 from ddptui.cli_common import echo, unused_runs_dir_option
-from ddptui.cli_table import Column, cell_text, output_width, render_table, wide_option, wrap_line
+from ddptui.cli_table import (
+    Column,
+    cell_text,
+    output_width,
+    render_table,
+    wide_option,
+    with_notes,
+    wrap_line,
+)
 from ddptui.text_figures import bar, host_line, short_command
 from engine.core.common.formatting import format_duration, gib, short_bytes
 from engine.core.jobs.gpu_view import GpuProcessRow, GpuScanner, GpuView
@@ -130,12 +138,7 @@ def render_gpus(view: GpuView, width: int | None) -> list[str]:
                 lines.append(DETAIL_INDENT + cell_text(command))
     if view.notes:
         lines.append("")
-        lines.append("Not visible from here:")
-        for note in view.notes:
-            lines += wrap_line(note, width, indent="  - ", hang="    ")
-    while lines and not lines[-1]:
-        lines.pop()
-    return lines
+    return with_notes(lines, view.notes, width)
 
 
 def _order(row: GpuProcessRow) -> tuple[int, int]:

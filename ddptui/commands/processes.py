@@ -19,7 +19,7 @@ import click
 
 from ddptui import exit_codes
 from ddptui.cli_common import confirmed, echo, fail, grace_option, unused_runs_dir_option
-from ddptui.cli_table import Column, output_width, render_table, wide_option, wrap_line
+from ddptui.cli_table import Column, output_width, render_table, wide_option, with_notes, wrap_line
 from ddptui.text_figures import short_command
 from engine.core.common import strict_json
 from engine.core.common.formatting import format_bytes, format_duration
@@ -120,13 +120,7 @@ def render_ps(table: ProcessTable, width: int | None) -> list[str]:
     if table.hidden_holders:
         lines += _hidden_lines(table, width)
         lines.append("")
-    if table.notes:
-        lines.append("Not visible from here:")
-        for note in table.notes:
-            lines += wrap_line(note, width, indent="  - ", hang="    ")
-    while lines and not lines[-1]:
-        lines.pop()
-    return lines
+    return with_notes(lines, table.notes, width)
 
 
 def _hidden_lines(table: ProcessTable, width: int | None) -> list[str]:
