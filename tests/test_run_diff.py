@@ -13,7 +13,7 @@ from engine.core.runs.compare import compared_run
 from engine.core.runs.compare.compared_run import read_compared_run
 from engine.core.runs.compare.diff_cause import Change
 from engine.core.runs.compare.run_diff import diff_runs
-from engine.core.runs.compare.step_spread import SAMPLES_MAX, _step_lines, step_time_spread
+from engine.core.runs.compare.step_spread import SAMPLES_MAX, _rank_lines, step_time_spread
 from engine.core.runs.recorded_environment import environment_path
 from engine.core.runs.rundir import RunDir, RunDirError
 from engine.core.runs.step_breakdown import StepPart
@@ -111,7 +111,7 @@ def test_an_unreadable_environment_is_a_note_not_a_failure(tmp_path: Path) -> No
 
 def test_the_spread_is_read_from_a_bounded_sample_of_a_long_run(tmp_path: Path) -> None:
     a = make_ended_run(tmp_path, "a", reports=20_000, spread=0.1)
-    lines = _step_lines(a.path, a.rank_events_path(0))
+    lines = _rank_lines(a.path, a.rank_events_path(0)).steps.lines
     assert SAMPLES_MAX <= len(lines) < 2 * SAMPLES_MAX
     spread = step_time_spread(a.path, a.rank_event_paths().values())
     assert spread == pytest.approx(0.1, rel=0.15)
@@ -126,3 +126,30 @@ def test_a_run_that_has_not_ended_has_no_speed_to_compare(tmp_path: Path) -> Non
     assert diff.sentence == (
         "no speeds to compare (B has not ended); B ran with data.num_workers 2 instead of 10"
     )
+
+
+def test_the_split_compared_leaves_out_each_ranks_first_report(tmp_path: Path) -> None:
+    """The first report holds the DataLoader workers' start: in a short run it outweighs the
+    steady steps, so a faster run would seem to wait longer for data."""
+    from engine.core.runs.events import EventWriter, StepBreakdownReported
+
+    def split_reports(run: RunDir, first_data: float, data: float) -> None:
+        for rank in (0, 1):
+            with EventWriter(run.rank_events_path(rank)) as events:
+                for i, wait in enumerate([first_data, data, data, data]):
+                    events.write(
+                        StepBreakdownReported(
+                            rank=rank, steps=2 if i == 0 else 20, timed=2, data=wait,
+                            forward=0.01, backward=0.01, sync=0.001, optimizer=0.002, other=0.0,
+                        )
+                    )  # fmt: skip
+
+    a = make_ended_run(tmp_path, "a", overrides={"data.num_workers": 1})
+    b = make_ended_run(tmp_path, "b", overrides={"data.num_workers": 0}, step_seconds=0.2)
+    split_reports(a, first_data=10.0, data=0.001)  # a worker's start, then prefetched batches
+    split_reports(b, first_data=0.2, data=0.2)
+    run_a = read_compared_run(a)
+    assert [round(s.data, 6) for s in run_a.steady_split] == [0.001, 0.001]
+    diff = diff_runs(run_a, read_compared_run(b))
+    assert diff.sentence.startswith("B is 4.0x slower: its data wait rose from 4 % to 90 %")
+    assert diff.sentence.endswith("it ran with data.num_workers 0 instead of 1")

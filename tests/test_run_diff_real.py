@@ -14,7 +14,11 @@ from tests.fixtures.live_runs import ddptui, run_processes
 from tests.fixtures.repo import REPO_ROOT
 
 BLOBS = str(REPO_ROOT / "tests" / "fixtures" / "byo" / "blobs.toml")
-SHORT = ["--epochs", "1", "--batch-size", "32", "--set", "training.evaluate=false"]
+# Reports every 50 ms, so even a fast run has steady reports after its first (its start-up).
+SHORT = [
+    "--epochs", "1", "--batch-size", "32", "--set", "training.evaluate=false",
+    "--set", "training.report_interval=0.05",
+]  # fmt: skip
 
 
 @pytest.mark.slow
@@ -22,12 +26,15 @@ def test_a_slowed_data_factory_without_workers_is_named(
     runs_dir: Path, byo_path: None, run_reaper: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     where = ["--runs-dir", str(runs_dir)]
-    fast = ddptui("run", BLOBS, *SHORT, "--set", "data.num_workers=1", *where, timeout=180)
+    fast = ddptui(
+        "run", BLOBS, *SHORT, "--set", "data.num_workers=1",
+        "--set", "data.factory_args={train_size = 16384}", *where, timeout=180,
+    )  # fmt: skip
     assert fast.returncode == 0, fast.stdout + fast.stderr
     slow = ddptui(
         "run", BLOBS, *SHORT, "--set", "data.num_workers=0",
         "--set", "data.factory=mymodels.data:slow_blobs",
-        "--set", "data.factory_args={seconds = 0.002}", *where, timeout=180,
+        "--set", "data.factory_args={seconds = 0.001, train_size = 2048}", *where, timeout=180,
     )  # fmt: skip
     assert slow.returncode == 0, slow.stdout + slow.stderr
     a, b = list_runs(runs_dir)

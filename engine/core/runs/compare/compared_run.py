@@ -13,7 +13,7 @@ from engine.core.common.config_error import ConfigError
 from engine.core.common.statuses import RunStatus
 from engine.core.common.visible_text import visible
 from engine.core.config.toml_io import to_mapping
-from engine.core.runs.compare.step_spread import step_time_spread
+from engine.core.runs.compare.step_spread import read_step_reports
 from engine.core.runs.recorded_environment import RecordedEnvironment, read_environment
 from engine.core.runs.rundir import (
     RunDir,
@@ -22,6 +22,7 @@ from engine.core.runs.rundir import (
     preset_of_run_id,
     run_dir_owner,
 )
+from engine.core.runs.step_breakdown import StepBreakdown
 from engine.core.runs.summary import RunSummary
 
 # Config keys that say nothing of how a run computes.
@@ -37,6 +38,8 @@ class ComparedRun:
     summary: RunSummary | None = None  # None while it has not ended
     environment: RecordedEnvironment | None = None  # None: not recorded (an older run)
     step_spread: float | None = None  # interquartile range / median of its step reports
+    # each rank's split without its first report (its start-up); () where too few reports
+    steady_split: tuple[StepBreakdown, ...] = ()
     notes: tuple[str, ...] = field(default=())  # what could not be read, one sentence each
 
 
@@ -88,13 +91,15 @@ def read_compared_run(run_dir: RunDir, *, all_users: bool = False) -> ComparedRu
         environment = read_environment(run_dir)
     except RunDirError as err:
         environment, notes = None, [str(err)]
+    reports = read_step_reports(run_dir.path, run_dir.rank_event_paths().values())
     return ComparedRun(
         run_id=run_dir.run_id,
         preset=config.name,
         config=flat_config(to_mapping(config)),
         summary=summary,
         environment=environment,
-        step_spread=step_time_spread(run_dir.path, run_dir.rank_event_paths().values()),
+        step_spread=reports.spread,
+        steady_split=reports.steady_split,
         notes=tuple(notes),
     )
 

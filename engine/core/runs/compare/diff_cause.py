@@ -127,20 +127,34 @@ def named_differences(changes: Sequence[Change], part: StepPart | None) -> list[
     return ordered[:NAMED_MAX]
 
 
-def moved_part(split: Sequence[PartChange]) -> tuple[StepPart, float, float] | None:
-    """The part whose seconds per step changed most (the mean over the ranks of both runs), with
-    its mean share of the step in A and in B."""
+def moved_part(
+    split: Sequence[PartChange], slower: float | None = None
+) -> tuple[StepPart, float, float] | None:
+    """The part that moved most, with its mean share of the step in A and in B: the one whose
+    seconds per step (the ranks' mean) grew most where B is slower, shrank most where it is
+    faster (what explains the difference), else changed most either way."""
     moves: dict[StepPart, list[PartChange]] = {}
     for p in split:
         moves.setdefault(p.part, []).append(p)
-    best: tuple[float, StepPart, float, float] | None = None
-    for part, changes in moves.items():
-        delta = statistics.mean(abs((p.b_seconds or 0.0) - (p.a_seconds or 0.0)) for p in changes)
-        share_a = statistics.mean(p.a_share or 0.0 for p in changes)
-        share_b = statistics.mean(p.b_share or 0.0 for p in changes)
-        if best is None or delta > best[0]:
-            best = (delta, part, share_a, share_b)
-    return None if best is None else (best[1], best[2], best[3])
+    sign = 0.0 if slower is None else (1.0 if slower >= 1 else -1.0)
+
+    def delta(changes: list[PartChange], signed: float) -> float:
+        moved = [(p.b_seconds or 0.0) - (p.a_seconds or 0.0) for p in changes]
+        return (
+            statistics.mean(m * signed for m in moved)
+            if signed
+            else statistics.mean(abs(m) for m in moved)
+        )
+
+    if not moves:
+        return None
+    part = max(moves, key=lambda k: delta(moves[k], sign))
+    if sign and delta(moves[part], sign) <= 0:  # nothing moved the way the speed did
+        part = max(moves, key=lambda k: delta(moves[k], 0.0))
+    changes = moves[part]
+    share_a = statistics.mean(p.a_share or 0.0 for p in changes)
+    share_b = statistics.mean(p.b_share or 0.0 for p in changes)
+    return part, share_a, share_b
 
 
 def _how_much(slower: float) -> str:
@@ -180,7 +194,7 @@ def cause_sentence(
 ) -> str:
     """One sentence: how B compares with A and the most likely cause (see the module)."""
     changes = [*config, *environment]
-    moved = moved_part(split)
+    moved = moved_part(split, slower)
     named = named_differences(changes, moved[0] if moved else None)
     differences = " and ".join(c.said() for c in named)
     ran_with = f"it ran with {differences}" if named else ""

@@ -117,9 +117,17 @@ def outside_load(run: ComparedRun) -> float | None:
     return run.summary.outside_load_cores if run.summary else None
 
 
-def _split(a: RunSummary | None, b: RunSummary | None) -> tuple[PartChange, ...]:
-    ranks_a: dict[int, StepBreakdown] = {s.rank: s for s in (a.step_breakdown if a else ())}
-    ranks_b: dict[int, StepBreakdown] = {s.rank: s for s in (b.step_breakdown if b else ())}
+def split_of(run: ComparedRun) -> tuple[StepBreakdown, ...]:
+    """The split a comparison goes by: the steady one (without each rank's first report), else
+    the summary's (the whole run)."""
+    if run.steady_split:
+        return run.steady_split
+    return run.summary.step_breakdown if run.summary else ()
+
+
+def _split(a: ComparedRun, b: ComparedRun) -> tuple[PartChange, ...]:
+    ranks_a: dict[int, StepBreakdown] = {s.rank: s for s in split_of(a)}
+    ranks_b: dict[int, StepBreakdown] = {s.rank: s for s in split_of(b)}
     out = []
     for rank in sorted(set(ranks_a) & set(ranks_b)):
         sa, sb = ranks_a[rank], ranks_b[rank]
@@ -160,7 +168,7 @@ def diff_runs(a: ComparedRun, b: ComparedRun) -> RunDiff:
         *_figures(a.summary, b.summary),
         FigureChange("outside load", outside_load(a), outside_load(b), "cores"),
     )
-    split = _split(a.summary, b.summary)
+    split = _split(a, b)
     slower = _slower(figures, split)
     spreads = [s for s in (a.step_spread, b.step_spread) if s is not None]
     noise = max([NOISE_FLOOR, *spreads])
