@@ -170,7 +170,8 @@ def test_node_records_and_gpu_samples_read_back_into_what_wrote_them(tmp_path: P
 
 
 def test_a_node_record_over_its_bound_or_behind_a_link_is_named_not_read(tmp_path: Path) -> None:
-    from engine.core.runs.placement import NODES_DIR, RECORD_LIMIT, read_node_records
+    from engine.core.common.run_layout import NODES_DIR
+    from engine.core.runs.placement import RECORD_LIMIT, read_node_records
 
     run_path = tmp_path / "run"
     nodes = run_path / NODES_DIR

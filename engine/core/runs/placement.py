@@ -22,13 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.common.run_files import make_dirs, read_run_bytes, write_json_atomic
+from engine.core.common.run_layout import RunLayout
 from engine.core.common.statuses import RunStatus
 from engine.core.host.gpus import GpuInventory, GpuSample
 from engine.core.procs.process_identity import ProcessRef
 
-SLURM_DIR = "slurm"
-NODES_DIR = "nodes"
-GPUS_DIR = "gpus"
+SLURM_DIR = "slurm"  # its own records, in the run directory (RunLayout.placement_dir)
 # Slurm sends SIGKILL KillWait seconds (30 by default) after its SIGTERM: a node launcher gives
 # its ranks less than that, so its proof is written before it.
 NODE_STOP_GRACE_SECONDS = 2.0
@@ -189,42 +188,46 @@ class NodeRecord:
 
 
 def node_record_path(run_path: Path, node: str) -> Path:
-    return Path(run_path) / NODES_DIR / f"{check_node_name(node)}.json"
+    return RunLayout(Path(run_path)).node_record(check_node_name(node))
 
 
 def node_events_path(run_path: Path, node: str) -> Path:
     """The node launcher's own events (``engine.core.runs.events``): beside the ranks' events."""
-    return Path(run_path) / "events" / f"launcher-{check_node_name(node)}.jsonl"
+    return RunLayout(Path(run_path)).node_events(check_node_name(node))
 
 
 def node_log_path(run_path: Path, node: str) -> Path:
-    return Path(run_path) / "logs" / f"launcher-{check_node_name(node)}.log"
+    return RunLayout(Path(run_path)).node_log(check_node_name(node))
 
 
 def node_gpus_path(run_path: Path, node: str) -> Path:
     """The node's GPUs as its launcher last sampled them (NVML)."""
-    return Path(run_path) / GPUS_DIR / f"{check_node_name(node)}.json"
+    return RunLayout(Path(run_path)).node_gpus(check_node_name(node))
+
+
+def _slurm_dir(run_path: Path) -> Path:
+    return RunLayout(Path(run_path)).placement_dir(SLURM_DIR)
 
 
 def batch_script_path(run_path: Path) -> Path:
-    return Path(run_path) / SLURM_DIR / "job.sbatch"
+    return _slurm_dir(run_path) / "job.sbatch"
 
 
 def job_output_path(run_path: Path) -> Path:
     """The batch job's own output (sbatch ``--output``): what srun and a node that could not
     start its launcher said."""
-    return Path(run_path) / SLURM_DIR / "job.out"
+    return _slurm_dir(run_path) / "job.out"
 
 
 def kill_request_path(run_path: Path) -> Path:
     """Written by ``ddptui kill`` before it cancels the job: the run ends ``killed``, not
     ``cancelled`` (a scancel from elsewhere)."""
-    return Path(run_path) / SLURM_DIR / "kill.json"
+    return _slurm_dir(run_path) / "kill.json"
 
 
 def rendezvous_path(run_path: Path) -> Path:
     """Where node 0's launcher publishes the address and port its rank 0 serves the store on."""
-    return Path(run_path) / SLURM_DIR / "rendezvous.json"
+    return _slurm_dir(run_path) / "rendezvous.json"
 
 
 def write_node_record(run_path: Path, record: NodeRecord) -> None:
@@ -256,7 +259,7 @@ def read_node_records(run_path: Path) -> tuple[dict[str, NodeRecord], tuple[str,
     found: dict[str, NodeRecord] = {}
     problems: list[str] = []
     try:
-        paths = sorted((Path(run_path) / NODES_DIR).glob("*.json"))
+        paths = sorted(RunLayout(Path(run_path)).nodes_dir.glob("*.json"))
     except OSError:
         return {}, ()
     for path in paths:
@@ -373,7 +376,7 @@ def read_node_gpus(run_path: Path) -> dict[str, NodeGpus]:
     """Every node's last GPU sample by node; a sample that cannot be read is left out."""
     found = {}
     try:
-        paths = sorted((Path(run_path) / GPUS_DIR).glob("*.json"))
+        paths = sorted(RunLayout(Path(run_path)).gpus_dir.glob("*.json"))
     except OSError:
         return {}
     for path in paths:
