@@ -4,6 +4,10 @@
 (``rank_states``), the one throttled step report every rank writes (``step_reporter``), the
 figures of a script run (``script_reporting``), the summary (``summary``, ``summarize``), the one
 settler of a run whose launcher ended without one (``settle``) and the run observer
-(``observer``): the one place that decides a run's and each rank's status. Never starts or
-signals a process.
+(``observer``): the one place that decides a run's and each rank's status. Also: where the
+processes of a run across nodes live (``placement``), what the ranks ran with
+(``recorded_environment``), the root cause of a failure (``root_cause``), every run of a runs
+directory as one line (``run_listing``), each rank's step split and the bottleneck
+(``step_breakdown``), the per-step curves (``step_curves``), the stop a user asked for
+(``stop_request``) and two runs compared (``compare``). Never starts or signals a process.
 """
