@@ -26,6 +26,7 @@ from engine.core.plan.run_plan import CIFAR_DIRNAME, plan_run
 from engine.core.runs.events import Evaluation, EventWriter, RankFinished, StepProgress, read_events
 from engine.core.runs.rundir import RunDir
 from engine.train import data
+from engine.train.checkpoint import model_weights
 from engine.train.training import train_rank
 from engine.train.worker import spawn_entry
 from tests.fixtures.spawning import spawn_ranks
@@ -137,7 +138,7 @@ def test_training_on_cifar_files(
     assert [e.step for e in evs if isinstance(e, StepProgress)] == [1, 2, 3]
     (evaluation,) = [e for e in evs if isinstance(e, Evaluation)]
     assert evaluation.samples == IMAGES_PER_FILE
-    assert torch.load(run_dir.checkpoint_path, weights_only=True)
+    assert model_weights(torch.load(run_dir.checkpoint_path, weights_only=True))
 
 
 def _patched_rank(local_rank: int, run_dir: str, root: str) -> None:

@@ -20,6 +20,7 @@ from engine.core.config.presets import load_preset
 from engine.core.config.toml_io import apply_overrides, to_toml
 from engine.core.runs.events import EpochEnded, Evaluation, RankStarted, StepProgress, read_events
 from engine.core.runs.rundir import RunDir
+from engine.train.checkpoint import model_weights
 from tests.fixtures.spawning import free_port
 
 pytestmark = pytest.mark.slow
@@ -81,9 +82,15 @@ def test_cpu_demo_trains_to_90_percent_and_leaves_a_complete_run_dir(
     rank0 = read_events(run.rank_events_path(0))
     ended = [e for e in rank0 if isinstance(e, EpochEnded)]
     assert [e.global_images for e in ended] == [e.images for e in summary.epochs]
-    # rank 0's checkpoint loads without unpickling code
-    state = torch.load(run.checkpoint_path, weights_only=True)
-    assert all(isinstance(v, torch.Tensor) for v in state.values())
+    # rank 0's checkpoint loads without unpickling code, the model's weights in it
+    loaded = torch.load(run.checkpoint_path, weights_only=True)
+    assert all(isinstance(v, torch.Tensor) for v in model_weights(loaded).values())
+    assert loaded["position"] == {
+        "epoch": 2,
+        "step": 0,
+        "global_step": sum(e.steps for e in ended),
+        "steps_per_epoch": ended[0].steps,
+    }
     for rank in (0, 1):
         log = run.rank_log_path(rank).read_text()
         # torch's flight recorder is set through the name this torch reads: no deprecation
@@ -153,7 +160,7 @@ def test_the_launcher_itself_refuses_ranks_that_cannot_fit(runs_dir: Path, no_gp
 
 
 def final_parameters(run: RunDir) -> dict[str, torch.Tensor]:
-    return torch.load(run.checkpoint_path, weights_only=True)
+    return model_weights(torch.load(run.checkpoint_path, weights_only=True))
 
 
 def test_torchrun_and_two_node_launch_agree_with_spawn(

@@ -20,8 +20,16 @@ from torch import nn
 from engine.core.config.schema import ConfigError, ModelConfig, RunConfig
 from engine.core.config.toml_io import apply_overrides, load_config, to_toml
 from engine.core.plan.run_plan import plan_run
-from engine.core.runs.events import EpochEnded, Evaluation, EventWriter, StepProgress, read_events
+from engine.core.runs.events import (
+    CheckpointSaved,
+    EpochEnded,
+    Evaluation,
+    EventWriter,
+    StepProgress,
+    read_events,
+)
 from engine.core.runs.rundir import RunDir
+from engine.train.checkpoint import model_weights
 from engine.train.data import TestBatches
 from engine.train.evaluation import evaluate
 from engine.train.models import SmallCNN, build_model
@@ -102,6 +110,10 @@ def _ddp_train(local_rank: int, run_dir_path: str, port: int) -> None:
     end_process(0)  # skip seconds of interpreter shutdown; a failure raises above instead
 
 
+def final_weights(run_dir: RunDir) -> dict[str, torch.Tensor]:
+    return model_weights(torch.load(run_dir.checkpoint_path, weights_only=True))
+
+
 def step_losses(path: Path) -> dict[int, float]:
     return {e.global_step: e.loss for e in read_events(path) if isinstance(e, StepProgress)}
 
@@ -131,8 +143,8 @@ def test_ddp_on_two_ranks_equals_one_process_with_twice_the_batch(tmp_path: Path
     spawn_ranks(_ddp_train, (str(ddp.path), free_port()))
     train_in_this_process(single)
 
-    ddp_weights = torch.load(ddp.checkpoint_path, weights_only=True)
-    single_weights = torch.load(single.checkpoint_path, weights_only=True)
+    ddp_weights = final_weights(ddp)
+    single_weights = final_weights(single)
     assert ddp_weights.keys() == single_weights.keys()
     for name in single_weights:
         torch.testing.assert_close(ddp_weights[name], single_weights[name], rtol=1e-5, atol=1e-6)
@@ -158,7 +170,13 @@ def test_ddp_on_two_ranks_equals_one_process_with_twice_the_batch(tmp_path: Path
         assert e0.global_seconds == e1.global_seconds >= max(e0.seconds, e1.seconds)
         assert e0.global_train_loss == pytest.approx((e0.train_loss + e1.train_loss) / 2)
         assert e0.global_steady_images_per_s == e1.global_steady_images_per_s > 0
-    assert not ddp.rank_events_path(1).read_text().count('"checkpoint"')
+    # Rank 1 takes part in each checkpoint (its phase announced); rank 0 alone saves it.
+    assert not [e for e in read_events(ddp.rank_events_path(1)) if isinstance(e, CheckpointSaved)]
+    assert [
+        e.global_step
+        for e in read_events(ddp.rank_events_path(0))
+        if isinstance(e, CheckpointSaved)
+    ] == [5, 10]
 
 
 def _ddp_evaluate(local_rank: int, config_path: str, weights: str, out_dir: str, port: int) -> None:
@@ -169,7 +187,7 @@ def _ddp_evaluate(local_rank: int, config_path: str, weights: str, out_dir: str,
     try:
         config = load_config(Path(config_path))
         model = build_model(config.model)
-        model.load_state_dict(torch.load(weights, weights_only=True))
+        model.load_state_dict(model_weights(torch.load(weights, weights_only=True)))
         batches = TestBatches(
             config, batch_size=64, rank=local_rank, world_size=2, device=CPU, distributed=True
         )
@@ -205,7 +223,7 @@ def test_accuracy_on_two_ranks_equals_one_process(tmp_path: Path, pipeline: str)
     with EventWriter(run_dir.rank_events_path(0)) as events:  # a partly trained model with BN
         train_rank(run_dir, plan_run(config, 0), rank=0, local_rank=0, world_size=1, events=events)
     model = build_model(config.model)
-    model.load_state_dict(torch.load(run_dir.checkpoint_path, weights_only=True))
+    model.load_state_dict(final_weights(run_dir))
     batches = TestBatches(
         config, batch_size=64, rank=0, world_size=1, device=CPU, distributed=False
     )

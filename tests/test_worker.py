@@ -23,6 +23,7 @@ from engine.core.config.schema import ConfigError, RunConfig
 from engine.core.config.toml_io import apply_overrides, load_config, to_toml
 from engine.core.plan.run_plan import plan_run
 from engine.core.procs.process_identity import ProcessRef
+from engine.core.runs.checkpoint_record import read_checkpoint_record
 from engine.core.runs.events import (
     CheckpointSaved,
     EpochEnded,
@@ -33,6 +34,7 @@ from engine.core.runs.events import (
     read_events,
 )
 from engine.core.runs.rundir import RunDir
+from engine.train.checkpoint import model_weights
 from engine.train.faults import FaultInjector
 from engine.train.models import build_model
 from engine.train.worker import (
@@ -111,12 +113,14 @@ def test_spawn_entry_runs_ddp_ranks_end_to_end(tmp_path: Path) -> None:
     for rank, evs in events.items():
         types = [e.type for e in evs]
         # Evaluation and checkpointing are announced as slow phases (no stall while in them).
+        # Every epoch's end takes a checkpoint, every rank together; rank 0 writes it.
+        saved = ["phase_started", "checkpoint"] if rank == 0 else ["phase_started"]
         epoch = [
             *("epoch_started", "step", "step_breakdown", "epoch_ended"),
-            *("phase_started", "evaluation"),
+            *("phase_started", "evaluation", *saved),
         ]
         first = ["epoch_started", "step", *epoch[1:]]  # the run's first step, reported too
-        tail = ["phase_started", "checkpoint", "rank_finished"] if rank == 0 else ["rank_finished"]
+        tail = ["rank_finished"]
         # One step report and one step split per epoch: the interval is long, the last step is
         # always reported, and the epoch's end writes what its steps' split was; and the run's
         # first step, where its loss began.
@@ -151,11 +155,16 @@ def test_spawn_entry_runs_ddp_ranks_end_to_end(tmp_path: Path) -> None:
     assert evaluations[0] == evaluations[1]
     assert all(samples == 101 for _, _, samples in evaluations[0])
 
-    (saved,) = [e for e in events[0] if isinstance(e, CheckpointSaved)]
+    first_saved, saved = [e for e in events[0] if isinstance(e, CheckpointSaved)]
+    assert (first_saved.global_step, saved.global_step) == (3, 6)
     assert saved.path == str(run_dir.checkpoint_path)
     assert saved.bytes == run_dir.checkpoint_path.stat().st_size
+    record = read_checkpoint_record(run_dir.path)
+    assert record is not None
+    assert (record.epoch, record.step, record.global_step, record.world_size) == (2, 0, 6, 2)
+    assert record.bytes == saved.bytes and record.model == "small_cnn"
     model = build_model(load_config(run_dir.config_path).model)
-    model.load_state_dict(torch.load(run_dir.checkpoint_path, weights_only=True))
+    model.load_state_dict(model_weights(torch.load(run_dir.checkpoint_path, weights_only=True)))
     assert not run_dir.summary_path.exists()  # the launcher writes it
 
 

@@ -66,9 +66,21 @@ def epoch_indices(size: int, epoch: int, seed: int, rank: int, world_size: int) 
     return list(sampler)
 
 
-def make_train_sampler(size: int, seed: int, rank: int, world_size: int) -> DistributedSampler[int]:
+class PositionedSampler(DistributedSampler[int]):
+    """A ``DistributedSampler`` that can start an epoch part-way: ``skip`` samples of its order
+    left out, for a run resumed from a checkpoint taken inside an epoch. Its order is still a
+    function of (seed, epoch) only."""
+
+    skip = 0
+
+    def __iter__(self) -> Iterator[int]:
+        indices = list(super().__iter__())
+        return iter(indices[self.skip :])
+
+
+def make_train_sampler(size: int, seed: int, rank: int, world_size: int) -> PositionedSampler:
     # DistributedSampler only needs len(); a range stands in for the data set.
-    return DistributedSampler(
+    return PositionedSampler(
         cast(Dataset[int], range(size)),
         num_replicas=world_size,
         rank=rank,
@@ -141,13 +153,15 @@ def augment(images: torch.Tensor, indices: torch.Tensor, seed: int, epoch: int) 
 
 
 class TrainBatches:
-    """The training batches of one rank, epoch by epoch. ``epoch(e)`` yields batches on the device."""
+    """The training batches of one rank, epoch by epoch. ``epoch(e)`` yields batches on the
+    device; ``epoch(e, start_step=k)`` the same epoch's batches from its step k on (a resumed
+    run), exactly those the whole epoch would have yielded from there."""
 
     steps_per_epoch: int
     batch_size: int
-    sampler: DistributedSampler[int]
+    sampler: PositionedSampler
 
-    def epoch(self, epoch: int) -> Iterator[Batch]:
+    def epoch(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
         raise NotImplementedError
 
 
@@ -175,10 +189,10 @@ class TensorTrainBatches(TrainBatches):
         steps = len(self.sampler) // batch_size
         self.steps_per_epoch = min(steps, max_steps) if max_steps > 0 else steps
 
-    def epoch(self, epoch: int) -> Iterator[Batch]:
+    def epoch(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
         self.sampler.set_epoch(epoch)
         order = torch.tensor(list(self.sampler), dtype=torch.int64, device=self.device)
-        for step in range(self.steps_per_epoch):
+        for step in range(start_step, self.steps_per_epoch):
             indices = order[step * self.batch_size : (step + 1) * self.batch_size]
             images = augment(self.split.images[indices], indices, self.seed, epoch)
             yield images, self.split.labels[indices]
@@ -270,10 +284,12 @@ class TorchvisionTrainBatches(TrainBatches):
         self.steps_per_epoch = min(steps, max_steps) if max_steps > 0 else steps
         self._non_blocking = device.type == "cuda"
 
-    def epoch(self, epoch: int) -> Iterator[Batch]:
+    def epoch(self, epoch: int, start_step: int = 0) -> Iterator[Batch]:
         self.sampler.set_epoch(epoch)
+        # The loader's workers read the sampler as they go: the skipped batches are never loaded.
+        self.sampler.skip = start_step * self.batch_size
         batches = iter(self.loader)
-        for _ in range(self.steps_per_epoch):
+        for _ in range(start_step, self.steps_per_epoch):
             images, labels = next(batches)
             yield (
                 images.to(self.device, non_blocking=self._non_blocking),

@@ -94,11 +94,15 @@ def open_private(
     return os.open(path, flags, mode)
 
 
-def write_atomic(path: Path, data: str | bytes, mode: int = FILE_MODE) -> None:
+def write_atomic(
+    path: Path, data: str | bytes, mode: int = FILE_MODE, *, durable: bool = False
+) -> None:
     """Write ``data`` (text as UTF-8) to a temporary file beside ``path`` made with ``mode``, then
     rename it over ``path``: a reader sees the old file or the new one, never half of one. A failed
     write (a full disk) leaves neither a half file nor the temporary one, and raises WriteFailed,
-    whose message names the path and the free space."""
+    whose message names the path and the free space. ``durable``: the data and the rename are on
+    disk (fsync) before it returns, so a power cut or a lost node leaves the old file or the new
+    one, not an empty one (a checkpoint, which a resumed run trusts)."""
     path = Path(path)
     payload = data.encode("utf-8") if isinstance(data, str) else data
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -106,12 +110,26 @@ def write_atomic(path: Path, data: str | bytes, mode: int = FILE_MODE) -> None:
         fd = open_private(tmp, "truncate", mode)
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
+        if durable:
+            sync_directory(path.parent)
     except BaseException as err:
         tmp.unlink(missing_ok=True)
         if isinstance(err, OSError) and not isinstance(err, WriteFailed):
             raise WriteFailed(path, err) from None
         raise
+
+
+def sync_directory(directory: Path) -> None:
+    """fsync a directory, so a rename in it survives a crash of the machine."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -18,6 +18,11 @@ from typing import Any
 
 from engine.core.backends.slurm.config import SlurmConfig
 from engine.core.common.config_error import ConfigError as ConfigError
+from engine.core.config.checkpoint_every import (
+    DEFAULT_CHECKPOINT_EVERY,
+    CheckpointEvery,
+    parse_checkpoint_every,
+)
 from engine.core.config.devices import parse_device_spec
 from engine.core.config.faults import parse_fault
 
@@ -195,6 +200,9 @@ class TrainingConfig:
     seed: int = 0
     evaluate: bool = True
     checkpoint: bool = True
+    # Between epoch ends (each of which writes one): steps ("500"), a time ("10m") or "epoch"
+    # (engine.core.config.checkpoint_every). A resumed run goes on from the newest checkpoint.
+    checkpoint_every: str = DEFAULT_CHECKPOINT_EVERY
     # Steps at the start of each epoch left out of steady-state throughput.
     warmup_steps: int = 5
     # Seconds between two step reports of one rank.
@@ -214,6 +222,11 @@ class TrainingConfig:
         _positive("training", "warmup_steps", self.warmup_steps, allow_zero=True)
         _positive("training", "report_interval", self.report_interval, allow_zero=True)
         _one_of("training", "on_divergence", self.on_divergence, ON_DIVERGENCE)
+        parse_checkpoint_every(self.checkpoint_every)
+
+    @property
+    def checkpoint_interval(self) -> CheckpointEvery:
+        return parse_checkpoint_every(self.checkpoint_every)
 
 
 @dataclass(frozen=True)

@@ -75,8 +75,8 @@ def _coerce(where: str, key: str, value: Any, expected: Any) -> Any:
     if expected is str:
         if isinstance(value, str):
             return value
-        if key == "devices.spec" and plain_int:
-            return str(value)  # devices.spec = 2 means two devices
+        if key in ("devices.spec", "training.checkpoint_every") and plain_int:
+            return str(value)  # devices.spec = 2 means two devices; checkpoint_every = 500 steps
     wanted = _TYPE_NAMES.get(expected, str(expected))
     raise ConfigError(
         f"{key} is {value!r} ({type(value).__name__}); expected {wanted}",

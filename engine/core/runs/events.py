@@ -122,6 +122,7 @@ class CheckpointSaved(Event):
     rank: int
     path: str
     bytes: int
+    global_step: int = 0  # the optimizer steps it holds (a resumed run goes on after them)
 
 
 def one_line_error(err: BaseException) -> str:
