@@ -220,6 +220,7 @@ def test_the_new_fault_kinds_parse() -> None:
 def test_only_a_starting_running_or_orphaned_run_may_still_have_processes() -> None:
     # the observer probes for SIGSTOPped ranks and counts elapsed time only for these
     assert {s for s in RunStatus if s.live} == {
+        RunStatus.QUEUED,  # its waiter waits in the machine's queue, and becomes its launcher
         RunStatus.PENDING,  # a run on Slurm whose job has not started: it may at any moment
         RunStatus.STARTING,
         RunStatus.RUNNING,

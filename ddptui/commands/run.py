@@ -24,10 +24,12 @@ from engine.core.backends.local.start import StartedRun
 from engine.core.backends.registry import backend_named
 from engine.core.common import strict_json
 from engine.core.common.statuses import RunStatus
+from engine.core.common.visible_text import visible
 from engine.core.config.faults import FAULT_EFFECTS
 from engine.core.config.presets import load_preset
 from engine.core.config.schema import ConfigError, RunConfig
 from engine.core.config.toml_io import apply_overrides
+from engine.core.queue.enqueue import QueuedRun, queue_run
 from engine.core.runs.rundir import RunDirError
 
 # Shortcuts that set the engine's own workload: a script has its own options, after --.
@@ -94,6 +96,25 @@ def run_config(
 @click.option(
     "--detach", is_flag=True, help="Start the run, print its id and return; it keeps running."
 )
+@click.option(
+    "--queue",
+    "queue",
+    is_flag=True,
+    help="Wait in this machine's queue until the devices are free, then start (returns at once).",
+)
+@click.option(
+    "--queue-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="With --queue: give up (failed) after waiting this long.",
+)
+@click.option(
+    "--queue-store",
+    type=click.Path(path_type=Path),
+    metavar="DIR",
+    help="With --queue: the claim store every user of the machine shares "
+    "(default $DDPTUI_CLAIMS_DIR or /tmp/ddptui-claims).",
+)
 @slurm_options
 def run_command(
     target: str | None,
@@ -104,6 +125,9 @@ def run_command(
     faults: tuple[str, ...],
     as_json: bool,
     detach: bool,
+    queue: bool,
+    queue_timeout: float | None,
+    queue_store: Path | None,
     slurm: bool,
     slurm_values: dict[str, Any],
     **shortcuts: Any,
@@ -137,6 +161,11 @@ def run_command(
     The run directory must be on storage every node sees. Inside an allocation (salloc) the
     run is a step of it. Its state shows pending with Slurm's reason until the job starts.
 
+    \b
+    On a shared machine, queue it: it starts when its devices are free, in order (see
+    `ddptui queue`); --devices 2 takes any two free GPUs, 0,2 waits for those:
+      ddptui run train.py --devices 2 --queue -- --epochs 10
+
     The run starts in its own session: closing this terminal does not stop it (see `ddptui runs`).
     Ctrl-C stops the run. Exit code 0 when the run completed, 1 when it failed or was killed,
     2 for bad input or a run whose ranks do not fit in this machine's cores, memory or GPUs
@@ -149,6 +178,14 @@ def run_command(
         if slurm_values and not slurm:
             names = slurm_option_names(slurm_values)
             raise ConfigError(f"{names} {'need' if ',' in names else 'needs'} --slurm")
+        if queue and slurm:
+            raise ConfigError("--queue is for this machine; on Slurm, Slurm queues the job")
+        if (queue_timeout is not None or queue_store is not None) and not queue:
+            raise ConfigError("--queue-timeout and --queue-store need --queue")
+        if queue:
+            queued = queue_run(config, runs_dir, store_path=queue_store, timeout=queue_timeout)
+            echo(queued.run_id if detach else queued_line(queued))
+            return
         started = backend_named(slurm).start(config, runs_dir)
     except (ConfigError, RunDirError) as err:
         fail(str(err))
@@ -158,6 +195,18 @@ def run_command(
         echo(started.run_id)
         return
     sys.exit(follow_to_the_end(started, config, as_json))
+
+
+def queued_line(queued: QueuedRun) -> str:
+    """What `ddptui run --queue` says: where the run stands in line, and why it waits."""
+    verdict = queued.verdict
+    head = f"run {queued.run_id} queued for {queued.claim.want.describe()}"
+    if verdict is None or verdict.may_start or verdict.place == 0:
+        return f"{head}: starting now (ddptui show {queued.run_id})"
+    return (
+        f"{head}, number {verdict.place} in line: {visible(verdict.reason, one_line=True)}\n"
+        f"it starts when they are free (ddptui queue; ddptui kill {queued.run_id} removes it)"
+    )
 
 
 def follow_to_the_end(started: StartedRun, config: RunConfig, as_json: bool) -> int:

@@ -29,6 +29,7 @@ CHARTS_FROM = (100, 40)  # (columns, rows) from which charts replace sparklines
 
 # A run's status word, styled the same on every screen.
 STATUS_STYLES = {
+    RunStatus.QUEUED: "bold yellow",
     RunStatus.PENDING: "bold yellow",
     RunStatus.RUNNING: "bold green",
     RunStatus.STARTING: "bold",

@@ -27,11 +27,15 @@ class RunStatus(Vocabulary):
     settler writes that summary); ``orphaned``: the launcher is gone but some rank still runs
     (``ddptui clean`` ends them); ``unreadable``: run.json or summary.json cannot be read.
 
+    ``queued``: it waits in the machine's queue for its devices (``ddptui run --queue``); its
+    waiter becomes its launcher when they are free.
+
     A run on Slurm also: ``pending`` (Slurm has not started it yet, and says why), and the ends
     only Slurm can tell: ``cancelled`` (scancel from elsewhere; ``ddptui kill`` makes it ``killed``),
     ``timeout`` (its time limit), ``node-failure`` (a node of it failed).
     """
 
+    QUEUED = "queued"
     PENDING = "pending"
     STARTING = "starting"
     RUNNING = "running"
@@ -53,7 +57,12 @@ class RunStatus(Vocabulary):
     @property
     def active(self) -> bool:
         """Its launcher is (or is about to be) at work."""
-        return self in (RunStatus.PENDING, RunStatus.STARTING, RunStatus.RUNNING)
+        return self in (
+            RunStatus.QUEUED,
+            RunStatus.PENDING,
+            RunStatus.STARTING,
+            RunStatus.RUNNING,
+        )
 
     @property
     def live(self) -> bool:

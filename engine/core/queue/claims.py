@@ -30,6 +30,7 @@ from engine.core.common import strict_json
 from engine.core.common.config_error import ConfigError
 from engine.core.common.statuses import ProcessState
 from engine.core.procs.process_identity import ProcessRef, lookup
+from engine.core.runs.rundir import RunDir
 
 STORE_ENV = "DDPTUI_CLAIMS_DIR"
 DEFAULT_STORE = Path("/tmp/ddptui-claims")
@@ -128,10 +129,19 @@ class Claim:
 
 
 def claim_alive(claim: Claim) -> bool:
-    """Its waiter (or the launcher it became) still runs, by pid and start time. A process this
-    user cannot tell counts as alive: another user's claim is never dropped on a guess."""
+    """Its waiter (or the launcher it became) still runs, by pid and start time, and the run it
+    holds devices for has not ended (no summary.json yet: the launcher writes it once its ranks
+    are gone, then cleans up before it exits). A process this user cannot tell counts as alive:
+    another user's claim is never dropped on a guess."""
     state, _ = lookup(claim.waiter)
-    return state.alive or state == ProcessState.UNREADABLE
+    if not (state.alive or state == ProcessState.UNREADABLE):
+        return False
+    return claim.state == ClaimState.WAITING or not run_ended(claim)
+
+
+def run_ended(claim: Claim) -> bool:
+    """The claim's run has written its summary: its ranks are over, its devices free."""
+    return os.path.lexists(RunDir(Path(claim.run_dir)).summary_path)
 
 
 def default_store_path() -> Path:
