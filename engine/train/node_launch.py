@@ -71,7 +71,7 @@ from engine.core.runs.placement import (
     node_events_path,
     node_log_path,
     read_json_file,
-    rendezvous_path,
+    store_address_path,
     write_node_gpus,
     write_node_record,
 )
@@ -158,7 +158,7 @@ def own_address(node: SlurmNode) -> str:
 def meet(run_dir: RunDir, node: SlurmNode) -> tuple[str, int]:
     """(address, port) of the store: node 0 picks a free port on its own address and publishes
     both; the others wait for that, from this very job step (a requeued job's file is stale)."""
-    path = rendezvous_path(run_dir.path)
+    path = store_address_path(run_dir.path)
     tag = {"job_id": node.job_id, "step_id": node.step_id, "restarts": node.restarts}
     if node.index == 0:
         address = own_address(node)

@@ -225,7 +225,7 @@ def kill_request_path(run_path: Path) -> Path:
     return _slurm_dir(run_path) / "kill.json"
 
 
-def rendezvous_path(run_path: Path) -> Path:
+def store_address_path(run_path: Path) -> Path:
     """Where node 0's launcher publishes the address and port its rank 0 serves the store on."""
     return _slurm_dir(run_path) / "rendezvous.json"
 
