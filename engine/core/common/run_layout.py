@@ -15,6 +15,7 @@ Layout (docs/architecture.md)::
                   flight-recorder/            collective traces      (ranks, torch)
                   summary.json                final status, figures  (launcher, always)
                   checkpoint.pt               state_dict             (rank 0)
+                  checkpoint.json             what the checkpoint holds (rank 0)
                   stop-request                who asked it to stop   (kill, Ctrl-C, the UI)
                   .rendezvous                 the ranks' file store  (single node, while it runs)
                   nodes/<n>.json              a node launcher's record (across nodes)
@@ -41,6 +42,7 @@ RUN_JSON_NAME = "run.json"
 SUMMARY_NAME = "summary.json"
 ENVIRONMENT_NAME = "environment.json"
 CHECKPOINT_NAME = "checkpoint.pt"
+CHECKPOINT_RECORD_NAME = "checkpoint.json"  # what the checkpoint holds, for readers without torch
 STOP_REQUEST_NAME = "stop-request"
 RENDEZVOUS_NAME = ".rendezvous"
 EVENTS_DIR = "events"
@@ -95,6 +97,10 @@ class RunLayout:
     @property
     def checkpoint(self) -> Path:
         return self.path / CHECKPOINT_NAME
+
+    @property
+    def checkpoint_record(self) -> Path:
+        return self.path / CHECKPOINT_RECORD_NAME
 
     @property
     def stop_request(self) -> Path:

@@ -9,5 +9,6 @@ processes of a run across nodes live (``placement``), what the ranks ran with
 (``recorded_environment``), the root cause of a failure (``root_cause``), every run of a runs
 directory as one line (``run_listing``), each rank's step split and the bottleneck
 (``step_breakdown``), the per-step curves (``step_curves``), the stop a user asked for
-(``stop_request``) and two runs compared (``compare``). Never starts or signals a process.
+(``stop_request``), what the newest checkpoint holds (``checkpoint_record``) and two runs
+compared (``compare``). Never starts or signals a process.
 """

@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from engine.core.common.run_files import read_run_text, write_json_atomic
+from engine.core.common.run_layout import RunLayout
 
-CHECKPOINT_RECORD_NAME = "checkpoint.json"
 # What checkpoint.pt holds, in its "format" key; a bare state_dict (older runs) has none.
 CHECKPOINT_FORMAT = "ddptui-checkpoint/1"
 
@@ -45,7 +45,7 @@ class CheckpointRecord:
 
 
 def record_path(run_path: Path) -> Path:
-    return Path(run_path) / CHECKPOINT_RECORD_NAME
+    return RunLayout(Path(run_path)).checkpoint_record
 
 
 def write_checkpoint_record(run_path: Path, record: CheckpointRecord) -> None:
