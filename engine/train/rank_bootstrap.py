@@ -36,10 +36,9 @@ from engine.core.common.run_environment import (
     NODE_ENV,
     RUN_DIR_ENV,
     STACK_DUMP_SIGNAL,
-    STACKS_DIR,
-    faulthandler_file_name,
 )
 from engine.core.common.run_files import PRIVATE_DIR_MODE, open_private
+from engine.core.common.run_layout import RunLayout
 
 PR_SET_PDEATHSIG = 1
 PR_SET_PTRACER = 0x59616D61  # "Yama"
@@ -82,7 +81,7 @@ def prepare_stack_dumps(run_dir: str | None = None) -> Path | None:
     directory = run_dir or os.environ.get(RUN_DIR_ENV)
     if not directory:
         return None
-    path = Path(directory) / STACKS_DIR / faulthandler_file_name(pid, os.environ.get(NODE_ENV, ""))
+    path = RunLayout(Path(directory)).stack_dump(pid, os.environ.get(NODE_ENV, ""))
     if pid in _stack_file:
         return path
     try:

@@ -38,6 +38,7 @@ from typing import Any, BinaryIO, Literal
 from engine.core.common import strict_json
 from engine.core.common.disk_space import WriteFailed
 from engine.core.common.formatting import format_bytes
+from engine.core.common.run_layout import RunLayout
 
 DIR_MODE = 0o755
 PRIVATE_DIR_MODE = 0o700
@@ -137,7 +138,6 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_atomic(path, strict_json.dumps(data, indent=2) + "\n")
 
 
-RESERVE_NAME = ".space-reserve"
 RESERVE_BYTES = 256 * 1024
 
 
@@ -147,7 +147,7 @@ class SpaceReserve:
     run that filled the disk still ends with a summary saying so."""
 
     def __init__(self, directory: Path, size: int = RESERVE_BYTES) -> None:
-        self.path = Path(directory) / RESERVE_NAME
+        self.path = RunLayout(Path(directory)).space_reserve
         self.size = size
 
     def make(self) -> None:

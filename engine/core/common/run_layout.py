@@ -18,6 +18,7 @@ Layout (docs/architecture.md)::
                   checkpoint.json             what the checkpoint holds (rank 0)
                   stop-request                who asked it to stop   (kill, Ctrl-C, the UI)
                   .rendezvous                 the ranks' file store  (single node, while it runs)
+                  .space-reserve              space given back for the summary (run start)
                   nodes/<n>.json              a node launcher's record (across nodes)
                   gpus/<n>.json               a node's GPUs, sampled (across nodes)
                   <placement>/                a placement backend's own records (its own)
@@ -35,7 +36,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.core.common.run_environment import STACKS_DIR
+from engine.core.common.run_environment import STACKS_DIR, faulthandler_file_name
 
 CONFIG_NAME = "config.toml"  # written first, by every launcher: what makes a directory a run's
 RUN_JSON_NAME = "run.json"
@@ -45,6 +46,7 @@ CHECKPOINT_NAME = "checkpoint.pt"
 CHECKPOINT_RECORD_NAME = "checkpoint.json"  # what the checkpoint holds, for readers without torch
 STOP_REQUEST_NAME = "stop-request"
 RENDEZVOUS_NAME = ".rendezvous"
+RESERVE_NAME = ".space-reserve"  # given back for the last writes (engine.core.common.disk_space)
 EVENTS_DIR = "events"
 LOGS_DIR = "logs"
 FLIGHT_RECORDER_DIR = "flight-recorder"
@@ -112,6 +114,10 @@ class RunLayout:
         return self.path / RENDEZVOUS_NAME
 
     @property
+    def space_reserve(self) -> Path:
+        return self.path / RESERVE_NAME
+
+    @property
     def events_dir(self) -> Path:
         return self.path / EVENTS_DIR
 
@@ -128,6 +134,10 @@ class RunLayout:
     def flight_recorder_dir(self) -> Path:
         """torch's flight-recorder dumps, ``rank_<r>`` each."""
         return self.path / FLIGHT_RECORDER_DIR
+
+    def stack_dump(self, pid: int, node: str = "") -> Path:
+        """The file a rank's faulthandler appends its stacks to (``faulthandler_file_name``)."""
+        return self.stacks_dir / faulthandler_file_name(pid, node)
 
     def rank_events(self, rank: int) -> Path:
         return self.events_dir / f"rank-{rank}.jsonl"

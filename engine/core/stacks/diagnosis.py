@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.core.common.run_environment import faulthandler_file_name
+from engine.core.common.run_layout import RunLayout
 from engine.core.common.statuses import ProcessState, RankActivity
 from engine.core.procs.process_identity import ProcessRef
 from engine.core.stacks.capture import ProcessStack, capture_stack
@@ -31,7 +31,6 @@ from engine.core.stacks.snapshot import (
     RankDiagnosis,
     StackSnapshot,
     save_snapshot,
-    stacks_dir,
 )
 
 _ENGINE_DIR = Path(__file__).resolve().parents[2]  # engine/
@@ -260,12 +259,12 @@ def take_snapshot(
     run directory unless ``save`` is False (or the disk refuses: then ``path`` stays "").
     ``capture_all`` takes every rank's stack at once instead, by rank (a run across nodes: the
     ranks answer a signal Slurm delivers, ``engine.core.backends.slurm.stacks``)."""
-    directory = stacks_dir(run_dir_path)
+    layout = RunLayout(Path(run_dir_path))
 
     def one(target: RankTarget) -> tuple[RankTarget, ProcessStack]:
         if target.refused:
             return target, ProcessStack(target.ref.pid, problem=target.refused)
-        dump = directory / faulthandler_file_name(target.ref.pid, target.node)
+        dump = layout.stack_dump(target.ref.pid, target.node)
         return target, capture_stack(target.ref, dump, use_py_spy=use_py_spy)
 
     if capture_all is not None:
