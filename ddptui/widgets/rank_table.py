@@ -123,12 +123,7 @@ class RankTable(CursorList, can_focus=True):
                          for r in ranks),
                 style="bold",
             )  # fmt: skip
-            why = next((r.reason for r in ranks if r.reason), "")
-            if why:
-                line.append(f"  {why}", style="dim")
-            if any(r.rank == self.selected for r in ranks):
-                line.stylize("underline", 0, 9)
-            lines.append(line)
+            lines.append(self._group_line_end(line, ranks, 9))
         return Group(*lines)
 
     def _by_node(self) -> list[Text]:
@@ -143,13 +138,18 @@ class RankTable(CursorList, can_focus=True):
                 count = sum(1 for r in ranks if r.state == state)
                 if count:
                     line.append(f"  {count} {state}", style=STATE_STYLES.get(state, ""))
-            why = next((r.reason for r in ranks if r.reason), "")
-            if why:
-                line.append(f"  {why}", style="dim")
-            if any(r.rank == self.selected for r in ranks):
-                line.stylize("underline", 0, 10)
-            lines.append(line)
+            lines.append(self._group_line_end(line, ranks, 10))
         return lines
+
+    def _group_line_end(self, line: Text, ranks: list[RankState], label_width: int) -> Text:
+        """A folded line's end: the first reason among its ranks, and its label underlined
+        where the selected rank is one of them."""
+        why = next((r.reason for r in ranks if r.reason), "")
+        if why:
+            line.append(f"  {why}", style="dim")
+        if any(r.rank == self.selected for r in ranks):
+            line.stylize("underline", 0, label_width)
+        return line
 
     def _lines(self, width: int) -> Group:
         """Fixed-width text lines, not a Rich Table: this redraws twice a second, and laying out a
