@@ -312,11 +312,23 @@ def train_rank(
         events=events,
         model_factory=model_factory,
     )
-    training = plan.config.training
     steps = setup.train_batches.steps_per_epoch
-    position = TrainingPosition(steps_per_epoch=steps)
-    if resume_from is not None:
-        position = resume_rank(setup, resume_from)
+    try:
+        position = TrainingPosition(steps_per_epoch=steps)
+        if resume_from is not None:
+            position = resume_rank(setup, resume_from)
+        train_epochs(setup, run_dir, position, attempt)
+    finally:  # global hooks: none is left behind in a process that goes on
+        setup.step_timer.close()
+
+
+def train_epochs(
+    setup: RankSetup, run_dir: RunDir, position: TrainingPosition, attempt: int
+) -> None:
+    """Every epoch from ``position`` on, each ended by its figures, its evaluation and a
+    checkpoint; checkpoints inside epochs as ``training.checkpoint_every`` says."""
+    training = setup.config.training
+    steps = setup.train_batches.steps_per_epoch
     checkpoints = (
         EpochCheckpoints(
             CheckpointSchedule(
@@ -331,17 +343,14 @@ def train_rank(
         else None
     )
     global_step = position.global_step
-    try:
-        for epoch in range(position.epoch, training.epochs):
-            start_step = position.step if epoch == position.epoch else 0
-            figures = train_one_epoch(
-                setup, epoch, global_step, start_step=start_step, checkpoints=checkpoints
-            )
-            global_step += figures.steps
-            report_epoch(setup, epoch, figures)
-            if setup.test_batches is not None:
-                evaluate_epoch(setup, epoch, setup.test_batches)
-            if checkpoints is not None:
-                checkpoints.take(TrainingPosition(epoch + 1, 0, global_step, steps))
-    finally:  # global hooks: none is left behind in a process that goes on
-        setup.step_timer.close()
+    for epoch in range(position.epoch, training.epochs):
+        start_step = position.step if epoch == position.epoch else 0
+        figures = train_one_epoch(
+            setup, epoch, global_step, start_step=start_step, checkpoints=checkpoints
+        )
+        global_step += figures.steps
+        report_epoch(setup, epoch, figures)
+        if setup.test_batches is not None:
+            evaluate_epoch(setup, epoch, setup.test_batches)
+        if checkpoints is not None:
+            checkpoints.take(TrainingPosition(epoch + 1, 0, global_step, steps))

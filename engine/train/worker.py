@@ -44,7 +44,12 @@ import torch
 import torch.distributed as dist
 
 from engine.core.common.disk_space import WriteFailed, disk_full
-from engine.core.common.run_environment import LAUNCHER_PID_ENV, THREADS_ENV
+from engine.core.common.run_environment import (
+    ATTEMPT_ENV,
+    LAUNCHER_PID_ENV,
+    RESUME_FROM_ENV,
+    THREADS_ENV,
+)
 from engine.core.common.run_files import (
     PRIVATE_DIR_MODE,
     PRIVATE_FILE_MODE,
@@ -327,8 +332,16 @@ def run_rank(run_dir: RunDir, *, rank: int, local_rank: int, world_size: int) ->
                 timeout=setup_timeout,
             )
             joined = True
+        resume_from = os.environ.get(RESUME_FROM_ENV)
         train_rank(
-            run_dir, plan, rank=rank, local_rank=local_rank, world_size=world_size, events=events
+            run_dir,
+            plan,
+            rank=rank,
+            local_rank=local_rank,
+            world_size=world_size,
+            events=events,
+            resume_from=Path(resume_from) if resume_from else None,
+            attempt=int(os.environ.get(ATTEMPT_ENV, "1") or 1),
         )
         events.write(RankFinished(rank=rank))
     except BaseException as err:

@@ -32,3 +32,9 @@ def faulthandler_file_name(pid: int, node: str = "") -> str:
 # Where the ranks meet (the c10d store): file:///RUN_DIR/.rendezvous for a single-node run, so
 # nothing listens on a TCP port; tcp://MASTER_ADDR:PORT across nodes, served on that address only.
 RENDEZVOUS_ENV = "DDPTUI_RENDEZVOUS"
+
+# A later attempt of a run (``ddptui resume``, a restart after a failure) in the same run
+# directory: the attempt's number (1 for the first; torchrun's TORCHELASTIC_RESTART_COUNT is one
+# less) and the checkpoint the engine's ranks go on from, when there is one.
+ATTEMPT_ENV = "DDPTUI_ATTEMPT"
+RESUME_FROM_ENV = "DDPTUI_RESUME_FROM"
