@@ -14,7 +14,7 @@ Layout (docs/architecture.md)::
                   stacks/                     stack dumps, snapshots (ranks, launcher, kill)
                   flight-recorder/            collective traces      (ranks, torch)
                   summary.json                final status, figures  (launcher, always)
-                  checkpoint.pt               state_dict             (rank 0)
+                  checkpoint.pt               resumable checkpoint   (rank 0)
                   checkpoint.json             what the checkpoint holds (rank 0)
                   stop-request                who asked it to stop   (kill, Ctrl-C, the UI)
                   .rendezvous                 the ranks' file store  (single node, while it runs)
