@@ -411,3 +411,42 @@ def test_gpu_memory_check_waits_for_the_driver_then_names_holders(
 def test_protected_pids_hold_this_process_and_its_ancestors() -> None:
     pids = stopping.protected_pids()
     assert os.getpid() in pids and os.getppid() in pids
+
+
+def test_a_kill_reads_run_json_once_and_scans_for_the_marker_once_before_acting(
+    runs_dir: Path, pen: ProcessPen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One look at the run (engine.core.runs.run_handle) serves the ownership, the targets and the
+    stacks: before the first signal, run.json is read once and /proc scanned for the marker once.
+    After stopping, the sweep for marked processes that slipped through is the one second scan."""
+    from engine.core.runs import run_handle
+
+    marker = marker_env(runs_dir, "r-once")
+    ranks = [pen.python(env=marker) for _ in (0, 1)]
+    run_dir = make_run(runs_dir, "r-once", ranks=[ref_of(r) for r in ranks])
+    calls: list[str] = []
+    before_signal: list[tuple[int, int]] = []
+    read_info, scan, send = RunDir.read_run_info, kill.marked_processes, os.kill
+
+    def counted_read(self: RunDir):  # type: ignore[no-untyped-def]
+        calls.append("read")
+        return read_info(self)
+
+    def counted_scan(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append("scan")
+        return scan(*args, **kwargs)
+
+    def first_signal(pid: int, sig: int) -> None:
+        if sig != 0 and not before_signal:
+            before_signal.append((calls.count("read"), calls.count("scan")))
+        send(pid, sig)
+
+    monkeypatch.setattr(RunDir, "read_run_info", counted_read)
+    monkeypatch.setattr(run_handle, "marked_processes", counted_scan)
+    monkeypatch.setattr(kill, "marked_processes", counted_scan)
+    monkeypatch.setattr(os, "kill", first_signal)
+    result = kill_run(run_dir, grace=1.0, check_gpu=False)
+    assert result.ok and result.stop is not None
+    assert set(result.stop.stopped) == {r.pid for r in ranks}
+    assert before_signal == [(1, 1)]
+    assert calls.count("scan") == 2  # and the sweep after stopping

@@ -4,7 +4,8 @@
 (``rank_states``), the one throttled step report every rank writes (``step_reporter``), the
 figures of a script run (``script_reporting``), the summary (``summary``, ``summarize``), the one
 settler of a run whose launcher ended without one (``settle``) and the run observer
-(``observer``): the one place that decides a run's and each rank's status. Also: where the
+(``observer``): the one place that decides a run's and each rank's status; the one look at a
+run an operation takes before it acts (``run_handle``). Also: where the
 processes of a run across nodes live (``placement``), what the ranks ran with
 (``recorded_environment``), the root cause of a failure (``root_cause``), every run of a runs
 directory as one line (``run_listing``), each rank's step split and the bottleneck

@@ -162,8 +162,10 @@ class RunObserver:
         settle: bool = True,
         measure_usage: bool = False,
         slurm_jobs: JobReader | None = None,
+        info: RunInfo | None = None,
     ) -> None:
         self.run_dir = run_dir
+        self._given_info = info  # run.json as the caller just read it: the first observe uses it
         self.slurm_jobs = slurm_jobs or read_job  # Slurm's word on a job (a stand-in in tests)
         self._slurm: SlurmView | None = None
         self._slurm_end: tuple[SlurmVerdict, SlurmView] | None = None  # once the job is over
@@ -327,7 +329,9 @@ class RunObserver:
         problems = [self._config_problem] if self._config_problem else []
         info: RunInfo | None = None
         info_problem = ""
-        if self.run_dir.run_json_path.exists():
+        if self._given_info is not None:
+            info, self._given_info = self._given_info, None
+        elif self.run_dir.run_json_path.exists():
             try:
                 info = self.run_dir.read_run_info()
             except RunDirError as err:

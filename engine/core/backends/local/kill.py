@@ -24,14 +24,8 @@ from engine.core.backends.local.snapshot import snapshot_run
 from engine.core.common.config_error import ConfigError
 from engine.core.common.run_files import refuse_writing, user_name
 from engine.core.common.statuses import KillOutcome, ProcessState, RunStatus, StopRequester
-from engine.core.procs.process_identity import (
-    ProcessRef,
-    identify,
-    process_ended,
-    state_of,
-    user_of,
-)
-from engine.core.procs.run_proof import RunMarker, directory_owner, marked_processes, prove
+from engine.core.procs.process_identity import process_ended, state_of, user_of
+from engine.core.procs.run_proof import marked_processes
 from engine.core.procs.stopping import (
     POLL_SECONDS,
     STOP_GRACE_SECONDS,
@@ -45,6 +39,7 @@ from engine.core.procs.stopping import (
     stop_processes,
 )
 from engine.core.runs.events import StopSignalled, read_events
+from engine.core.runs.run_handle import RunHandle, observe_handle
 from engine.core.runs.rundir import RunDir, RunDirError, run_dir_owner
 from engine.core.runs.settle import record_killed
 from engine.core.runs.stop_request import request_stop
@@ -112,63 +107,25 @@ def check_run_owner(run_dir: RunDir, *, allow_other_users: bool) -> None:
         )
 
 
-def _named_process(
-    ref: ProcessRef, role: str, marker: RunMarker, owner_uid: int | None
-) -> tuple[psutil.Process | None, str]:
-    """The live process run.json names for ``role``, proved to be the run's
-    (``engine.core.procs.run_proof.prove``), or None and (when it is not simply gone) the
-    sentence saying why it is left alone."""
-    proc, why = prove(ref, marker, owner_uid)
-    if not why:
-        return proc, ""
-    if why.endswith("now belongs to another process"):
-        now = identify(ref.pid)
-        if now is not None:
-            why += f", started {time.strftime('%H:%M:%S', time.localtime(now.start_time))}"
-    return None, f"{why} ({role} in run.json): left alone"
-
-
-def _owner_to_prove(run_dir: RunDir, allow_other_users: bool) -> int | None:
-    """Whose processes may be the run's: the run directory's owner's, anyone's when root asked
-    for every user's."""
-    return None if allow_other_users else directory_owner(run_dir.path)
-
-
 def run_targets(
     run_dir: RunDir, protected: set[int] | None = None, *, allow_other_users: bool = False
 ) -> tuple[list[tuple[psutil.Process, str]], list[str]]:
-    """The live processes that are provably the run's (not yet descendants), each with its role:
-    the launcher and ranks run.json names (pid and start time) that also carry the run's marker
-    (its id *and* this run directory) and belong to the run directory's owner, and every other
-    process carrying that marker. A run of the same id in another directory is another run. A
-    sentence for each pid run.json names that is left alone."""
+    """The live processes that are provably the run's (not yet descendants), each with its role,
+    and a sentence for each pid run.json names that is left alone (``observe_handle``)."""
     protected = protected_pids() if protected is None else protected
-    info = run_dir.read_run_info()  # RunDirError: the caller says so and stops
-    marker = RunMarker.of_dir(run_dir.path)
-    owner = _owner_to_prove(run_dir, allow_other_users)
-    found: dict[int, tuple[psutil.Process, str]] = {}
-    skipped: list[str] = []
-    named = [(info.launcher, "launcher")] if info.launcher is not None else []
-    named += [(ref, f"rank {rank}") for rank, ref in info.ranked()]
-    for ref, role in named:
-        proc, why = _named_process(ref, role, marker, owner)
-        if why:
-            skipped.append(why)
-        if proc is not None:
-            found[proc.pid] = (proc, role)
-    for proc in marked_processes(marker, owner_uid=owner, exclude=frozenset(protected)):
-        found.setdefault(proc.pid, (proc, "marked"))
-    return list(found.values()), skipped
+    handle = observe_handle(run_dir, frozenset(protected), allow_other_users=allow_other_users)
+    return list(handle.processes), list(handle.skipped)
 
 
-def _status_before(run_dir: RunDir) -> RunStatus:
+def _status_before(handle: RunHandle) -> RunStatus:
+    run_dir = handle.run_dir
     try:
         summary = run_dir.read_summary()
     except RunDirError:
         summary = None
     if summary is not None:
         return summary.status
-    return run_dir.read_run_info().state
+    return handle.info.state
 
 
 def _launcher_grace(run_dir: RunDir) -> float | None:
@@ -219,18 +176,12 @@ def ask_launcher_to_stop(
 
 
 def _stop_run(
-    run_dir: RunDir,
-    found: list[tuple[psutil.Process, str]],
-    grace: float,
-    *,
-    allow_other_users: bool,
-    protected: set[int],
-    by: StopRequester,
+    handle: RunHandle, grace: float, *, allow_other_users: bool, by: StopRequester
 ) -> tuple[StopResult, bool, float]:
     """Stop the run's processes: through its live launcher where it has one, else (or when it does
     not finish in time) directly, then whatever carrying the marker is left. Returns what was
     stopped and how, whether the launcher did it, and the grace the ranks were given."""
-    marker = RunMarker.of_dir(run_dir.path)
+    run_dir, marker, found = handle.run_dir, handle.marker, list(handle.processes)
     launcher = next((p for p, role in found if role == "launcher"), None)
     result, by_launcher, given = StopResult(), False, grace
     if launcher is not None and state_of(launcher) == ProcessState.RUNNING:  # it can act
@@ -246,14 +197,11 @@ def _stop_run(
         result = result.merged(
             stop_processes(rest, grace, allow_other_users=allow_other_users, run_marker=marker)
         )
-    # a last look for marked processes that slipped through (started while we were stopping)
+    # a last look for marked processes that slipped through (started while we were stopping):
+    # the one second scan of /proc for the marker, after acting, by design
     late = [
         p
-        for p in marked_processes(
-            marker,
-            owner_uid=_owner_to_prove(run_dir, allow_other_users),
-            exclude=frozenset(protected),
-        )
+        for p in marked_processes(marker, owner_uid=handle.owner_uid, exclude=handle.protected)
         if p.pid not in result.stopped
     ]
     if late:
@@ -307,9 +255,11 @@ def kill_run(
     launcher could not write it.
     """
     check_run_owner(run_dir, allow_other_users=allow_other_users)
-    status_before = _status_before(run_dir)
     protected = protected_pids()
-    found, skipped = run_targets(run_dir, protected, allow_other_users=allow_other_users)
+    # RunDirError (run.json missing or corrupt): the caller says so and stops
+    handle = observe_handle(run_dir, frozenset(protected), allow_other_users=allow_other_users)
+    status_before = _status_before(handle)
+    found, skipped = list(handle.processes), list(handle.skipped)
     if not found:
         return _nothing_left(run_dir, status_before, skipped, by)
     for proc, role in found:
@@ -322,10 +272,10 @@ def kill_run(
     stacks = (
         None
         if finished
-        else snapshot_run(run_dir, reason="before kill", all_users=allow_other_users)
+        else snapshot_run(run_dir, reason="before kill", all_users=allow_other_users, handle=handle)
     )
     result, by_launcher, given = _stop_run(
-        run_dir, found, grace, allow_other_users=allow_other_users, protected=protected, by=by
+        handle, grace, allow_other_users=allow_other_users, by=by
     )
     pids = [t.pid for t in targets] + list(result.stopped)
     written = (

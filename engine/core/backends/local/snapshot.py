@@ -18,6 +18,7 @@ from engine.core.procs.process_identity import ProcessProbe
 from engine.core.procs.run_proof import RunMarker, directory_owner, prove
 from engine.core.runs.observer import RunObserver
 from engine.core.runs.rank_states import RankState
+from engine.core.runs.run_handle import RunHandle
 from engine.core.runs.rundir import RunDir
 from engine.core.stacks.diagnosis import RankTarget, take_snapshot
 from engine.core.stacks.snapshot import StackSnapshot
@@ -30,6 +31,7 @@ def snapshot_run(
     probe: ProcessProbe | None = None,
     save: bool = True,
     all_users: bool = False,
+    handle: RunHandle | None = None,
 ) -> StackSnapshot | None:
     """Every rank's stack now, what each was doing and the culprit; stored in the run directory
     (where this user may write it). None when run.json names no rank or none of them is alive.
@@ -37,9 +39,12 @@ def snapshot_run(
     Only a rank proved to be the run's (``engine.core.procs.run_proof.prove``: its marker and
     this run directory in its own environment, its pid and start time, and the run directory's
     owner unless ``all_users``) is asked for its stack; any other is in the snapshot with why
-    not, and neither signalled nor read (``StackSnapshot.proved`` counts the ranks that were)."""
+    not, and neither signalled nor read (``StackSnapshot.proved`` counts the ranks that were).
+    With ``handle`` (a kill's one look at the run), its run.json and proofs are used, not read
+    and proved again."""
     probe = probe or ProcessProbe()
-    state = RunObserver(run_dir, probe=probe, settle=False).observe()
+    observer = RunObserver(run_dir, probe=probe, settle=False, info=handle.info if handle else None)
+    state = observer.observe()
     info = state.info
     if info is None or not info.ranks or not any(probe.alive(r) for r in info.ranks):
         return None
@@ -48,7 +53,7 @@ def snapshot_run(
     owner = None if all_users else directory_owner(run_dir.path)
     targets = []
     for rank, ref in info.ranked():
-        _, why = prove(ref, marker, owner)
+        why = handle.rank_refusals.get(rank, "") if handle else prove(ref, marker, owner)[1]
         seen = ranks.get(rank)
         targets.append(
             RankTarget(
