@@ -33,9 +33,11 @@ class GpuHolder:
 
     def describe(self) -> str:
         """``pid 4411 (alice, python train.py), 38.0G``: the command made visible and short."""
-        command = visible(self.command, one_line=True)
-        if len(command) > COMMAND_SHOWN:
+        program, _, rest = self.command.partition(" ")
+        command = f"{os.path.basename(program)} {rest}".strip()
+        if len(command) > COMMAND_SHOWN:  # cut before escaping: an escape is never cut in two
             command = command[: COMMAND_SHOWN - 1] + "…"
+        command = visible(command, one_line=True)
         memory = f", {short_bytes(self.memory_bytes)}" if self.memory_bytes else ""
         return f"pid {self.pid} ({visible(self.user, one_line=True)}, {command}){memory}"
 

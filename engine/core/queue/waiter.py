@@ -52,7 +52,7 @@ def my_claim(claims: list[Claim], run_dir: RunDir) -> Claim | None:
 
 
 def take_turn(
-    store: ClaimStore, run_dir: RunDir, watcher: MachineWatcher
+    store: ClaimStore, run_dir: RunDir, watcher: MachineWatcher | None = None
 ) -> tuple[int, ...] | None:
     """One look at the line, under the lock: this run's devices, now marked held, when its turn
     has come; None while it waits. Removed when its claim is no longer in the store."""
@@ -66,7 +66,7 @@ def take_turn(
         waiting_for_gpus = any(
             c.want.kind == "gpu" for c in claims if c.state == ClaimState.WAITING
         )
-        verdicts = decide(claims, watcher.state(gpus=waiting_for_gpus))
+        verdicts = decide(claims, (watcher or MachineWatcher()).state(gpus=waiting_for_gpus))
         verdict = next(v for v in verdicts if v.claim == mine)
         if not verdict.may_start or verdict.devices is None:
             return None
