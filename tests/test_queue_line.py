@@ -57,7 +57,7 @@ def test_a_gpu_held_by_a_foreign_process_is_named_with_its_user_command_and_memo
     verdict = decide([claim(1, DeviceWant("gpu", 2, (0, 2)))], machine)[0]
     assert verdict.devices is None
     assert (
-        verdict.reason == "GPU 2 held by pid 4411 (alice, python train.py --lr 0.1\\x1b[2…), 38.0G"
+        verdict.reason == "GPU 2 held by pid 4411 (alice, python train.py --lr 0.1\\x1b[2J), 38.0G"
     )
     # any two: 0 and 1 are free
     assert decide([claim(1, DeviceWant("gpu", 2))], machine)[0].devices == (0, 1)
