@@ -1,7 +1,9 @@
 """The engine calls the UI makes that change or survey the machine, one method each.
 
-Start a run (through its backend, ``engine.core.backends``), stop one and clean orphans (process control), scan processes
-(``engine.core.jobs.process_table``), build a speedup table (``engine.core.bench.speedup_table``). The screens call these
+Start a run (through its backend, ``engine.core.backends``, or into the machine's queue,
+``engine.core.queue``), stop one and clean orphans (process control), scan processes
+(``engine.core.jobs.process_table``), read the queue's line, build a speedup table
+(``engine.core.bench.speedup_table``). The screens call these
 from thread workers only, and only through an ``EngineActions``, so each stays one swappable call
 (tests pass a subclass). Engine modules are imported when first called, which keeps them (and
 anything they import) off the app's start-up path: every import inside a method below is there
@@ -28,6 +30,8 @@ if TYPE_CHECKING:
     from engine.core.jobs.process_table import ProcessTable
     from engine.core.plan.run_plan import RunPlan
     from engine.core.procs.process_identity import ProcessProbe, ProcessRef
+    from engine.core.queue.enqueue import QueuedRun
+    from engine.core.queue.line import Verdict
     from engine.core.stacks.snapshot import StackSnapshot
 
 
@@ -48,18 +52,46 @@ class Outcome:
 
 
 class EngineActions:
-    def __init__(self, runs_dir: Path, device_glob: str | None = None) -> None:
+    def __init__(
+        self, runs_dir: Path, device_glob: str | None = None, claims_dir: Path | None = None
+    ) -> None:
         self.runs_dir = runs_dir
         self.device_glob = device_glob  # None: /dev/nvidia*; tests hold files of their own open
+        self.claims_dir = claims_dir  # the queue's claim store; None: $DDPTUI_CLAIMS_DIR or /tmp's
         self._scanner: Any = None
         self._gpu_scanner: Any = None
+        self._machine_watcher: Any = None
 
-    def start_run(self, config: RunConfig, gpu_count: int, *, slurm: bool = False) -> StartedRun:
-        """Start the launcher in its own session (``slurm``: submit the run to Slurm); raises
-        ConfigError with the reason."""
+    def start_run(
+        self, config: RunConfig, gpu_count: int, *, slurm: bool = False, queue: bool = False
+    ) -> StartedRun | QueuedRun:
+        """Start the launcher in its own session (``slurm``: submit the run to Slurm; ``queue``:
+        put it in this machine's queue, to start when its devices are free, as ``ddptui run
+        --queue`` does); raises ConfigError with the reason."""
+        if queue:
+            from engine.core.queue.enqueue import queue_run
+
+            return queue_run(config, self.runs_dir, store_path=self.claims_dir, gpu_count=gpu_count)
         from engine.core.backends.registry import backend_named
 
         return backend_named(slurm).start(config, self.runs_dir, gpu_count=gpu_count)
+
+    def check_queue(self, config: RunConfig, plan: RunPlan) -> None:
+        """What queueing ``config`` checks beyond its plan, making nothing: the devices it would
+        wait for and the claim store; ConfigError (ClaimStoreError) with the reason."""
+        from engine.core.queue.enqueue import check_queueing
+
+        check_queueing(config, plan, self.claims_dir)
+
+    def read_queue(self) -> list[Verdict]:
+        """This machine's line, every user's (``ddptui queue``'s): each live claim's verdict,
+        those holding their devices first. No store yet: an empty line."""
+        from engine.core.queue.device_state import MachineWatcher
+        from engine.core.queue.standing import line_at
+
+        if self._machine_watcher is None:
+            self._machine_watcher = MachineWatcher(self.device_glob)
+        return line_at(self.claims_dir, self._machine_watcher)
 
     def slurm_partitions(self) -> list[tuple[str, bool, int, str]]:
         """Slurm's partitions (``sinfo``): (name, default, nodes, max time) each; SlurmUnavailable

@@ -29,6 +29,12 @@ if TYPE_CHECKING:  # the app's first frame needs no resource guard yet
     ResourceChecker = Callable[[RunPlan, GpuInventory | None], ResourceCheck]
     # A config to run on Slurm, checked as ``ddptui run --slurm`` checks it: each node's plan.
     SlurmChecker = Callable[[RunConfig], RunPlan]
+    # A config and its plan, checked for the machine's queue as ``ddptui run --queue`` does.
+    QueueChecker = Callable[[RunConfig, RunPlan], None]
+
+NOW = "now"
+WHEN_FREE = "free"  # queued: it starts when its devices are free (``ddptui run --queue``)
+QUEUE_ON_SLURM = "when free is for this machine; on Slurm, Slurm queues the job"
 
 
 @dataclass(frozen=True)
@@ -68,10 +74,15 @@ class LaunchForm:
     partition: str = ""
     nodes: str = "1"
     time_limit: str = ""
+    when: str = NOW  # NOW, or WHEN_FREE: wait in this machine's queue for the devices
 
     @property
     def on_slurm(self) -> bool:
         return self.where == "slurm"
+
+    @property
+    def queued(self) -> bool:
+        return self.when == WHEN_FREE
 
 
 def preset_numbers(config: RunConfig) -> dict[str, int]:
@@ -194,6 +205,7 @@ class FormCheck:
     problem: str = ""
     gpu_preset_on_cpu: bool = False  # the preset asks for GPUs, and this would run on the CPU
     on_slurm: bool = False  # checked for Slurm: ``plan`` is each node's, no guard here
+    queued: bool = False  # checked for the machine's queue: it starts when its devices are free
 
     @property
     def ok(self) -> bool:
@@ -207,17 +219,22 @@ def check_form(
     inventory: GpuInventory | None,
     resources: ResourceChecker,
     slurm: SlurmChecker | None = None,
+    queue: QueueChecker | None = None,
 ) -> FormCheck:
     """Apply ``form`` to the preset of ``check`` and plan it for a machine with ``gpu_count`` GPUs
     (``inventory`` as last sampled), with the guard ``start_run`` applies too; or, to run on
     Slurm, check it as ``ddptui run --slurm`` does (``slurm``: its partition and nodes asked of
-    Slurm). Never raises for what the user typed."""
+    Slurm). A form that waits for free devices is also checked as ``ddptui run --queue`` checks
+    it (``queue``: the devices it waits for, the claim store). Never raises for what the user
+    typed."""
     if check is None or check.config is None:
         return FormCheck(check, form, problem="pick a preset that can be read")
     preset_devices = check.devices_asked(gpu_count)
     try:
         overrides = form_overrides(check.config, form, preset_devices)
         config = apply_overrides(check.config, overrides) if overrides else check.config
+        if form.on_slurm and form.queued:
+            raise ConfigError(QUEUE_ON_SLURM)
         if form.on_slurm:
             if slurm is None:
                 raise ConfigError("Slurm cannot be asked from here")
@@ -225,6 +242,10 @@ def check_form(
             return FormCheck(check, form, config, plan, None, overrides, on_slurm=True)
         plan = plan_run(config, gpu_count)
         fits = resources(plan, inventory)  # ResourceError is a ConfigError
+        if form.queued:
+            if queue is None:
+                raise ConfigError("the machine's queue cannot be asked from here")
+            queue(config, plan)  # ClaimStoreError is a ConfigError
     except (ConfigError, ValueError) as err:  # ValueError: a quote left open, a non-number
         return FormCheck(check, form, problem=str(err))
     on_cpu = preset_devices is not None and preset_devices.kind == "cuda"
@@ -236,4 +257,5 @@ def check_form(
         fits,
         overrides,
         gpu_preset_on_cpu=on_cpu and plan.devices.kind == "cpu",
+        queued=form.queued,
     )

@@ -20,7 +20,7 @@ from engine.core.host.gpus import GpuInventory
 
 if TYPE_CHECKING:  # only annotations: the app starts without ddptui.watch
     from ddptui.launch_form import FormCheck
-    from ddptui.watch import RunView
+    from ddptui.watch import QueueView, RunView
     from engine.core.jobs.gpu_view import GpuView
     from engine.core.plan.preset_check import PresetCheck
     from engine.core.runs.compare.run_diff import RunDiff
@@ -128,6 +128,14 @@ class RunsListed(Snapshot):
     def __init__(self, runs: list[RunListing]) -> None:
         super().__init__()
         self.runs = shown(runs)
+
+
+class QueueRead(Snapshot):
+    """This machine's queue: every live claim's verdict, and its owners' names."""
+
+    def __init__(self, queue: QueueView) -> None:
+        super().__init__()
+        self.queue = shown(queue)
 
 
 class ProcessesListed(Snapshot):

@@ -1,4 +1,5 @@
-"""What the UI's thread workers read: runs, as the run observer sees them, plus a rank's log tail.
+"""What the UI's thread workers read: runs, as the run observer sees them, plus a rank's log tail,
+and the machine's queue (its line as ``engine.core.queue.standing`` decides it).
 
 Plain Python (no textual, no torch). The screens call these from ``@work(thread=True)`` workers and
 post the results as messages (``ddptui.messages``); nothing here touches a widget. Every status,
@@ -13,15 +14,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 # Kept here for its importers; it lives apart so the app can start without this module.
 from ddptui.gpu_history import GpuHistory as GpuHistory
-from engine.core.common.run_files import tail_lines
+from engine.core.common.config_error import ConfigError
+from engine.core.common.run_files import tail_lines, user_name
 from engine.core.procs.process_identity import ProcessProbe
 from engine.core.runs.observer import RunObserver, RunState
 from engine.core.runs.placement import NodeGpus, read_node_gpus
 from engine.core.runs.run_listing import RunCatalog, RunListing
 from engine.core.runs.rundir import RunDir, list_runs
+
+if TYPE_CHECKING:  # the queue's modules load with the first read of the line
+    from engine.core.queue.line import Verdict
 
 Clock = Callable[[], float]
 
@@ -135,3 +141,26 @@ def run_is_active(run_dir: RunDir, probe: ProcessProbe, now: float) -> bool:
         return False
     observer = RunObserver(run_dir, clock=lambda: now, probe=probe, settle=False)
     return observer.observe().active
+
+
+# ---- the machine's queue -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueView:
+    """The Runs screen's queue: every live claim's verdict (holding first, then the line), the
+    names of their owners, or the one sentence why the claim store cannot be read."""
+
+    verdicts: tuple[Verdict, ...] = ()
+    users: dict[int, str] = field(default_factory=dict)
+    problem: str = ""
+
+
+def read_queue_view(read_line: Callable[[], list[Verdict]]) -> QueueView:
+    """``read_line()`` (``EngineActions.read_queue``) with each owner's name looked up here, in
+    the worker: a user database may be slow to answer."""
+    try:
+        verdicts = tuple(read_line())
+    except ConfigError as err:  # ClaimStoreError: an untrusted store, said where the line goes
+        return QueueView(problem=str(err))
+    return QueueView(verdicts, {uid: user_name(uid) for uid in {v.claim.uid for v in verdicts}})

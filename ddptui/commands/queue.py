@@ -50,8 +50,9 @@ def line_text(verdicts: list[Verdict], width: int | None, now: float) -> list[st
     lines = [table[0]]
     for row, verdict in zip(table[1:], verdicts, strict=True):
         lines.append(row)
-        reason = verdict.reason or "starting now"
-        lines += wrap_line(visible(reason, one_line=True), width, indent="    ", hang="      ")
+        lines += wrap_line(
+            visible(verdict.said, one_line=True), width, indent="    ", hang="      "
+        )
     return lines
 
 

@@ -9,7 +9,8 @@ Presets that cannot run on this machine stay in the list, marked, with the reaso
 values on the UI thread and checked (``ddptui.launch_form``: the overrides, the plan, the resource
 guard's reading of /proc and cgroup files) in a thread worker, a burst of keystrokes giving one
 check. Starting a run goes through ``engine.core.backends.local.start`` in a thread worker: the launcher
-runs in its own session, never in the UI process.
+runs in its own session, never in the UI process. "when free" queues it instead
+(``engine.core.queue``): it starts by itself once its devices are free.
 """
 
 from __future__ import annotations
@@ -48,9 +49,15 @@ from ddptui.messages import FormChecked, PresetsChecked, RunLaunched
 from ddptui.screens.base import DdptuiScreen
 from ddptui.widgets.confirm import ConfirmDialog
 from ddptui.widgets.gpu_picker import GpuPicker
-from ddptui.widgets.launch_texts import describe_form_check, preset_details, preset_entry
+from ddptui.widgets.launch_texts import (
+    describe_form_check,
+    preset_details,
+    preset_entry,
+    starting_text,
+)
 from ddptui.widgets.number_input import NumberInput
 from ddptui.widgets.script_prompt import ScriptPrompt
+from ddptui.widgets.when_to_start import WhenToStart
 from ddptui.widgets.where_to_run import WhereToRun
 from engine.core.config.schema import DATASETS, PRECISIONS, RunConfig
 from engine.core.host.gpus import GpuInventory
@@ -113,6 +120,7 @@ class LaunchScreen(DdptuiScreen):
                     yield Label("CPU ranks", classes="field-label")
                     yield NumberInput(id="cpu-ranks", type="integer", compact=True, classes="num")
                 yield WhereToRun(self.ddptui.actions.slurm_partitions, id="where-to-run")
+                yield WhenToStart(id="when-to-start", classes="field")
                 yield Label("Overrides", classes="section")
                 for pair in (NUMBER_FIELDS[:2], NUMBER_FIELDS[2:]):
                     with Horizontal(classes="field engine-fields"):
@@ -288,6 +296,7 @@ class LaunchScreen(DdptuiScreen):
             picked_gpus=tuple(picker.picked),
             cpu_ranks=self.query_one("#cpu-ranks", Input).value,
             **self.query_one(WhereToRun).values(),
+            **self.query_one(WhenToStart).values(),
         )
 
     def _holder_users(self, pids: set[int]) -> dict[int, str]:
@@ -379,9 +388,8 @@ class LaunchScreen(DdptuiScreen):
             return  # the form changed again: the newer check is the one that counts
         try:
             actions = self.ddptui.actions
-            checked = check_form(
-                check, form, gpu_count, inventory, self.ddptui.resource_checker, actions.check_slurm
-            )
+            checkers = (self.ddptui.resource_checker, actions.check_slurm, actions.check_queue)
+            checked = check_form(check, form, gpu_count, inventory, *checkers)
         except Exception as err:  # an unreadable /proc or cgroup file: said, not a crash
             checked = FormCheck(check, form, problem=f"{type(err).__name__}: {err}")
         if not get_current_worker().is_cancelled:
@@ -459,15 +467,15 @@ class LaunchScreen(DdptuiScreen):
     def _begin(self, config: RunConfig) -> None:
         self._starting = True
         self.query_one("#start", Button).disabled = True
-        on_slurm = self.form_check is not None and self.form_check.on_slurm
-        starting = "submitting to Slurm…" if on_slurm else "starting the launcher…"
-        self.query_one("#launch-check", Static).update(Text(starting, "bold"))
-        self.start_run(config, self._gpu_count or 0, on_slurm)
+        checked = self.form_check
+        self.query_one("#launch-check", Static).update(starting_text(checked))
+        self.start_run(config, self._gpu_count or 0, checked)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="start")
-    def start_run(self, config: RunConfig, gpu_count: int, slurm: bool = False) -> None:
+    def start_run(self, config: RunConfig, gpu_count: int, checked: FormCheck | None) -> None:
+        slurm, queue = (checked.on_slurm, checked.queued) if checked else (False, False)
         try:
-            started = self.ddptui.actions.start_run(config, gpu_count, slurm=slurm)
+            started = self.ddptui.actions.start_run(config, gpu_count, slurm=slurm, queue=queue)
         except Exception as err:  # ConfigError, OSError: shown, nothing started
             self.post_message(RunLaunched(None, error=str(err)))
             return

@@ -1,8 +1,13 @@
 """Past and running runs from the runs directory, newest first; Enter opens one (re-attaching to a
-run that is still going), ``delete`` removes an ended one after a confirmation, ``f`` shows only
-the runs in one state, ``m`` marks a run (A, then B) and ``d`` compares them as ``ddptui diff``
-does (one marked: against the highlighted run; none: the highlighted run against the newest
-completed run of its preset before it).
+run that is still going), ``delete`` removes an ended one after a confirmation, ``k`` stops a
+going one (a queued one leaves the queue) after a confirmation, ``f`` shows only the runs in one
+state, ``m`` marks a run (A, then B) and ``d`` compares them as ``ddptui diff`` does (one marked:
+against the highlighted run; none: the highlighted run against the newest completed run of its
+preset before it).
+
+Above the runs, this machine's queue (``ddptui.widgets.queue_line``), every user's: who waits
+for what, since when and why, read with the runs in the same thread worker at each poll; a
+queued run's row says its place in line.
 
 The list comes from one ``RunCatalog`` (through ``ddptui.watch.RunLister``) in a thread worker: an
 ended run is read once, then only its summary's identity is checked; a going run is observed at
@@ -21,11 +26,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Footer, Header, Static
 
-from ddptui.messages import RunsCompared, RunsListed, RunsRemoved
+from ddptui.actions import STOP_GRACE_SECONDS
+from ddptui.messages import KillFinished, QueueRead, RunsCompared, RunsListed, RunsRemoved
 from ddptui.screens.base import PollingScreen
-from ddptui.watch import RunLister, RunListing
-from ddptui.widgets.confirm import ConfirmDialog
+from ddptui.watch import RunLister, RunListing, read_queue_view
+from ddptui.widgets.confirm import ConfirmDialog, confirm_kill
 from ddptui.widgets.fitted_table import FittedTable
+from ddptui.widgets.queue_line import QueueLine
 from ddptui.widgets.run_diff_dialog import read_diff, show_comparison
 from ddptui.widgets.run_summary import STATUS_STYLES
 from engine.core.common import formatting
@@ -62,6 +69,7 @@ class RunsTable(FittedTable):
 class RunsScreen(PollingScreen):
     PROBLEM_AT = "#runs-head"
     BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("k", "kill", "Kill"),
         Binding("delete", "remove", "Delete"),
         Binding("f", "filter", "Filter"),
         Binding("space", "mark", "Mark", show=False),
@@ -75,6 +83,8 @@ class RunsScreen(PollingScreen):
         self.runs: list[RunListing] = []  # every run, newest first
         self.state = ""  # the state shown ("": every run)
         self.removing = False
+        self.killing = False
+        self.places: dict[str, int] = {}  # each queued run's place in the machine's line
         self.marked: list[str] = []  # the runs marked for comparing, A first (at most 2)
         self._shown: list[RunListing] = []
         self._head: Text | None = None  # the head line as last drawn
@@ -83,6 +93,7 @@ class RunsScreen(PollingScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("", id="runs-head")
+        yield QueueLine(id="runs-queue")
         yield RunsTable(id="runs-table", cursor_type="row")
         yield Footer()
 
@@ -104,10 +115,20 @@ class RunsScreen(PollingScreen):
         if self._lister is None:
             self._lister = RunLister(app.runs_dir, clock=app.clock, probe=app.probe)
         self.post_read("runs directory", self._lister.list, RunsListed)
+        self.post_read("queue", lambda: read_queue_view(app.actions.read_queue), QueueRead)
 
     def on_runs_listed(self, message: RunsListed) -> None:
         self.runs = message.runs
         self._show()
+
+    def on_queue_read(self, message: QueueRead) -> None:
+        queue = message.queue
+        self.query_one(QueueLine).show(queue, self.ddptui.clock())
+        places = {v.claim.run_id: v.place for v in queue.verdicts if v.place}
+        if places != self.places:
+            self.places = places
+            self._shown = []  # the queued runs' places changed: redraw the rows
+            self._show()
 
     def _show(self) -> None:
         """The head line, then the rows: redrawn when what they show changed, else only the
@@ -158,6 +179,8 @@ class RunsScreen(PollingScreen):
                 time.strftime("%m-%d %H:%M", time.localtime(run.created)) if run.created else "-"
             )
             said = f"{run.status} ({run.waiting_for})" if run.waiting_for else str(run.status)
+            if run.status == RunStatus.QUEUED and run.run_id in self.places:
+                said = f"queued #{self.places[run.run_id]}"
             status = Text(said, style=STATUS_STYLES.get(run.status, ""))
             devices = run.devices or "-"
             if run.job_id:  # a run on Slurm: where it runs is its job
@@ -230,6 +253,47 @@ class RunsScreen(PollingScreen):
 
     def on_runs_compared(self, message: RunsCompared) -> None:
         show_comparison(self, message)
+
+    def action_kill(self) -> None:
+        """Stop the highlighted run after a confirmation: every process of it, as the Run
+        screen's k; a queued run leaves the queue."""
+        run = self._highlighted()
+        if run is None:
+            self.notify("No run selected.")
+            return
+        if self.killing:
+            self.notify("A kill is already in progress.")
+            return
+        if not run.status.live:
+            self.notify(f"{run.run_id} is {run.status}: nothing to stop.", severity="warning")
+            return
+        queued = run.status == RunStatus.QUEUED
+
+        def chosen(answer: str | None) -> None:
+            if answer == "kill":
+                self.killing = True
+                self.kill_run(RunDir(run.path))
+
+        shown_id = visible(run.run_id, one_line=True)
+        self.app.push_screen(confirm_kill(shown_id, STOP_GRACE_SECONDS, queued=queued), chosen)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="kill")
+    def kill_run(self, run_dir: RunDir) -> None:
+        try:
+            outcome = self.ddptui.actions.kill_run(run_dir, STOP_GRACE_SECONDS)
+        except Exception as err:  # one sentence (another user's run, say): shown, nothing lost
+            self.post_message(KillFinished(run_dir.run_id, False, f"kill failed: {err}"))
+            return
+        self.post_message(KillFinished(run_dir.run_id, outcome.ok, outcome.report))
+
+    def on_kill_finished(self, message: KillFinished) -> None:
+        self.killing = False
+        self.notify(
+            message.report,
+            title="Run stopped" if message.ok else "Kill incomplete",
+            severity="information" if message.ok else "error",
+        )
+        self.poll()
 
     def action_remove(self) -> None:
         run = self._highlighted()

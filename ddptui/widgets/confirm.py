@@ -58,7 +58,15 @@ class ConfirmDialog(Dialog[str | None]):
         self.dismiss(value or None)
 
 
-def confirm_kill(run_id: str, grace: float) -> ConfirmDialog:
+def confirm_kill(run_id: str, grace: float, *, queued: bool = False) -> ConfirmDialog:
+    """Stop a run; one still in the machine's queue (``queued``) is taken out of it."""
+    if queued:
+        return ConfirmDialog(
+            f"Remove run {run_id} from the queue?",
+            "It has not started: its waiter gets SIGTERM, its claim leaves the line, and the run "
+            "is recorded as killed while queued.",
+            [("y", "Remove it", "kill")],
+        )
     return ConfirmDialog(
         f"Stop run {run_id}?",
         "Every process of this run (launcher, ranks, data workers) gets SIGTERM, then SIGKILL "

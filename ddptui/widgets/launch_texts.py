@@ -71,8 +71,8 @@ def describe_config(config: RunConfig) -> Text:
     return text
 
 
-def describe_plan(plan: RunPlan) -> Text:
-    text = Text("✓ runs here: ", style="green")
+def describe_plan(plan: RunPlan, queued: bool = False) -> Text:
+    text = Text("✓ queues here, starts when free: " if queued else "✓ runs here: ", style="green")
     what = plan.devices.describe()
     ranks = f"{what}, {plan.world_size} rank{'s' if plan.world_size != 1 else ''}"
     if plan.config.script.given:  # batch, backend and lr are the script's own
@@ -133,7 +133,13 @@ def describe_form_check(checked: FormCheck) -> Text:
     if checked.plan is None or checked.resources is None:
         return Text(f"✗ {checked.problem}", style="bold red")
     plan = checked.plan
-    text = describe_plan(plan)
+    text = describe_plan(plan, checked.queued)
+    if checked.queued:
+        text.append(
+            "\n  it waits in this machine's queue until its devices are free, then starts by "
+            "itself (the Runs screen shows the line)",
+            style="dim",
+        )
     text.append_text(describe_resources(checked.resources))
     if checked.overrides:
         said = ", ".join(f"{k}={v}" for k, v in checked.overrides.items())
@@ -145,6 +151,14 @@ def describe_form_check(checked: FormCheck) -> Text:
             style="bold yellow",
         )
     return text
+
+
+def starting_text(checked: FormCheck | None) -> Text:
+    """What the form says while its run is being started, submitted or queued."""
+    if checked is not None and checked.queued:
+        return Text("queueing…", "bold")
+    on_slurm = checked is not None and checked.on_slurm
+    return Text("submitting to Slurm…" if on_slurm else "starting the launcher…", "bold")
 
 
 def holders_text(gpu: GpuSample, users: dict[int, str]) -> str:

@@ -26,6 +26,7 @@ from engine.core.jobs.process_table import (
 )
 from engine.core.procs.device_holders import DeviceHolder, HolderScan
 from engine.core.procs.process_identity import ProcessProbe, ProcessRef, ProcessUsage
+from engine.core.queue.line import Verdict
 from engine.core.runs.rundir import RunDir
 from tests.fixtures import make_recorded_run as recorded
 from tests.fixtures.standin_nvml import EIGHT_GPUS
@@ -37,6 +38,7 @@ LIVE_PIDS = [424242, 424250, 424251, 424252, 424253]
 GPU_RUN = recorded.GPU_RUN
 FAILED_RUN = recorded.FAILED_RUN
 NOW = recorded.NOW
+NO_CLAIM_STORE = Path("/nonexistent/ddptui-claims")
 
 
 class StandInProbe(ProcessProbe):
@@ -331,7 +333,8 @@ class StandInActions(EngineActions):
     """Engine actions that record what the UI asked for instead of touching the machine."""
 
     def __init__(self, runs_dir: Path) -> None:
-        super().__init__(runs_dir)
+        # No claim store: the form's queue check is ``ddptui run --queue``'s, on no store yet.
+        super().__init__(runs_dir, claims_dir=NO_CLAIM_STORE)
         self.started: list[RunConfig] = []
         self.killed: list[str] = []
         self.cleaned = 0
@@ -342,10 +345,15 @@ class StandInActions(EngineActions):
         # Slurm as this stand-in answers: its partitions, or None for "no Slurm here".
         self.partitions: list[tuple[str, bool, int, str]] | None = None
         self.signalled: list[tuple[str, tuple[int, ...], bool]] = []
+        self.queued: list[bool] = []  # whether each start asked for the machine's queue
+        self.line: list[Verdict] = []  # the queue's line as this stand-in reads it
 
-    def start_run(self, config: RunConfig, gpu_count: int, *, slurm: bool = False) -> Any:
+    def start_run(
+        self, config: RunConfig, gpu_count: int, *, slurm: bool = False, queue: bool = False
+    ) -> Any:
         self.started.append(config)
         self.on_slurm.append(slurm)
+        self.queued.append(queue)
         if self.start_as is None:
             raise RuntimeError("this stand-in starts nothing")
 
@@ -381,6 +389,9 @@ class StandInActions(EngineActions):
             )
         return node_plan(config)[0]
 
+    def read_queue(self) -> list[Verdict]:
+        return list(self.line)
+
     def kill_run(self, run_dir: RunDir, grace: float = 5.0) -> Outcome:
         self.killed.append(run_dir.run_id)
         return Outcome(True, f"stopped run {run_dir.run_id}: 5 processes; none left")
@@ -407,6 +418,38 @@ class StandInActions(EngineActions):
 
     def list_benches(self) -> list[Any]:
         return []
+
+
+QUEUE_HOLDER = "python train.py --epochs 90 --lr 0.1"
+
+
+def standin_line() -> list[Verdict]:
+    """The machine's line as the queue decides it (``engine.core.queue.line.decide``) on two
+    CPU slots and two GPUs, GPU 1 held by a process of alice's outside any claim: a run of root's
+    holds cpu:2; one of nobody's waits for GPU 1, another of root's for the two CPU slots."""
+    from engine.core.queue.claims import Claim, DeviceWant
+    from engine.core.queue.device_state import GpuHolder, GpuState, MachineState
+    from engine.core.queue.line import decide
+
+    def claim(ticket: int, run_id: str, want: DeviceWant, uid: int, minutes: float) -> Claim:
+        waiter = ProcessRef(424300 + ticket, 1.0)
+        return Claim(ticket, run_id, f"/runs/{run_id}", want, waiter, NOW - minutes * 60, uid=uid)
+
+    holder = GpuHolder(4411, "alice", QUEUE_HOLDER, 38 * 2**30)
+    machine = MachineState(
+        cpu_slots=2, gpus=(GpuState(0), GpuState(1, (holder,), 38 * 2**30 + 2**29))
+    )
+    claims = [
+        claim(1, "20261202-100000-cpu-demo-1a2b", DeviceWant("cpu", 2), 0, 25).holding(()),
+        replace(
+            claim(2, "20261202-101200-script-7c3d", DeviceWant("gpu", 1, (1,)), 65534, 12.5),
+            label="train.py",
+        ),
+        replace(
+            claim(3, "20261202-102000-cpu-demo-9e8f", DeviceWant("cpu", 2), 0, 3), label="cpu-demo"
+        ),
+    ]
+    return decide(claims, machine)
 
 
 def seed_gpu_history(app: DdptuiApp) -> None:

@@ -3,25 +3,32 @@ it makes of a preset, and its check here, without an app."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from ddptui.actions import EngineActions
 from ddptui.launch_form import (
+    QUEUE_ON_SLURM,
+    WHEN_FREE,
     LaunchForm,
     check_form,
     device_spec,
     form_for,
     form_overrides,
 )
+from ddptui.widgets.launch_texts import describe_form_check
 from engine.core.config.devices import resolve_devices
 from engine.core.config.presets import load_preset
 from engine.core.config.schema import ConfigError, RunConfig, ScriptConfig
+from engine.core.config.toml_io import apply_overrides
 from engine.core.host.gpus import GpuInventory
 from engine.core.plan.preset_check import PresetCheck, check_config
 from engine.core.plan.resource_guard import ResourceCheck, check_resources
 from engine.core.plan.run_plan import RunPlan
+from engine.core.queue.enqueue import queue_run
 
 
 def pinned(plan: RunPlan, inventory: GpuInventory | None) -> ResourceCheck:
@@ -164,3 +171,75 @@ def test_a_gpu_preset_with_no_gpu_picked_is_flagged(demo: RunConfig) -> None:
     assert checked.ok, checked.problem
     assert checked.gpu_preset_on_cpu and checked.plan is not None
     assert checked.plan.devices.describe() == "cpu:2"
+
+
+# ---- "when free": the run is queued (ddptui run --queue) ---------------------------------------
+
+
+def queue_checker(store: Path) -> Callable[[RunConfig, RunPlan], None]:
+    """The form's queue check as the app makes it: ``EngineActions.check_queue`` on ``store``."""
+    return EngineActions(Path("runs"), claims_dir=store).check_queue
+
+
+def test_when_free_makes_the_same_overrides_and_is_checked_for_the_queue(
+    demo: RunConfig, tmp_path: Path
+) -> None:
+    asked: list[tuple[RunConfig, RunPlan]] = []
+    form = replace(demo_form(demo), cpu_ranks="3")
+    now = check_form(check_of(demo), form, 0, None, pinned)
+    queued = check_form(
+        check_of(demo),
+        replace(form, when=WHEN_FREE),
+        0,
+        None,
+        pinned,
+        queue=lambda config, plan: asked.append((config, plan)),
+    )
+    assert queued.ok and queued.queued and not now.queued
+    assert dict(queued.overrides) == dict(now.overrides) == {"devices.spec": "cpu:3"}
+    assert queued.config == now.config
+    assert [(c.devices.spec, p.devices.describe()) for c, p in asked] == [("cpu:3", "cpu:3")]
+    assert "✓ runs here: cpu:3, 3 ranks" in describe_form_check(now).plain
+    said = describe_form_check(queued).plain
+    assert "✓ queues here, starts when free: cpu:3, 3 ranks" in said
+    assert "waits in this machine's queue until its devices are free" in said
+
+
+@pytest.mark.parametrize("bad", ["slots", "store"])
+def test_when_free_refuses_what_ddptui_run_queue_refuses_in_the_same_sentence(
+    demo: RunConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: str
+) -> None:
+    """The form's check and `ddptui run --queue` (``queue_run``) say the same one sentence, and
+    the check makes nothing: no claim store, no run directory."""
+    monkeypatch.setenv("DDPTUI_QUEUE_CPU_SLOTS", "2")
+    store = tmp_path / "claims"
+    ranks = "2"
+    if bad == "slots":
+        ranks = "3"
+    else:
+        (tmp_path / "elsewhere").mkdir()
+        store.symlink_to(tmp_path / "elsewhere")
+    form = replace(demo_form(demo), cpu_ranks=ranks, when=WHEN_FREE)
+    checked = check_form(check_of(demo), form, 0, None, pinned, queue=queue_checker(store))
+    assert not checked.ok
+    assert checked.config is None and "\n" not in checked.problem
+    with pytest.raises(ConfigError) as refused:
+        queue_run(apply_overrides(demo, {"devices.spec": f"cpu:{ranks}"}), tmp_path / "runs",
+                  store_path=store, gpu_count=0)  # fmt: skip
+    assert checked.problem == str(refused.value)
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
+    if bad == "slots":
+        assert not store.exists(), "the check made the claim store"
+        assert "asks for 3 CPU slots, but this machine's queue has 2" in checked.problem
+    else:
+        assert checked.problem.startswith(f"the claim store {store} is a symbolic link")
+
+
+def test_when_free_is_for_this_machine_not_slurm(demo: RunConfig) -> None:
+    form = replace(demo_form(demo), where="slurm", when=WHEN_FREE)
+
+    def slurm(config: RunConfig) -> RunPlan:
+        raise AssertionError("Slurm was asked about a run it would not get")
+
+    checked = check_form(check_of(demo), form, 0, None, pinned, slurm)
+    assert not checked.ok and checked.problem == QUEUE_ON_SLURM

@@ -30,6 +30,7 @@ from tests.ui.standins import (
     StandInProbe,
     make_eight_rank_run,
     settle,
+    standin_line,
 )
 
 
@@ -151,3 +152,20 @@ def test_eight_ranks_on_eight_gpus_at_80x24(
             await settle(pilot)
 
         assert snap_compare(app, terminal_size=SIZES["small"], run_before=open_it)
+
+
+def test_the_runs_screen_shows_the_machines_queue_at_80x24(
+    snap_compare: Any, make_app: Callable[..., DdptuiApp]
+) -> None:
+    """Above the runs, the queue: who holds their claim, who waits for what, for how long, and
+    why (a GPU another user's process holds; CPU slots a claim holds)."""
+    app = make_app()
+    app.actions.line = standin_line()  # type: ignore[attr-defined]
+    waited = on_screen("r", until=lambda app: runs_listed(app) and queue_shown(app))
+    assert snap_compare(app, terminal_size=SIZES["small"], run_before=waited)
+
+
+def queue_shown(app: DdptuiApp) -> bool:
+    from ddptui.widgets.queue_line import QueueLine
+
+    return bool(app.screen.query_one(QueueLine).display)

@@ -30,7 +30,7 @@ from engine.core.config.schema import RunConfig
 from engine.core.plan.run_plan import RunPlan
 from engine.core.procs.process_identity import identify
 from engine.core.procs.run_proof import RunMarker
-from engine.core.queue.claims import Claim, ClaimStore, DeviceWant, open_store
+from engine.core.queue.claims import Claim, ClaimStore, DeviceWant, default_store_path, open_store
 from engine.core.queue.device_state import cpu_slots
 from engine.core.queue.line import Verdict
 from engine.core.queue.standing import verdict_of
@@ -47,10 +47,15 @@ class QueuedRun:
     plan: RunPlan
     claim: Claim
     verdict: Verdict | None  # None: it had already left the line when looked at
+    # The waiter, this process's child: polling it reaps it (the UI keeps it; the CLI exits).
+    process: subprocess.Popen[bytes] | None = None
 
     @property
     def run_id(self) -> str:
         return self.run_dir.run_id
+
+    def poll(self) -> int | None:
+        return self.process.poll() if self.process is not None else None
 
 
 def want_of(config: RunConfig, plan: RunPlan) -> DeviceWant:
@@ -71,6 +76,17 @@ def want_of(config: RunConfig, plan: RunPlan) -> DeviceWant:
     return DeviceWant("gpu", len(indices), indices if spec.kind in ("gpus", "all") else ())
 
 
+def check_queueing(config: RunConfig, plan: RunPlan, store_path: Path | None = None) -> DeviceWant:
+    """What ``queue_run`` checks beyond the plan, making nothing (the launch form's check): the
+    devices the run would wait for (ConfigError when the machine has fewer) and the claim store,
+    where it exists already (ClaimStoreError when it cannot be trusted)."""
+    want = want_of(config, plan)
+    path = store_path if store_path is not None else default_store_path()
+    if os.path.lexists(path):
+        open_store(path, create=False)
+    return want
+
+
 def queue_run(
     config: RunConfig,
     runs_dir: Path,
@@ -88,7 +104,7 @@ def queue_run(
     info = _queued_info(config, plan)
     run_dir, written = create_run_dir(config, runs_dir, run_id, info)
     try:
-        claim = _start_waiter(store, run_dir, want, config, timeout)
+        claim, process = _start_waiter(store, run_dir, want, config, timeout)
     except OSError as err:
         shutil.rmtree(run_dir.path, ignore_errors=True)
         raise RunDirError(
@@ -98,7 +114,7 @@ def queue_run(
         shutil.rmtree(run_dir.path, ignore_errors=True)
         raise RunDirError(f"the run could not be queued: {err}") from None
     run_dir.write_run_info(replace(written, launcher=claim.waiter, pgid=claim.waiter.pid))
-    return QueuedRun(run_dir, plan, claim, verdict_of(store, claim.run_id))
+    return QueuedRun(run_dir, plan, claim, verdict_of(store, claim.run_id), process)
 
 
 def _queued_info(config: RunConfig, plan: RunPlan) -> Callable[[RunDir], RunInfo]:
@@ -122,7 +138,7 @@ def waiter_command(
 
 def _start_waiter(
     store: ClaimStore, run_dir: RunDir, want: DeviceWant, config: RunConfig, timeout: float | None
-) -> Claim:
+) -> tuple[Claim, subprocess.Popen[bytes]]:
     """Start the waiter and write its claim under the store's lock: the waiter's first look,
     which takes the lock too, finds its claim there."""
     log_fd = open_private(run_dir.launcher_log_path, "append")
@@ -161,7 +177,7 @@ def _start_waiter(
     except RuntimeError:
         store.remove(claim)
         raise
-    return claim
+    return claim, process
 
 
 def _wait_ready(ready_read: int, process: subprocess.Popen[bytes], log_name: str) -> None:

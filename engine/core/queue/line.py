@@ -34,6 +34,12 @@ class Verdict:
     def may_start(self) -> bool:
         return self.claim.state == ClaimState.WAITING and self.devices is not None
 
+    @property
+    def said(self) -> str:
+        """The verdict in words, for every surface: why it waits, what it runs on, or that it
+        starts now."""
+        return self.reason or "starting now"
+
 
 def who(claim: Claim) -> str:
     return f"run {claim.run_id} ({user_name(claim.uid) if claim.uid >= 0 else '?'})"

@@ -4,7 +4,10 @@ the way, as every look at the line does. Plain Python."""
 
 from __future__ import annotations
 
-from engine.core.queue.claims import ClaimState, ClaimStore
+import os
+from pathlib import Path
+
+from engine.core.queue.claims import ClaimState, ClaimStore, default_store_path, open_store
 from engine.core.queue.device_state import MachineWatcher
 from engine.core.queue.line import Verdict, decide
 
@@ -23,3 +26,13 @@ def verdict_of(
 ) -> Verdict | None:
     """Where run ``run_id`` stands in line now (None when it holds no claim any more)."""
     return next((v for v in current_line(store, watcher) if v.claim.run_id == run_id), None)
+
+
+def line_at(path: Path | None = None, watcher: MachineWatcher | None = None) -> list[Verdict]:
+    """The line of the store at ``path`` (the default store when None), for a reader that makes
+    nothing (the Runs screen): no store yet is an empty line; one that cannot be trusted is
+    ClaimStoreError."""
+    path = path if path is not None else default_store_path()
+    if not os.path.lexists(path):
+        return []
+    return current_line(open_store(path, create=False), watcher)
