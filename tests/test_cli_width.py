@@ -1,10 +1,12 @@
 """Every table the CLI prints fits the terminal: with ``COLUMNS=80`` no line of ``ddptui runs``,
-``presets``, ``ps``, ``gpus``, ``results show``, ``bench``'s table and ``stacks`` is longer than
-80 characters, what a column gives up is cut with an ellipsis in the order the command chose, and
-``--wide`` prints every cell whole. Plus the table module itself (``ddptui.cli_table``)."""
+``presets``, ``ps``, ``gpus``, ``results show``, ``bench``'s table, ``stacks`` and ``queue`` is
+longer than 80 characters, what a column gives up is cut with an ellipsis in the order the
+command chose, and ``--wide`` prints every cell whole. Plus the table module itself
+(``ddptui.cli_table``)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -288,3 +290,47 @@ def _no_columns(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """$COLUMNS only where a test sets it."""
     monkeypatch.delenv("COLUMNS", raising=False)
     yield
+
+
+def test_queue_fits_80_columns_with_each_waits_reason_under_it_and_prints_json(
+    tmp_path: Path, pen: ProcessPen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ddptui queue` on a machine of two CPU slots and two GPUs, GPU 1 held by alice's process:
+    a run holds the slots, one waits for GPU 1, one for the slots; each reason under its row,
+    wrapped at 80 columns, whole with --wide; --json gives every claim's verdict."""
+    from engine.core.queue import device_state
+    from engine.core.queue.claims import Claim, DeviceWant, open_store
+    from engine.core.queue.device_state import GpuHolder, GpuState, MachineState
+
+    store = open_store(tmp_path / "claims")
+    holder = GpuHolder(4411, "alice", "python /home/alice/projects/train.py --epochs 90", 38 << 30)
+    machine = MachineState(2, (GpuState(0), GpuState(1, (holder,), 39 << 30)))
+    monkeypatch.setattr(device_state.MachineWatcher, "state", lambda self, gpus: machine)
+    now = time.time()
+    wants = [DeviceWant("cpu", 2), DeviceWant("gpu", 1, (1,)), DeviceWant("cpu", 2)]
+    for ticket, want in enumerate(wants, start=1):
+        claim = Claim(
+            ticket, f"20261207-09{ticket}000-a-long-preset-name-{ticket}a2b",
+            str(tmp_path / f"run-{ticket}"), want, ref_of(pen.python()), now - 600 * ticket,
+            label="/home/alice/projects/with/a/long/path/train.py",
+        )  # fmt: skip
+        store.write(claim.holding(()) if ticket == 1 else claim, new=True)
+    lines = assert_fits(cli80("queue", "--queue-store", str(store.path)))
+    assert lines[0].split()[:5] == ["#", "RUN", "ID", "USER", "WANTS"]
+    rows = [line for line in lines[1:] if not line.startswith("    ")]
+    assert [row.split()[0] for row in rows] == ["run", "1", "2"]
+    assert [row.split()[3] for row in rows] == ["cpu:2", "GPU", "cpu:2"]
+    reasons = " | ".join(line.strip() for line in lines[1:] if line.startswith("    "))
+    assert reasons.startswith("runs on cpu:2 | GPU 1 held by pid 4411 (alice, python")
+    assert "…), 38.0G | needs 2 CPU slots, 0 of 2 free: 2 claimed by run" in reasons
+    wide = CliRunner().invoke(main, ["queue", "--queue-store", str(store.path), "--wide"])
+    assert "/home/alice/projects/with/a/long/path/train.py" in wide.stdout
+    assert max(len(line) for line in wide.stdout.splitlines()) > WIDTH
+    listed = json.loads(cli80("queue", "--queue-store", str(store.path), "--json"))
+    assert [(c["place"], c["state"], c["may_start"]) for c in listed] == [
+        (0, "holding", False),
+        (1, "waiting", False),
+        (2, "waiting", False),
+    ]
+    assert listed[1]["reason"].startswith("GPU 1 held by pid 4411 (alice, python")
+    assert listed[1]["want"] == {"kind": "gpu", "count": 1, "indices": [1]}
