@@ -14,11 +14,15 @@ import psutil
 import pytest
 
 from engine.core.common.statuses import RunStatus
+from engine.core.config.presets import load_preset
+from engine.core.config.schema import ConfigError
+from engine.core.config.toml_io import apply_overrides
 from engine.core.procs.process_identity import identify
 from engine.core.queue.claims import Claim, DeviceWant, open_store
-from engine.core.runs.events import RunFinished, RunStarted, read_events
+from engine.core.queue.enqueue import queue_run
+from engine.core.runs.events import RankExited, RunFinished, RunStarted, read_events
 from engine.core.runs.observer import RunObserver
-from engine.core.runs.rundir import RunDir, list_runs
+from engine.core.runs.rundir import RunDir
 from tests.fixtures.live_runs import QUICK, ddptui
 from tests.fixtures.repo import REPO_ROOT
 from tests.fixtures.waiting import wait_for
@@ -55,6 +59,13 @@ def launcher_times(run_dir: RunDir) -> tuple[float, float]:
     return started, finished
 
 
+def last_rank_gone(run_dir: RunDir) -> float:
+    """When the run's launcher reaped its last rank (its RankExited events, one a rank)."""
+    exits = [e.time for e in read_events(run_dir.launcher_events_path) if isinstance(e, RankExited)]
+    assert len(exits) == run_dir.read_run_info().world_size, "every rank reaped"
+    return max(exits)
+
+
 def hold_slots(store: Path, pen_process: subprocess.Popen[bytes], slots: int = 2) -> Claim:
     """A claim holding ``slots`` CPU slots for a process of the test (a run's launcher)."""
     ref = identify(pen_process.pid)
@@ -68,6 +79,7 @@ def hold_slots(store: Path, pen_process: subprocess.Popen[bytes], slots: int = 2
     return held
 
 
+@pytest.mark.slow
 def test_two_queued_runs_on_the_same_cpu_slots_run_one_after_the_other(
     runs_dir: Path, store: Path
 ) -> None:
@@ -79,36 +91,48 @@ def test_two_queued_runs_on_the_same_cpu_slots_run_one_after_the_other(
     assert f"2 claimed by run {first.run_id}" in listed.stdout
     assert wait_for(lambda: status(second).final, timeout=180), "the second run never ended"
     assert status(first) == status(second) == RunStatus.COMPLETED
-    _, first_end = launcher_times(first)
+    first_ranks_gone = last_rank_gone(first)
     second_start, _ = launcher_times(second)
-    assert first_end <= second_start, "the queued runs overlapped"
-    assert second_start - first_end < 2.0, f"started {second_start - first_end:.2f} s after"
+    # Never overlapping: the second's launcher (which starts its ranks) began after the first's
+    # last rank was gone.
+    assert first_ranks_gone <= second_start, "the queued runs overlapped"
+    # Within 2 s of the first ending (its last rank gone): the second's launcher has started.
+    gap = second_start - first_ranks_gone
+    print(f"the second started {gap:.2f} s after the first's last rank ended")
+    assert gap < 2.0, f"started {gap:.2f} s after"
     # Both claims ended with their runs: the next look at the line releases the last one.
     assert "the queue is empty" in ddptui("queue").stdout
     assert open_store(store).read() == []
 
 
+@pytest.mark.slow
 def test_a_killed_launchers_claim_is_released_and_a_closed_terminal_loses_no_place(
-    runs_dir: Path, store: Path, pen: object
+    runs_dir: Path, store: Path
 ) -> None:
-    holder = pen.python()  # type: ignore[attr-defined]
-    hold_slots(store, holder)
+    # A queued run that got the two slots and runs long: its launcher is the waiter, in place.
+    first = queue(runs_dir, "--max-steps", "100000")
+    assert wait_for(lambda: status(first) == RunStatus.RUNNING, timeout=60), status(first)
+    launcher = first.read_run_info().launcher
+    (holding,) = open_store(store).read()
+    assert launcher is not None and holding.waiter == launcher and holding.run_id == first.run_id
     # The queueing terminal: its own session, hung up and gone right after queueing.
     terminal = subprocess.run(
         ["setsid", "sh", "-c", '"$@"; kill -HUP 0', "sh", sys.executable, "-m", "ddptui", "run",
          "cpu-demo", *FAST, "--runs-dir", str(runs_dir), "--queue", "--detach"],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    (run_dir,) = list_runs(runs_dir)
+    second = RunDir(runs_dir / terminal.stdout.strip())
     time.sleep(1.0)
-    assert status(run_dir) == RunStatus.QUEUED, terminal.stderr
-    os.kill(holder.pid, signal.SIGKILL)  # the holding run's launcher dies without a word
-    holder.wait()
-    assert wait_for(lambda: status(run_dir).final, timeout=120), "the queued run never ran"
-    assert status(run_dir) == RunStatus.COMPLETED
+    assert status(second) == RunStatus.QUEUED, terminal.stderr
+    assert status(first) == RunStatus.RUNNING
+    os.kill(launcher.pid, signal.SIGKILL)  # the holding run's launcher dies without a word
+    assert wait_for(lambda: status(second).final, timeout=120), "the queued run never ran"
+    assert status(second) == RunStatus.COMPLETED
+    assert status(first) == RunStatus.LOST  # its summary says so; its claim went with it
     assert "the queue is empty" in ddptui("queue").stdout
 
 
+@pytest.mark.slow
 def test_ddptui_kill_removes_a_queued_run(runs_dir: Path, store: Path, pen: object) -> None:
     hold_slots(store, pen.python())  # type: ignore[attr-defined]
     run_dir = queue(runs_dir)
@@ -123,6 +147,7 @@ def test_ddptui_kill_removes_a_queued_run(runs_dir: Path, store: Path, pen: obje
     assert not psutil.pid_exists(waiter.pid) or psutil.Process(waiter.pid).status() == "zombie"
 
 
+@pytest.mark.slow
 def test_a_queue_timeout_ends_the_wait_as_failed(runs_dir: Path, store: Path, pen: object) -> None:
     hold_slots(store, pen.python())  # type: ignore[attr-defined]
     run_dir = queue(runs_dir, "--queue-timeout", "1")
@@ -148,3 +173,21 @@ def test_bad_input_is_one_sentence_exit_2_and_nothing_queued(
     assert sentence in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert list(runs_dir.iterdir()) == []
     assert not store.is_dir() or open_store(store).read() == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "sentence"),
+    [
+        ("gpu:0,5", "devices.spec 'gpu:0,5' names GPU 5, but this machine has GPUs 0 to 1"),
+        ("3", "devices.spec '3' asks for 3 GPUs, but this machine has 2"),
+    ],
+)
+def test_a_gpu_that_does_not_exist_or_more_than_there_are_is_refused_and_nothing_queued(
+    runs_dir: Path, store: Path, spec: str, sentence: str
+) -> None:
+    """On a machine of two GPUs (the count NVML would give), as `ddptui run --queue` asks."""
+    config = apply_overrides(load_preset("cpu-demo"), {"devices.spec": spec})
+    with pytest.raises(ConfigError) as refused:
+        queue_run(config, runs_dir, store_path=store, gpu_count=2)
+    assert str(refused.value) == sentence
+    assert list(runs_dir.iterdir()) == [] and not store.exists()
