@@ -305,7 +305,7 @@ class RunsScreen(PollingScreen):
             return
         if run.status.live:
             self.notify(
-                f"{run.run_id} is {run.status}: stop it first (open it, then k).",
+                f"{run.run_id} is {run.status}: stop it first (k).",
                 severity="warning",
             )
             return

@@ -10,11 +10,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from textual.widgets import DataTable, Select
+from textual.widgets import DataTable
 
 from ddptui.app import DdptuiApp
-from ddptui.screens.launch import LaunchScreen
-from ddptui.screens.run import RunScreen
 from ddptui.screens.runs import RunsScreen
 from ddptui.widgets.confirm import ConfirmDialog
 from engine.core.common.run_files import user_name
@@ -24,6 +22,7 @@ from engine.core.runs.observer import RunObserver
 from tests.fixtures.made_runs import ProcessPen
 from tests.test_queue_runs import hold_slots
 from tests.ui.standins import screen_text, settle
+from tests.ui.test_pilot_real import start_from_the_form
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio, pytest.mark.usefixtures("run_reaper")]
 
@@ -37,18 +36,7 @@ async def test_queue_from_the_form_see_why_it_waits_then_take_it_out_with_k(
     hold_slots(store, pen.python())
     app = DdptuiApp(runs_dir, run_poll_seconds=0.2, list_poll_seconds=0.5)
     async with app.run_test(size=(80, 24)) as pilot:
-        await settle(pilot, lambda: isinstance(app.screen, LaunchScreen) and bool(app.screen.checks))
-        launch = app.screen
-        assert isinstance(launch, LaunchScreen)
-        launch.select_preset("cpu-demo")
-        launch.query_one("#when", Select).value = "free"
-        await settle(pilot, lambda: launch.form_check is not None and launch.form_check.queued)
-        assert launch.effective is not None, launch.problem
-        launch.query_one("#presets").focus()
-        await pilot.press("s")
-        await settle(pilot, lambda: isinstance(app.screen, RunScreen), timeout=30)
-        run_screen = app.screen
-        assert isinstance(run_screen, RunScreen)
+        run_screen = await start_from_the_form(pilot, app, "cpu-demo", when="free")
         run_dir = run_screen.run_dir
         await settle(pilot, lambda: run_screen.view is not None, timeout=10)
         assert run_screen.view is not None and run_screen.view.run.status == RunStatus.QUEUED

@@ -21,7 +21,8 @@ from engine.core.common.statuses import RunStatus
 from engine.core.procs.process_identity import ProcessRef
 from engine.core.queue.line import Verdict
 from tests.fixtures.made_runs import make_run
-from tests.ui.standins import StandInProbe, screen_text, settle, standin_line, text_of
+from tests.ui.queue_standin import standin_line
+from tests.ui.standins import StandInProbe, screen_text, settle, text_of
 from tests.ui.test_launch_form import SMALL, actions, launch_screen
 
 pytestmark = pytest.mark.asyncio

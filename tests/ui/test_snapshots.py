@@ -20,6 +20,7 @@ from ddptui.widgets import confirm
 from engine.core.runs.rundir import RunDir
 from tests.fixtures.standin_nvml import EIGHT_GPUS, standin_nvml
 from tests.ui.conftest import SIZES
+from tests.ui.queue_standin import standin_line
 from tests.ui.standins import (
     EIGHT_RANK_LAUNCHER,
     EIGHT_RANK_PIDS,
@@ -30,7 +31,6 @@ from tests.ui.standins import (
     StandInProbe,
     make_eight_rank_run,
     settle,
-    standin_line,
 )
 
 
