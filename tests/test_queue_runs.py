@@ -12,7 +12,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from click.testing import CliRunner
 
+from ddptui.cli import main
 from engine.core.common.statuses import RunStatus
 from engine.core.config.presets import load_preset
 from engine.core.config.schema import ConfigError
@@ -191,3 +193,19 @@ def test_a_gpu_that_does_not_exist_or_more_than_there_are_is_refused_and_nothing
         queue_run(config, runs_dir, store_path=store, gpu_count=2)
     assert str(refused.value) == sentence
     assert list(runs_dir.iterdir()) == [] and not store.exists()
+
+
+def test_ddptui_queue_reads_the_line_and_makes_nothing(tmp_path: Path) -> None:
+    """No store yet: nobody has queued (and none is made); an untrusted one: one sentence, 2."""
+    missing = tmp_path / "claims"
+    empty = CliRunner().invoke(main, ["queue", "--queue-store", str(missing)])
+    assert empty.exit_code == 0 and empty.stdout == "the queue is empty\n"
+    assert not missing.exists()
+    (tmp_path / "elsewhere").mkdir()
+    missing.symlink_to(tmp_path / "elsewhere")
+    refused = CliRunner().invoke(main, ["queue", "--queue-store", str(missing), "--json"])
+    assert refused.exit_code == 2 and refused.stdout == ""
+    assert refused.stderr.splitlines() == [
+        f"ddptui: the claim store {missing} is a symbolic link; give another directory with "
+        "--queue-store or DDPTUI_CLAIMS_DIR"
+    ]

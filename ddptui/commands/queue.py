@@ -14,9 +14,9 @@ from engine.core.common import strict_json
 from engine.core.common.formatting import format_duration
 from engine.core.common.run_files import user_name
 from engine.core.common.visible_text import visible
-from engine.core.queue.claims import ClaimStoreError, open_store
+from engine.core.queue.claims import ClaimStoreError
 from engine.core.queue.line import Verdict
-from engine.core.queue.standing import current_line
+from engine.core.queue.standing import line_at
 
 COLUMNS = (
     Column("#", right=True),
@@ -78,12 +78,12 @@ def verdict_json(verdict: Verdict) -> dict[str, object]:
 def queue_command(queue_store: Path | None, as_json: bool, wide: bool) -> None:
     """This machine's queue of runs (`ddptui run --queue`), every user's, first in line first:
     what each waits for, since when, and why it cannot start yet. `ddptui kill RUN_ID` removes
-    a queued run."""
+    a queued run. The UI's Runs screen (r) shows the same line above the runs, and its k
+    removes the highlighted queued run."""
     try:
-        store = open_store(queue_store)
+        verdicts = line_at(queue_store)  # no store yet: nobody has queued, and nothing is made
     except ClaimStoreError as err:
         fail(str(err))
-    verdicts = current_line(store)
     if as_json:
         click.echo(strict_json.dumps([verdict_json(v) for v in verdicts], indent=2))
         return
