@@ -51,6 +51,7 @@ from ddptui.widgets.gpu_picker import GpuPicker
 from ddptui.widgets.launch_texts import describe_form_check, preset_details, preset_entry
 from ddptui.widgets.number_input import NumberInput
 from ddptui.widgets.script_prompt import ScriptPrompt
+from ddptui.widgets.where_to_run import STARTING as WHERE_STARTING
 from ddptui.widgets.where_to_run import WhereToRun
 from engine.core.config.schema import DATASETS, PRECISIONS, RunConfig
 from engine.core.host.gpus import GpuInventory
@@ -112,7 +113,7 @@ class LaunchScreen(DdptuiScreen):
                 with Horizontal(classes="field"):
                     yield Label("CPU ranks", classes="field-label")
                     yield NumberInput(id="cpu-ranks", type="integer", compact=True, classes="num")
-                yield WhereToRun(self.ddptui.actions.slurm_partitions, id="where-to-run")
+                yield WhereToRun(id="where-to-run")
                 yield Label("Overrides", classes="section")
                 for pair in (NUMBER_FIELDS[:2], NUMBER_FIELDS[2:]):
                     with Horizontal(classes="field engine-fields"):
@@ -268,7 +269,7 @@ class LaunchScreen(DdptuiScreen):
             for index in form.picked_gpus:
                 picker.select(index)
             self.query_one("#cpu-ranks", Input).value = form.cpu_ranks
-            self.query_one(WhereToRun).fill(form)
+            self.query_one(WhereToRun).fill(config)
         finally:
             self._filling = False
         self._show_picks()
@@ -380,7 +381,12 @@ class LaunchScreen(DdptuiScreen):
         try:
             actions = self.ddptui.actions
             checked = check_form(
-                check, form, gpu_count, inventory, self.ddptui.resource_checker, actions.check_slurm
+                check,
+                form,
+                gpu_count,
+                inventory,
+                self.ddptui.resource_checker,
+                actions.check_placement,
             )
         except Exception as err:  # an unreadable /proc or cgroup file: said, not a crash
             checked = FormCheck(check, form, problem=f"{type(err).__name__}: {err}")
@@ -459,15 +465,15 @@ class LaunchScreen(DdptuiScreen):
     def _begin(self, config: RunConfig) -> None:
         self._starting = True
         self.query_one("#start", Button).disabled = True
-        on_slurm = self.form_check is not None and self.form_check.on_slurm
-        starting = "submitting to Slurm…" if on_slurm else "starting the launcher…"
+        where = self.form_check.where if self.form_check is not None else ""
+        starting = WHERE_STARTING if where else "starting the launcher…"
         self.query_one("#launch-check", Static).update(Text(starting, "bold"))
-        self.start_run(config, self._gpu_count or 0, on_slurm)
+        self.start_run(config, self._gpu_count or 0, where)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="start")
-    def start_run(self, config: RunConfig, gpu_count: int, slurm: bool = False) -> None:
+    def start_run(self, config: RunConfig, gpu_count: int, where: str = "") -> None:
         try:
-            started = self.ddptui.actions.start_run(config, gpu_count, slurm=slurm)
+            started = self.ddptui.actions.start_run(config, gpu_count, where=where)
         except Exception as err:  # ConfigError, OSError: shown, nothing started
             self.post_message(RunLaunched(None, error=str(err)))
             return
