@@ -195,3 +195,39 @@ def test_a_backends_own_config_section_is_read_checked_and_written_by_the_config
         assert str(path) in str(refused.value) and "\n" not in str(refused.value)
     finally:
         unregister_section("fake")
+
+
+def test_a_backends_run_options_are_its_own_declared_as_data(fake: FakeBackend) -> None:
+    """What a backend adds to ``ddptui run`` is the data it declares: its flag, the options that
+    set its section, the lines that teach them; a backend's option without its flag is one
+    sentence; Slurm's teach ``ddptui run --help`` as they always did."""
+    import click
+
+    from ddptui.backend_options import PlacementAsked, backend_options, teaching_lines
+    from engine.core.backends.interface import RunOption, RunOptions
+    from engine.core.config.schema import ConfigError
+
+    fake.run_options = RunOptions(
+        flag="--fake",
+        help="Run on the fake.",
+        options=(RunOption("--slot", "fake.slot", "The fake's slot."),),
+        teaching=("On the fake, in a slot of its own:", "  ddptui run cpu-demo --fake --slot b7"),
+    )
+    asked: list[PlacementAsked] = []
+
+    @click.command()
+    @backend_options
+    def command(placement: PlacementAsked) -> None:
+        asked.append(placement)
+
+    assert CliRunner().invoke(command, ["--fake", "--slot", "b7"]).exit_code == 0
+    assert asked[-1].backend is fake and asked[-1].overrides() == {"fake.slot": "b7"}
+    assert CliRunner().invoke(command, ["--slot", "b7"]).exit_code == 0
+    with pytest.raises(ConfigError, match=r"^--slot needs --fake$"):
+        asked[-1].overrides()
+    assert CliRunner().invoke(command, []).exit_code == 0
+    assert asked[-1].backend is LOCAL and asked[-1].overrides() == {}
+    assert "  ddptui run cpu-demo --fake --slot b7" in teaching_lines()
+    helped = CliRunner().invoke(main, ["run", "--help"], terminal_width=100).stdout
+    assert "  ddptui run cpu-demo --slurm --nodes 2 --devices cpu:1\n" in helped
+    assert "--sbatch KEY=VALUE" in helped and "Slurm nodes." in helped

@@ -355,3 +355,26 @@ def test_a_slurm_kill_looks_at_the_run_once_and_keeps_one_observer(
     # the word it left is the one record every launcher reads on its SIGTERM (node launchers too)
     assert read_stop_request(run_dir) == StopRequester.KILL
     assert sorted(p.name for p in run_dir.path.rglob("*.json") if "kill" in p.name) == []
+
+
+def test_a_run_json_from_before_placement_still_reads_as_a_run_on_slurm(tmp_path: Path) -> None:
+    """run.json kept a Slurm run's job under its own ``slurm`` key before there was one
+    ``placement``: such a run is still Slurm's, observed through its watch, and written back in
+    today's shape."""
+    import json
+
+    from engine.core.backends.registry import backend_called, backend_of
+    from engine.core.runs.placement import Placement
+
+    run_dir = slurm_run(tmp_path)
+    data = json.loads(run_dir.run_json_path.read_text(encoding="utf-8"))
+    data["slurm"] = {k: v for k, v in data.pop("placement").items() if k != "backend"}
+    write_atomic(run_dir.run_json_path, json.dumps(data))
+    info = run_dir.read_run_info()
+    assert info.placement == Placement("slurm", data["slurm"])
+    assert SlurmPlacement.of(info) == SlurmPlacement.from_json(data["slurm"])
+    assert backend_of(run_dir) is backend_called("slurm")
+    state = observe(run_dir, JobLookup(job(JobState.PENDING, reason="Priority")))
+    assert state.status == RunStatus.PENDING and state.reason == "waiting for Slurm: Priority"
+    written = info.to_json()
+    assert "slurm" not in written and written["placement"]["job_id"] == JOB

@@ -6,7 +6,7 @@ run Slurm would be asked for comes from here (``describe_submission``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from rich.text import Text
@@ -31,7 +31,7 @@ STARTING = "submitting to Slurm…"
 def read_slurm_partitions() -> list[Partition]:
     """Slurm's partitions (``sinfo``): (name, default, nodes, max time) each; SlurmUnavailable
     (one sentence) when Slurm cannot be asked from here."""
-    from engine.core.backends.slurm.cluster import read_cluster  # asked once Slurm is chosen
+    from engine.core.backends.slurm.cluster import read_cluster  # not while the app starts
 
     cluster = read_cluster()
     return [(p.name, p.default, len(p.nodes), p.max_time) for p in cluster.partitions]
@@ -44,9 +44,8 @@ class WhereToRun(Vertical):
     WhereToRun.slurm #slurm-fields { display: block; }
     """
 
-    def __init__(self, read_partitions: Callable[[], list[Partition]] | None = None, *, id: str):
+    def __init__(self, *, id: str) -> None:
         super().__init__(id=id)
-        self.read_partitions = read_partitions  # Slurm's (None: sinfo), asked once it is chosen
         self.offered: list[tuple[str, str]] = [("(its default)", DEFAULT_PARTITION)]
         self._asked = False
 
@@ -88,7 +87,7 @@ class WhereToRun(Vertical):
     @work(thread=True, exclusive=True, exit_on_error=False, group="slurm-partitions")
     def ask_partitions(self) -> None:
         try:
-            found = (self.read_partitions or read_slurm_partitions)()
+            found = read_slurm_partitions()  # asked once Slurm is chosen
         except Exception as err:  # no Slurm here: the form's check says why
             self.post_message(WhereChoicesRead([], problem=str(err)))
             return
