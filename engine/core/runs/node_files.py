@@ -123,7 +123,10 @@ def read_node_gpus(run_path: Path) -> dict[str, NodeGpus]:
 
 
 class NodeFile(Protocol):
-    node: str
+    """What each node's file is read into: it names its node."""
+
+    @property
+    def node(self) -> str: ...
 
 
 File = TypeVar("File", bound=NodeFile)
