@@ -379,14 +379,9 @@ class LaunchScreen(DdptuiScreen):
         if get_current_worker().is_cancelled:
             return  # the form changed again: the newer check is the one that counts
         try:
-            actions = self.ddptui.actions
+            app = self.ddptui
             checked = check_form(
-                check,
-                form,
-                gpu_count,
-                inventory,
-                self.ddptui.resource_checker,
-                actions.check_placement,
+                check, form, gpu_count, inventory, app.resource_checker, app.actions.check_placement
             )
         except Exception as err:  # an unreadable /proc or cgroup file: said, not a crash
             checked = FormCheck(check, form, problem=f"{type(err).__name__}: {err}")

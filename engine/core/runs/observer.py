@@ -266,9 +266,8 @@ class RunObserver:
 
     def _watch_of(self, info: RunInfo | None) -> PlacementWatch | None:
         """The watch of the backend that placed the run (engine.core.runs.placement), if any."""
-        if info is None or info.placement is None:
-            return None
-        if self.watch is not None and self.watch.name == info.placement.backend:
+        placed = info.placement if info is not None else None
+        if placed is not None and self.watch is not None and self.watch.name == placed.backend:
             return self.watch
         return watch_for(info)
 
