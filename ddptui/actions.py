@@ -63,18 +63,20 @@ class EngineActions:
         self._machine_watcher: Any = None
 
     def start_run(
-        self, config: RunConfig, gpu_count: int, *, slurm: bool = False, queue: bool = False
+        self, config: RunConfig, gpu_count: int, *, where: str = "", queue: bool = False
     ) -> StartedRun | QueuedRun:
-        """Start the launcher in its own session (``slurm``: submit the run to Slurm; ``queue``:
-        put it in this machine's queue, to start when its devices are free, as ``ddptui run
-        --queue`` does); raises ConfigError with the reason."""
+        """Start the launcher in its own session, or (``where``: a backend's name) hand the run
+        to that backend (a scheduler's submit), or (``queue``) put it in this machine's queue, to
+        start when its devices are free, as ``ddptui run --queue`` does; raises ConfigError with
+        the reason."""
         if queue:
             from engine.core.queue.enqueue import queue_run
 
             return queue_run(config, self.runs_dir, store_path=self.claims_dir, gpu_count=gpu_count)
-        from engine.core.backends.registry import backend_named
+        from engine.core.backends.registry import LOCAL, backend_called
 
-        return backend_named(slurm).start(config, self.runs_dir, gpu_count=gpu_count)
+        backend = backend_called(where) if where else LOCAL
+        return backend.start(config, self.runs_dir, gpu_count=gpu_count)
 
     def check_queue(self, config: RunConfig, plan: RunPlan) -> None:
         """What queueing ``config`` checks beyond its plan, making nothing: the devices it would
@@ -93,24 +95,17 @@ class EngineActions:
             self._machine_watcher = MachineWatcher(self.device_glob)
         return line_at(self.claims_dir, self._machine_watcher)
 
-    def slurm_partitions(self) -> list[tuple[str, bool, int, str]]:
-        """Slurm's partitions (``sinfo``): (name, default, nodes, max time) each; SlurmUnavailable
-        (one sentence) when Slurm cannot be asked from here."""
-        from engine.core.backends.slurm.cluster import read_cluster
+    def check_placement(self, where: str, config: RunConfig) -> RunPlan:
+        """``config`` checked as the backend named ``where`` starts it, nothing started (as
+        ``ddptui run`` with its flag checks it): each node's plan; ConfigError with the reason."""
+        from engine.core.backends.registry import backend_called
 
-        cluster = read_cluster()
-        return [(p.name, p.default, len(p.nodes), p.max_time) for p in cluster.partitions]
-
-    def check_slurm(self, config: RunConfig) -> RunPlan:
-        """``config`` checked as ``ddptui run --slurm`` checks it (nothing submitted): each node's
-        plan; ConfigError with the reason."""
-        from engine.core.backends.slurm.submit import check_request
-
-        return check_request(config, self.runs_dir).plan
+        return backend_called(where).check(config, self.runs_dir)
 
     def kill_run(self, run_dir: RunDir, grace: float = STOP_GRACE_SECONDS) -> Outcome:
-        """The job-scoped kill (``engine.core.procs.stopping``, or Slurm's scancel with every
-        node's proof): every process of this run, nothing else."""
+        """The job-scoped kill through the run's backend (``engine.core.procs.stopping`` here,
+        a scheduler's cancel with every node's proof elsewhere): every process of this run,
+        nothing else."""
         from ddptui.kill_report import kill_sentence
         from engine.core.backends.registry import backend_of
         from engine.core.common.statuses import StopRequester

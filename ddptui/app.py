@@ -324,7 +324,7 @@ class DdptuiApp(App[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="quit-check")
     def check_runs_going(self, runs: list[RunDir]) -> None:
         """Which of ``runs`` still go, checked now off the event loop: observing a run reads
-        its directory and, for a Slurm run, asks squeue."""
+        its directory and, for a run a scheduler placed, asks that scheduler."""
         from ddptui.watch import run_is_active
 
         now = self.clock()

@@ -27,15 +27,16 @@ def kill_report(result: KillResult, grace: float) -> list[str]:
             f"run {result.run_id}: no process of it is left (state was {result.status_before}); "
             f"{recorded}."
         )
-    elif result.job_id and not result.targets:
+    elif result.placement and not result.targets:
         lines.append(
-            f"run {result.run_id}: Slurm job {result.job_id} cancelled while it was "
+            f"run {result.run_id}: {result.placement} {result.placement_ended} while it was "
             f"{result.status_before}, before any node launcher had started"
         )
     else:
         roles = ", ".join(f"{t.role} (pid {t.pid})" for t in result.targets)
-        job = f" (Slurm job {result.job_id}, cancelled)" if result.job_id else ""
-        lines.append(f"run {result.run_id}{job}: stopping {roles}")
+        placed = result.placement
+        where = f" ({placed}, {result.placement_ended})" if placed else ""
+        lines.append(f"run {result.run_id}{where}: stopping {roles}")
         if result.status_before.final:
             lines.append(
                 f"  it had already finished ({result.status_before}); these were leftovers"
@@ -45,7 +46,7 @@ def kill_report(result: KillResult, grace: float) -> list[str]:
             extra = len(stop.stopped) - len(result.targets)
             if extra > 0:
                 lines.append(f"  and {extra} of their child processes")
-            if result.by_launcher and result.job_id:
+            if result.by_launcher and result.placement:
                 lines.append("  each node launcher stopped its ranks and checked its node")
             elif result.by_launcher:
                 lines.append("  its launcher stopped its ranks and wrote the summary")

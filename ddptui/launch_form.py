@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.core.config.devices import DevicePlan
 from engine.core.config.schema import ConfigError, RunConfig
-from engine.core.config.toml_io import apply_overrides, parse_setting
+from engine.core.config.toml_io import apply_overrides, parse_setting, to_mapping
 from engine.core.host.gpus import GpuInventory
 from engine.core.plan.preset_check import PresetCheck
 from engine.core.plan.run_plan import RunPlan, plan_run
@@ -27,14 +27,15 @@ if TYPE_CHECKING:  # the app's first frame needs no resource guard yet
     from engine.core.plan.resource_guard import ResourceCheck
 
     ResourceChecker = Callable[[RunPlan, GpuInventory | None], ResourceCheck]
-    # A config to run on Slurm, checked as ``ddptui run --slurm`` checks it: each node's plan.
-    SlurmChecker = Callable[[RunConfig], RunPlan]
+    # A config to run with another backend (its name), checked as ``ddptui run`` with that
+    # backend's flag checks it: each node's plan.
+    PlacementChecker = Callable[[str, RunConfig], RunPlan]
     # A config and its plan, checked for the machine's queue as ``ddptui run --queue`` does.
     QueueChecker = Callable[[RunConfig, RunPlan], None]
 
 NOW = "now"
 WHEN_FREE = "free"  # queued: it starts when its devices are free (``ddptui run --queue``)
-QUEUE_ON_SLURM = "when free is for this machine; on Slurm, Slurm queues the job"
+QUEUE_ELSEWHERE = "when free is for this machine; elsewhere, the scheduler queues the run itself"
 
 
 @dataclass(frozen=True)
@@ -68,17 +69,12 @@ class LaunchForm:
     gpus_offered: bool = False  # NVML lists GPUs, so the picker is shown
     picked_gpus: tuple[int, ...] = ()
     cpu_ranks: str = ""
-    # Where to run: "here" (this machine) or "slurm", with Slurm's partition ("" its default),
-    # nodes and time limit ("" the partition's); the devices are then each node's.
-    where: str = "here"
-    partition: str = ""
-    nodes: str = "1"
-    time_limit: str = ""
+    # Where to run: "" (this machine) or the name of the backend that places the run on other
+    # machines, with the where row's fields (ddptui.widgets.where_to_run) as the config keys
+    # they set, each as typed; the devices are then each node's.
+    where: str = ""
+    where_fields: Mapping[str, str] = field(default_factory=dict)
     when: str = NOW  # NOW, or WHEN_FREE: wait in this machine's queue for the devices
-
-    @property
-    def on_slurm(self) -> bool:
-        return self.where == "slurm"
 
     @property
     def queued(self) -> bool:
@@ -113,18 +109,16 @@ def form_for(config: RunConfig, devices: DevicePlan | None, offered: set[int]) -
         gpus_offered=bool(offered),
         picked_gpus=picked,
         cpu_ranks=str(ranks),
-        partition=config.slurm.partition,
-        nodes=str(config.slurm.nodes),
-        time_limit=config.slurm.time,
     )
 
 
 def device_spec(form: LaunchForm) -> str:
-    """``gpu:0,2`` for the picked GPUs, else ``cpu:N`` from the CPU ranks field. On Slurm the
-    devices are each node's, and Slurm picks a node's GPUs: as many as are picked here."""
+    """``gpu:0,2`` for the picked GPUs, else ``cpu:N`` from the CPU ranks field. On other
+    machines the devices are each node's, and their scheduler picks a node's GPUs: as many as
+    are picked here."""
     picked = sorted(form.picked_gpus) if form.gpus_offered else []
     if picked:
-        return str(len(picked)) if form.on_slurm else "gpu:" + ",".join(str(i) for i in picked)
+        return str(len(picked)) if form.where else "gpu:" + ",".join(str(i) for i in picked)
     raw = form.cpu_ranks.strip()
     if not raw:
         raise ConfigError("CPU ranks is empty; give a number")
@@ -171,23 +165,25 @@ def form_overrides(
     spec = device_spec(form)
     if preset_devices is None or spec != preset_devices.describe():
         found["devices.spec"] = spec
-    if form.on_slurm:
-        found.update(slurm_overrides(config, form))
+    if form.where:
+        found.update(where_overrides(config, form))
     return found
 
 
-def slurm_overrides(config: RunConfig, form: LaunchForm) -> dict[str, Any]:
-    """The where-to-run fields that differ from the preset's [slurm] section."""
+def where_overrides(config: RunConfig, form: LaunchForm) -> dict[str, Any]:
+    """The where row's fields that differ from the preset's section of that backend: a number
+    where the preset has one, else the text as typed, without the spaces around it."""
     found: dict[str, Any] = {}
-    raw = form.nodes.strip()
-    if not raw:
-        raise ConfigError("nodes is empty; give a number")
-    if int(raw) != config.slurm.nodes:
-        found["slurm.nodes"] = int(raw)
-    if form.partition != config.slurm.partition:
-        found["slurm.partition"] = form.partition
-    if form.time_limit.strip() != config.slurm.time:
-        found["slurm.time"] = form.time_limit.strip()
+    preset = to_mapping(config)
+    for key, typed in form.where_fields.items():
+        section, _, name = key.partition(".")
+        value: Any = typed.strip()
+        if isinstance(preset[section][name], int):
+            if not value:
+                raise ConfigError(f"{name} is empty; give a number")
+            value = int(value)
+        if value != preset[section][name]:
+            found[key] = value
     return found
 
 
@@ -204,7 +200,7 @@ class FormCheck:
     overrides: Mapping[str, Any] = field(default_factory=dict)
     problem: str = ""
     gpu_preset_on_cpu: bool = False  # the preset asks for GPUs, and this would run on the CPU
-    on_slurm: bool = False  # checked for Slurm: ``plan`` is each node's, no guard here
+    where: str = ""  # checked for the backend of that name: ``plan`` is each node's, no guard
     queued: bool = False  # checked for the machine's queue: it starts when its devices are free
 
     @property
@@ -218,28 +214,28 @@ def check_form(
     gpu_count: int,
     inventory: GpuInventory | None,
     resources: ResourceChecker,
-    slurm: SlurmChecker | None = None,
+    elsewhere: PlacementChecker | None = None,
     queue: QueueChecker | None = None,
 ) -> FormCheck:
     """Apply ``form`` to the preset of ``check`` and plan it for a machine with ``gpu_count`` GPUs
-    (``inventory`` as last sampled), with the guard ``start_run`` applies too; or, to run on
-    Slurm, check it as ``ddptui run --slurm`` does (``slurm``: its partition and nodes asked of
-    Slurm). A form that waits for free devices is also checked as ``ddptui run --queue`` checks
-    it (``queue``: the devices it waits for, the claim store). Never raises for what the user
-    typed."""
+    (``inventory`` as last sampled), with the guard ``start_run`` applies too; or, to run with
+    another backend, check it as ``ddptui run`` with its flag does (``elsewhere``: what that
+    backend asks of its scheduler). A form that waits for free devices is also checked as
+    ``ddptui run --queue`` checks it (``queue``: the devices it waits for, the claim store). Never
+    raises for what the user typed."""
     if check is None or check.config is None:
         return FormCheck(check, form, problem="pick a preset that can be read")
     preset_devices = check.devices_asked(gpu_count)
     try:
         overrides = form_overrides(check.config, form, preset_devices)
         config = apply_overrides(check.config, overrides) if overrides else check.config
-        if form.on_slurm and form.queued:
-            raise ConfigError(QUEUE_ON_SLURM)
-        if form.on_slurm:
-            if slurm is None:
-                raise ConfigError("Slurm cannot be asked from here")
-            plan = slurm(config)
-            return FormCheck(check, form, config, plan, None, overrides, on_slurm=True)
+        if form.where and form.queued:
+            raise ConfigError(QUEUE_ELSEWHERE)
+        if form.where:
+            if elsewhere is None:
+                raise ConfigError(f"{form.where} cannot be asked from here")
+            plan = elsewhere(form.where, config)
+            return FormCheck(check, form, config, plan, None, overrides, where=form.where)
         plan = plan_run(config, gpu_count)
         fits = resources(plan, inventory)  # ResourceError is a ConfigError
         if form.queued:

@@ -180,13 +180,13 @@ class FormChecked(Message, bubble=False):
         self.asked = asked  # which check of the form this is (the screen counts them)
 
 
-class SlurmPartitionsRead(Message, bubble=False):
-    """The partitions Slurm offers (``sinfo``), for the launch form's where-to-run, or why
-    Slurm cannot be asked."""
+class WhereChoicesRead(Message, bubble=False):
+    """What the place chosen in the launch form's where-to-run offers (a scheduler's
+    partitions: name, default, nodes, max time each), or why it cannot be asked."""
 
-    def __init__(self, partitions: list[tuple[str, bool, int, str]], problem: str = "") -> None:
+    def __init__(self, choices: list[tuple[str, bool, int, str]], problem: str = "") -> None:
         super().__init__()
-        self.partitions = partitions  # (name, default, nodes, max time) each
+        self.choices = choices
         self.problem = problem
 
 

@@ -3,14 +3,12 @@ plus shortcuts, turned into one overrides mapping for ``engine.core.config.schem
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
 from ddptui.cli_common import runs_dir_option
-from engine.core.backends.slurm.config import parse_sbatch_option
 from engine.core.config.schema import ConfigError
 from engine.core.config.toml_io import parse_setting
 
@@ -84,75 +82,3 @@ def collect_overrides(set_values: tuple[str, ...], **shortcuts: Any) -> dict[str
         if shortcut is not None:
             overrides[key] = shortcut
     return overrides
-
-
-# --option name -> the [slurm] key it sets
-SLURM_SHORTCUTS = {
-    "nodes": "slurm.nodes",
-    "partition": "slurm.partition",
-    "time": "slurm.time",
-    "account": "slurm.account",
-    "qos": "slurm.qos",
-}
-
-
-def slurm_options(func: F) -> F:
-    """``--slurm`` and the keys of a preset's [slurm] section as options; the command gets
-    ``slurm`` (run on Slurm) and ``slurm_values`` (the overrides they make, in ``slurm.KEY``
-    form; --sbatch KEY=VALUE adds to slurm.sbatch)."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        values: dict[str, Any] = {}
-        for name, key in SLURM_SHORTCUTS.items():
-            given = kwargs.pop(f"slurm_{name}")
-            if given is not None:
-                values[key] = given
-        sbatch = kwargs.pop("sbatch_options")
-        if sbatch:
-            values["slurm.sbatch"] = tuple(sbatch)  # checked by slurm_overrides
-        return func(*args, slurm_values=values, **kwargs)
-
-    options = [
-        click.option(
-            "--slurm",
-            is_flag=True,
-            help="Run on the Slurm cluster (sbatch; inside an allocation, srun): one node "
-            "launcher per node, --devices each node's devices.",
-        ),
-        click.option("--nodes", "slurm_nodes", type=click.IntRange(min=1), help="Slurm nodes."),
-        click.option("--partition", "slurm_partition", help="Slurm partition (default: its own)."),
-        click.option(
-            "--time", "slurm_time", help="Slurm time limit: minutes (30), 1:00:00, 2-00:00:00."
-        ),
-        click.option("--account", "slurm_account", help="Slurm account to charge."),
-        click.option("--qos", "slurm_qos", help="Slurm quality of service."),
-        click.option(
-            "--sbatch",
-            "sbatch_options",
-            multiple=True,
-            metavar="KEY=VALUE",
-            help="Another sbatch option, e.g. --sbatch constraint=a100 (repeatable).",
-        ),
-    ]
-    decorated: Any = wrapper
-    for option in reversed(options):
-        decorated = option(decorated)
-    return decorated
-
-
-def slurm_option_names(values: dict[str, Any]) -> str:
-    """The options that made ``values``, as the user typed them."""
-    names = [f"--{k.removeprefix('slurm.')}" for k in values if k != "slurm.sbatch"]
-    if "slurm.sbatch" in values:
-        names.append("--sbatch")
-    return ", ".join(names)
-
-
-def slurm_overrides(values: dict[str, Any]) -> dict[str, Any]:
-    """``values`` as ``apply_overrides`` takes them: --sbatch KEY=VALUE items as one table;
-    ConfigError (one sentence) for an item that is no sbatch option."""
-    items = values.get("slurm.sbatch")
-    if not items:
-        return values
-    return {**values, "slurm.sbatch": dict(parse_sbatch_option(i) for i in items)}

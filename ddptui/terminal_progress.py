@@ -38,7 +38,7 @@ class ProgressPrinter:
         self.stalled_said: set[int] = set()
         self.stacks_said = ""  # the path of the last stack snapshot printed
         self.started = time.time()
-        self.waiting_said = ""  # a run on Slurm: the last pending / starting line printed
+        self.waiting_said = ""  # a run a scheduler places: the last pending / starting line
 
     def show(self, state: RunState | None = None) -> None:
         """Print what is new: epoch lines from rank 0's events, then the status line."""
@@ -75,8 +75,8 @@ class ProgressPrinter:
         self._status(reports)
 
     def _waiting(self, state: RunState) -> None:
-        """A run on Slurm: a line whenever it waits for Slurm for another reason, or starts."""
-        if state.slurm is None or state.status not in (RunStatus.PENDING, RunStatus.STARTING):
+        """A run a scheduler places: a line whenever it waits for another reason, or starts."""
+        if state.placement is None or state.status not in (RunStatus.PENDING, RunStatus.STARTING):
             return
         line = f"{state.status}: {state.reason}" if state.reason else str(state.status)
         if line != self.waiting_said:

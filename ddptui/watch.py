@@ -21,8 +21,8 @@ from ddptui.gpu_history import GpuHistory as GpuHistory
 from engine.core.common.config_error import ConfigError
 from engine.core.common.run_files import tail_lines, user_name
 from engine.core.procs.process_identity import ProcessProbe
+from engine.core.runs.node_files import NodeGpus, read_node_gpus
 from engine.core.runs.observer import RunObserver, RunState
-from engine.core.runs.placement import NodeGpus, read_node_gpus
 from engine.core.runs.run_listing import RunCatalog, RunListing
 from engine.core.runs.rundir import RunDir, list_runs
 
@@ -96,7 +96,7 @@ class RunReader:
             log_rank=log_rank,
             log_path=log_path,
             log_lines=tail_lines(log_path, self.log_line_count, run_path=self.run_dir.path),
-            node_gpus=read_node_gpus(self.run_dir.path) if run.slurm is not None else {},
+            node_gpus=read_node_gpus(self.run_dir.path) if run.across_nodes else {},
         )
 
 

@@ -258,7 +258,7 @@ def test_ddptui_run_cpu_999_exits_2_with_one_line(
 def test_ddptui_run_prints_the_guards_warnings(
     runs_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import ddptui.commands.run as run_command
+    from engine.core.backends.registry import LOCAL
 
     plan = gpu_plan()
     inventory = GpuInventory(gpus=(gpu(0, used_gib=13, pids=(31010,)),))
@@ -268,11 +268,8 @@ def test_ddptui_run_prints_the_guards_warnings(
         run_id = "the-run"
         warnings = check.warnings
 
-    class Backend:  # starts nothing
-        def start(self, config: object, runs_dir: Path) -> Started:
-            return Started()
-
-    monkeypatch.setattr(run_command, "backend_named", lambda slurm: Backend())
+    # this machine's backend starts nothing here
+    monkeypatch.setattr(LOCAL, "start", lambda config, runs_dir: Started())
     result = CliRunner().invoke(main, ["run", "cpu-demo", "--detach", "--runs-dir", str(runs_dir)])
     assert result.exit_code == 0, result.output
     assert result.stdout == "the-run\n"

@@ -10,19 +10,13 @@ from pathlib import Path
 import pytest
 
 from engine.core.backends.slurm.config import SlurmConfig, parse_sbatch_option
+from engine.core.backends.slurm.records import NodeRecord, read_node_records, write_node_record
 from engine.core.backends.slurm.submit import SlurmRequest, batch_script, node_plan, srun_command
 from engine.core.common.config_error import ConfigError
 from engine.core.config.presets import load_preset
 from engine.core.config.toml_io import apply_overrides, load_config, to_toml
 from engine.core.host.gpus import GpuInventory, GpuSample
-from engine.core.runs.placement import (
-    NodeGpus,
-    NodeRecord,
-    read_node_gpus,
-    read_node_records,
-    write_node_gpus,
-    write_node_record,
-)
+from engine.core.runs.node_files import NodeGpus, read_node_gpus, write_node_gpus
 from engine.core.runs.rundir import RunDir
 from engine.core.stacks.capture import capture_by_signal
 from tests.fixtures.slurm_runs import node_record
@@ -171,7 +165,7 @@ def test_node_records_and_gpu_samples_read_back_into_what_wrote_them(tmp_path: P
 
 def test_a_node_record_over_its_bound_or_behind_a_link_is_named_not_read(tmp_path: Path) -> None:
     from engine.core.common.run_layout import NODES_DIR
-    from engine.core.runs.placement import RECORD_LIMIT, read_node_records
+    from engine.core.runs.node_files import RECORD_LIMIT
 
     run_path = tmp_path / "run"
     nodes = run_path / NODES_DIR

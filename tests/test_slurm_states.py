@@ -15,14 +15,17 @@ import pytest
 from engine.core.backends.slurm import state as slurm_state
 from engine.core.backends.slurm.cluster import SlurmUnavailable, expand_hostlist
 from engine.core.backends.slurm.jobs import JobLookup, JobState, SlurmJob, _from_sacct, _from_squeue
+from engine.core.backends.slurm.records import SlurmPlacement, write_node_record
 from engine.core.backends.slurm.state import settle_from_nodes
+from engine.core.backends.slurm.watch import SlurmWatch
 from engine.core.common.run_files import write_atomic
-from engine.core.common.statuses import RunStatus
+from engine.core.common.statuses import RunStatus, StopRequester
 from engine.core.procs.process_identity import ProcessRef
 from engine.core.runs.events import EventWriter, RankFailed, RankStarted
 from engine.core.runs.observer import RunObserver
-from engine.core.runs.placement import KillRequest, kill_request_path, write_node_record
 from engine.core.runs.rundir import RunDir
+from engine.core.runs.stop_request import StopRequest, read_stop_request
+from tests.fixtures.call_counts import count_calls
 from tests.fixtures.slurm_runs import JOB, node_record
 from tests.fixtures.slurm_runs import slurm_run as make_slurm_run
 
@@ -46,7 +49,7 @@ def job(state: JobState, **fields: object) -> SlurmJob:
 
 
 def observe(run_dir: RunDir, found: JobLookup, *, settle: bool = False):  # type: ignore[no-untyped-def]
-    return RunObserver(run_dir, settle=settle, slurm_jobs=lambda _job_id: found).observe()
+    return RunObserver(run_dir, settle=settle, watch=SlurmWatch(lambda _job_id: found)).observe()
 
 
 def test_pending_says_slurms_reason_and_expected_start(tmp_path: Path) -> None:
@@ -56,7 +59,9 @@ def test_pending_says_slurms_reason_and_expected_start(tmp_path: Path) -> None:
     assert state.status == RunStatus.PENDING
     assert state.reason.startswith("waiting for Slurm: Resources, expected to start ")
     assert state.status.active and not state.final
-    assert state.to_json()["slurm"]["job"]["reason"] == "Resources"
+    shown = state.to_json()["placement"]  # ddptui show --json: the backend's own keys
+    assert shown["backend"] == "slurm" and shown["job"]["reason"] == "Resources"
+    assert shown["label"] == f"job {JOB}" and shown["waiting_for"] == "Resources"
 
 
 def test_a_running_job_is_starting_until_its_node_launchers_record_themselves(
@@ -132,11 +137,8 @@ def test_a_kill_request_makes_the_end_killed_with_each_node_verified_or_named(
     tmp_path: Path,
 ) -> None:
     run_dir = slurm_run(tmp_path)
-    kill_request_path(run_dir.path).parent.mkdir()
-    write_atomic(
-        kill_request_path(run_dir.path),
-        '{"time": 1.0, "user": "root", "reason": "stopped by ddptui kill"}',
-    )
+    # the one stop-request every launcher reads; however old, it makes the end killed
+    write_atomic(run_dir.layout.stop_request, '{"by": "ddptui kill", "time": 1.0, "user": "root"}')
     write_node_record(run_dir.path, node_record("n1", 0, RunStatus.KILLED))
     state = observe(run_dir, JobLookup(job(JobState.CANCELLED)))
     assert state.status == RunStatus.KILLED
@@ -147,7 +149,7 @@ def test_a_kill_request_makes_the_end_killed_with_each_node_verified_or_named(
     write_node_record(run_dir.path, node_record("n2", 1, RunStatus.KILLED))
     state = observe(run_dir, JobLookup(job(JobState.CANCELLED)))
     assert state.reason.endswith("every node verified (n1, n2)")
-    assert KillRequest(time=1.0, user="root").to_json()["user"] == "root"
+    assert StopRequest(StopRequester.KILL, 1.0, "root").to_json()["user"] == "root"
 
 
 def test_a_node_named_like_the_start_of_another_is_still_unverified() -> None:
@@ -200,11 +202,10 @@ def test_a_step_of_an_allocation_ends_with_its_nodes_not_with_the_allocation(
 ) -> None:
     from dataclasses import replace
 
-    from engine.core.runs.placement import SlurmPlacement
-
     run_dir = slurm_run(tmp_path)
     info = run_dir.read_run_info()
-    step = replace(info, slurm=SlurmPlacement(job_id=JOB, nodes=2, in_allocation=True))
+    placed = SlurmPlacement(job_id=JOB, nodes=2, in_allocation=True).placement()
+    step = replace(info, placement=placed)
     run_dir.write_run_info(step)
     allocation = JobLookup(job(JobState.RUNNING))  # the user's allocation goes on
     write_node_record(run_dir.path, node_record("n1", 0, RunStatus.COMPLETED))
@@ -217,7 +218,7 @@ def test_a_step_of_an_allocation_ends_with_its_nodes_not_with_the_allocation(
     assert state.reason.startswith(f"its step of job {JOB} ended before n2 said how its share")
     # every node said it: completed, whatever the allocation does
     other = slurm_run(tmp_path / "other")
-    other.write_run_info(replace(other.read_run_info(), slurm=step.slurm))
+    other.write_run_info(replace(other.read_run_info(), placement=step.placement))
     write_node_record(other.path, node_record("n1", 0, RunStatus.COMPLETED))
     write_node_record(other.path, node_record("n2", 1, RunStatus.COMPLETED))
     assert observe(other, allocation).status == RunStatus.COMPLETED
@@ -230,18 +231,19 @@ def test_a_cancel_writes_no_word_into_another_users_run_and_still_cancels(
     from engine.core.backends.slurm import stop as slurm_stop
 
     run_dir = slurm_run(tmp_path)
-    kill_request_path(run_dir.path).parent.mkdir()  # slurm/, as submitting makes it
+    placement = SlurmPlacement.of(run_dir.read_run_info())
+    assert placement is not None
     asked: list[tuple[str, ...]] = []
     monkeypatch.setattr(slurm_stop, "run_slurm", lambda *args: asked.append(args))
     for path in [run_dir.path, *run_dir.path.rglob("*")]:  # nobody's run, stopped by root
         os.chown(path, 65534, 65534)
-    assert slurm_stop.request_cancel(run_dir, reason="stopped by ddptui kill") == ""
+    assert slurm_stop.request_cancel(run_dir, placement, by=StopRequester.KILL) == ""
     assert asked == [("scancel", JOB)]
-    assert not kill_request_path(run_dir.path).exists()
+    assert not run_dir.layout.stop_request.exists()
     for path in [run_dir.path, *run_dir.path.rglob("*")]:  # root's own: the word is left
         os.chown(path, 0, 0)
-    assert slurm_stop.request_cancel(run_dir, reason="stopped by ddptui kill") == ""
-    assert kill_request_path(run_dir.path).exists()
+    assert slurm_stop.request_cancel(run_dir, placement, by=StopRequester.KILL) == ""
+    assert run_dir.layout.stop_request.exists()
 
 
 def test_a_job_gone_from_the_queue_is_looked_up_in_sacct_once_per_poll_for_every_caller(
@@ -272,7 +274,9 @@ def test_the_slurm_backend_owns_a_slurm_run_and_describes_its_job_and_nodes(
     tmp_path: Path,
 ) -> None:
     """What `ddptui show` prints of where a Slurm run is comes from its backend's describe()."""
-    from engine.core.backends.registry import LOCAL, SLURM, backend_for, backend_of
+    from engine.core.backends.registry import LOCAL, backend_called, backend_for, backend_of
+
+    SLURM = backend_called("slurm")
 
     run_dir = slurm_run(tmp_path)
     assert backend_of(run_dir) is SLURM
@@ -297,3 +301,80 @@ def test_the_slurm_backend_owns_a_slurm_run_and_describes_its_job_and_nodes(
         (1, ProcessRef(101, 2.0)),
     )
     assert LOCAL.locate(run_dir, info) == ()  # run.json names none of them
+
+
+def test_a_slurm_kill_looks_at_the_run_once_and_keeps_one_observer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One look at the run (``engine.core.runs.run_handle``) and one observer of it serve the
+    whole kill: the stacks, the targets, the wait for the job's end and the summary. Before
+    scancel, run.json is read once and /proc scanned for the marker once."""
+    from engine.core.backends.slurm import state
+    from engine.core.backends.slurm import stop as slurm_stop
+    from engine.core.runs import run_handle
+
+    run_dir = slurm_run(tmp_path)
+    for index, node in enumerate(("n1", "n2")):
+        write_node_record(run_dir.path, node_record(node, index, RunStatus.RUNNING))
+    slurm_says = [JobState.RUNNING]
+    monkeypatch.setattr(state, "read_job", lambda _job_id: JobLookup(job(slurm_says[-1])))
+    calls: list[str] = []
+    observers: list[RunObserver] = []
+
+    class CountedObserver(RunObserver):
+        def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            observers.append(self)
+            super().__init__(*args, **kwargs)
+
+    snapshots: list[object] = []
+
+    def snapshot(run_dir: RunDir, *, reason: str, state: object = None) -> None:
+        snapshots.append(state)  # the kill's own observation, not one of its own
+
+    cancelled: list[tuple[tuple[str, ...], tuple[int, int]]] = []
+
+    def scancel(*args: str) -> None:
+        cancelled.append((args, (calls.count("read"), calls.count("scan"))))
+        for index, node in enumerate(("n1", "n2")):  # each node launcher proves its node
+            write_node_record(run_dir.path, node_record(node, index, RunStatus.KILLED))
+        slurm_says.append(JobState.CANCELLED)
+
+    count_calls(monkeypatch, RunDir, "read_run_info", calls, "read")
+    count_calls(monkeypatch, run_handle, "marked_processes", calls, "scan")
+    monkeypatch.setattr(slurm_stop, "RunObserver", CountedObserver)
+    monkeypatch.setattr(slurm_stop, "snapshot_slurm_run", snapshot)
+    monkeypatch.setattr(slurm_stop, "run_slurm", scancel)
+    result = slurm_stop.kill_slurm_run(run_dir, proof_wait=5.0)
+    assert cancelled == [(("scancel", JOB), (1, 1))]
+    assert len(observers) == 1
+    assert len(snapshots) == 1 and getattr(snapshots[0], "status", None) == RunStatus.RUNNING
+    assert result.ok and result.verified_nodes == ("n1", "n2") and result.summary_written
+    summary = run_dir.read_summary()
+    assert summary is not None and summary.status == RunStatus.KILLED
+    assert summary.reason.startswith(f"stopped by ddptui kill (job {JOB} cancelled)")
+    # the word it left is the one record every launcher reads on its SIGTERM (node launchers too)
+    assert read_stop_request(run_dir) == StopRequester.KILL
+    assert sorted(p.name for p in run_dir.path.rglob("*.json") if "kill" in p.name) == []
+
+
+def test_a_run_json_from_before_placement_still_reads_as_a_run_on_slurm(tmp_path: Path) -> None:
+    """run.json kept a Slurm run's job under its own ``slurm`` key before there was one
+    ``placement``: such a run is still Slurm's, observed through its watch, and written back in
+    today's shape."""
+    import json
+
+    from engine.core.backends.registry import backend_called, backend_of
+    from engine.core.runs.placement import Placement
+
+    run_dir = slurm_run(tmp_path)
+    data = json.loads(run_dir.run_json_path.read_text(encoding="utf-8"))
+    data["slurm"] = {k: v for k, v in data.pop("placement").items() if k != "backend"}
+    write_atomic(run_dir.run_json_path, json.dumps(data))
+    info = run_dir.read_run_info()
+    assert info.placement == Placement("slurm", data["slurm"])
+    assert SlurmPlacement.of(info) == SlurmPlacement.from_json(data["slurm"])
+    assert backend_of(run_dir) is backend_called("slurm")
+    state = observe(run_dir, JobLookup(job(JobState.PENDING, reason="Priority")))
+    assert state.status == RunStatus.PENDING and state.reason == "waiting for Slurm: Priority"
+    written = info.to_json()
+    assert "slurm" not in written and written["placement"]["job_id"] == JOB

@@ -1,5 +1,5 @@
 """``ddptui kill``: stop exactly the processes of one run, through its backend (its live launcher
-or Slurm), and say what ended how.
+here, or its scheduler's cancel), and say what ended how.
 
 Exit codes: 0 stopped (or nothing to stop), 1 a process survived or the question was declined, 2
 bad input (unknown run id, unreadable run.json, a process that is not yours to stop): nothing was

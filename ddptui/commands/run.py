@@ -3,6 +3,7 @@ launch a run and follow it to its result line."""
 
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,18 +11,13 @@ from typing import Any
 import click
 
 from ddptui import exit_codes
+from ddptui.backend_options import PlacementAsked, backend_options, teaching_lines
 from ddptui.cli_common import echo, fail
-from ddptui.run_options import (
-    collect_overrides,
-    override_options,
-    slurm_option_names,
-    slurm_options,
-    slurm_overrides,
-)
+from ddptui.run_options import collect_overrides, override_options
 from ddptui.script_target import script_config
 from ddptui.terminal_progress import ProgressPrinter, follow_with_progress, result_line
 from engine.core.backends.local.start import StartedRun
-from engine.core.backends.registry import backend_named
+from engine.core.backends.registry import LOCAL, backend_for
 from engine.core.common import strict_json
 from engine.core.common.statuses import RunStatus
 from engine.core.common.visible_text import visible
@@ -30,6 +26,7 @@ from engine.core.config.presets import load_preset
 from engine.core.config.schema import ConfigError, RunConfig
 from engine.core.config.toml_io import apply_overrides
 from engine.core.queue.enqueue import QueuedRun, queue_run
+from engine.core.runs.placement import watch_for
 from engine.core.runs.rundir import RunDirError
 
 # Shortcuts that set the engine's own workload: a script has its own options, after --.
@@ -115,7 +112,7 @@ def run_config(
     help="With --queue: the claim store every user of the machine shares "
     "(default $DDPTUI_CLAIMS_DIR or /tmp/ddptui-claims).",
 )
-@slurm_options
+@backend_options
 def run_command(
     target: str | None,
     script_args: tuple[str, ...],
@@ -128,8 +125,7 @@ def run_command(
     queue: bool,
     queue_timeout: float | None,
     queue_store: Path | None,
-    slurm: bool,
-    slurm_values: dict[str, Any],
+    placement: PlacementAsked,
     **shortcuts: Any,
 ) -> None:
     """Launch a preset (a name from `ddptui presets` or a .toml path), or your own training
@@ -153,13 +149,7 @@ def run_command(
     Its progress shows with no change to it (optimizer steps, its tqdm bars); calling
     ddptui.report(loss=..., accuracy=..., images_per_s=...) adds those figures.
 
-    \b
-    On a Slurm cluster, one node launcher per node (--devices: each node's devices):
-      ddptui run cpu-demo --slurm --nodes 2 --devices cpu:1
-      ddptui run train.py --slurm --nodes 4 --devices 8 --partition gpu --time 2:00:00 \\
-          --sbatch constraint=a100 -- --epochs 10
-    The run directory must be on storage every node sees. Inside an allocation (salloc) the
-    run is a step of it. Its state shows pending with Slurm's reason until the job starts.
+    {backends}
 
     \b
     On a shared machine, queue it: it starts when its devices are free, in order (see
@@ -173,20 +163,21 @@ def run_command(
     """
     try:
         config = run_config(base_config(target, module, script_args), set_values, faults, shortcuts)
-        if slurm_values:
-            config = apply_overrides(config, slurm_overrides(slurm_values))
-        if slurm_values and not slurm:
-            names = slurm_option_names(slurm_values)
-            raise ConfigError(f"{names} {'need' if ',' in names else 'needs'} --slurm")
-        if queue and slurm:
-            raise ConfigError("--queue is for this machine; on Slurm, Slurm queues the job")
+        placed = placement.overrides()
+        if placed:
+            config = apply_overrides(config, placed)
+        where = placement.backend
+        if queue and where is not LOCAL:
+            raise ConfigError(
+                f"--queue is for this machine; on {where.title}, {where.title} queues the job"
+            )
         if (queue_timeout is not None or queue_store is not None) and not queue:
             raise ConfigError("--queue-timeout and --queue-store need --queue")
         if queue:
             queued = queue_run(config, runs_dir, store_path=queue_store, timeout=queue_timeout)
             echo(queued.run_id if detach else queued_line(queued))
             return
-        started = backend_named(slurm).start(config, runs_dir)
+        started = where.start(config, runs_dir)
     except (ConfigError, RunDirError) as err:
         fail(str(err))
     for warning in started.warnings:
@@ -195,6 +186,10 @@ def run_command(
         echo(started.run_id)
         return
     sys.exit(follow_to_the_end(started, config, as_json))
+
+
+# each backend teaches itself where the docstring says {backends}
+run_command.help = inspect.cleandoc(run_command.help or "").replace("{backends}", teaching_lines())
 
 
 def queued_line(queued: QueuedRun) -> str:
@@ -221,11 +216,13 @@ def follow_to_the_end(started: StartedRun, config: RunConfig, as_json: bool) -> 
             if config.script.given
             else f"{config.strategy.name} {config.precision.mode}"
         )
-        nodes = info.nnodes if info.slurm else 1  # the plan is one node's share
+        watch = watch_for(info)  # a backend that placed it elsewhere: the plan is one node's share
+        placed = watch.recorded(started.run_dir, info) if watch is not None else None
+        nodes = info.nnodes if placed else 1
         batch = "" if config.script.given else f", global batch {started.plan.global_batch * nodes}"
-        where = info.devices if info.slurm else started.plan.devices.describe()
-        job = f", Slurm job {info.slurm.job_id}" if info.slurm else ""
-        echo(f"run {started.run_id}: {what} on {where}{batch}{job}", err=as_json)
+        where = info.devices if placed else started.plan.devices.describe()
+        label = f", {backend_for(info).title} {placed.label}" if placed and placed.label else ""
+        echo(f"run {started.run_id}: {what} on {where}{batch}{label}", err=as_json)
     epochs = 0 if config.script.given else config.training.epochs  # a script knows its own
     printer = ProgressPrinter(started.run_dir, epochs, out=out)
     result = follow_with_progress(

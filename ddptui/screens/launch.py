@@ -119,7 +119,7 @@ class LaunchScreen(DdptuiScreen):
                 with Horizontal(classes="field"):
                     yield Label("CPU ranks", classes="field-label")
                     yield NumberInput(id="cpu-ranks", type="integer", compact=True, classes="num")
-                yield WhereToRun(self.ddptui.actions.slurm_partitions, id="where-to-run")
+                yield WhereToRun(id="where-to-run")
                 yield WhenToStart(id="when-to-start", classes="field")
                 yield Label("Overrides", classes="section")
                 for pair in (NUMBER_FIELDS[:2], NUMBER_FIELDS[2:]):
@@ -276,7 +276,7 @@ class LaunchScreen(DdptuiScreen):
             for index in form.picked_gpus:
                 picker.select(index)
             self.query_one("#cpu-ranks", Input).value = form.cpu_ranks
-            self.query_one(WhereToRun).fill(form)
+            self.query_one(WhereToRun).fill(config)
         finally:
             self._filling = False
         self._show_picks()
@@ -296,7 +296,7 @@ class LaunchScreen(DdptuiScreen):
             picked_gpus=tuple(picker.picked),
             cpu_ranks=self.query_one("#cpu-ranks", Input).value,
             **self.query_one(WhereToRun).values(),
-            **self.query_one(WhenToStart).values(),
+            when=self.query_one(WhenToStart).chosen(),
         )
 
     def _holder_users(self, pids: set[int]) -> dict[int, str]:
@@ -388,7 +388,7 @@ class LaunchScreen(DdptuiScreen):
             return  # the form changed again: the newer check is the one that counts
         try:
             actions = self.ddptui.actions
-            checkers = (self.ddptui.resource_checker, actions.check_slurm, actions.check_queue)
+            checkers = (self.ddptui.resource_checker, actions.check_placement, actions.check_queue)
             checked = check_form(check, form, gpu_count, inventory, *checkers)
         except Exception as err:  # an unreadable /proc or cgroup file: said, not a crash
             checked = FormCheck(check, form, problem=f"{type(err).__name__}: {err}")
@@ -473,9 +473,9 @@ class LaunchScreen(DdptuiScreen):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="start")
     def start_run(self, config: RunConfig, gpu_count: int, checked: FormCheck | None) -> None:
-        slurm, queue = (checked.on_slurm, checked.queued) if checked else (False, False)
+        where, queue = (checked.where, checked.queued) if checked else ("", False)
         try:
-            started = self.ddptui.actions.start_run(config, gpu_count, slurm=slurm, queue=queue)
+            started = self.ddptui.actions.start_run(config, gpu_count, where=where, queue=queue)
         except Exception as err:  # ConfigError, OSError: shown, nothing started
             self.post_message(RunLaunched(None, error=str(err)))
             return

@@ -198,7 +198,7 @@ class RunScreen(PollingScreen):
         curves.display = shown
         curves.styles.height = "1fr" if small else 12
         ended = self.view is not None and self.view.run.final
-        across = self.view is not None and self.view.run.slurm is not None  # each node's GPUs
+        across = self.view is not None and self.view.run.across_nodes  # each node's GPUs
         room = not ended and not (shown and small)
         self.query_one(GpuPanel).display = room and not across
         self.query_one(NodeGpusPanel).display = room and across
@@ -270,7 +270,7 @@ class RunScreen(PollingScreen):
         panel.fit()
         ended = run.final
         nodes = self.query_one(NodeGpusPanel)
-        if not ended and run.slurm is not None:
+        if not ended and run.across_nodes:
             nodes.show(view.node_gpus, run.now)
         summary = self.query_one(RunSummaryPanel)
         summary.display = ended

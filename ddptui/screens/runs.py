@@ -183,8 +183,8 @@ class RunsScreen(PollingScreen):
                 said = f"queued #{self.places[run.run_id]}"
             status = Text(said, style=STATUS_STYLES.get(run.status, ""))
             devices = run.devices or "-"
-            if run.job_id:  # a run on Slurm: where it runs is its job
-                devices += f" · job {run.job_id}"
+            if run.placement is not None and run.placement.label:  # where its backend put it
+                devices += f" · {run.placement.label}"
             table.add_row(
                 marker + run.run_id,
                 status,

@@ -5,13 +5,14 @@ line in the device picker. Pure functions of plain values; no widget is touched 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
 from rich.text import Text
 
 from ddptui.launch_form import FormCheck
+from ddptui.widgets.where_to_run import STARTING as SUBMITTING
+from ddptui.widgets.where_to_run import describe_submission
 from engine.core.common import formatting
 from engine.core.config.schema import RunConfig
 from engine.core.host.gpus import GpuSample
@@ -86,28 +87,6 @@ def describe_plan(plan: RunPlan, queued: bool = False) -> Text:
     return text
 
 
-def describe_slurm_plan(plan: RunPlan, config: RunConfig, overrides: Mapping[str, Any]) -> Text:
-    """A run the form would submit to Slurm: its nodes, each node's devices, the job's limits."""
-    slurm = config.slurm
-    nodes = slurm.nodes
-    text = Text("✓ submits to Slurm: ", style="green")
-    text.append(
-        f"{nodes} node{'s' if nodes != 1 else ''} × {plan.devices.describe()}, "
-        f"{plan.world_size * nodes} ranks"
-        + ("" if config.script.given else f", global batch {plan.global_batch * nodes}")
-    )
-    text.append(
-        f"\n  partition {slurm.partition or '(its default)'}, time limit "
-        f"{slurm.time or '(the partition default)'}; the run directory must be on storage "
-        "every node sees",
-        style="dim",
-    )
-    if overrides:
-        said = ", ".join(f"{k}={v}" for k, v in overrides.items())
-        text.append(f"\n  overrides: {said}", "cyan")
-    return text
-
-
 def describe_resources(resources: ResourceCheck) -> Text:
     """The resource guard's figures for a plan that fits, and its warnings."""
     estimate = resources.estimate
@@ -128,8 +107,8 @@ def describe_form_check(checked: FormCheck) -> Text:
     warning when a GPU preset would run on the CPU; or the one sentence why it cannot start."""
     if checked.check is None or checked.check.config is None:
         return Text(f"✗ {checked.problem}", style="red")
-    if checked.on_slurm and checked.plan is not None and checked.config is not None:
-        return describe_slurm_plan(checked.plan, checked.config, checked.overrides)
+    if checked.where and checked.plan is not None and checked.config is not None:
+        return describe_submission(checked.plan, checked.config, checked.overrides)
     if checked.plan is None or checked.resources is None:
         return Text(f"✗ {checked.problem}", style="bold red")
     plan = checked.plan
@@ -157,8 +136,8 @@ def starting_text(checked: FormCheck | None) -> Text:
     """What the form says while its run is being started, submitted or queued."""
     if checked is not None and checked.queued:
         return Text("queueing…", "bold")
-    on_slurm = checked is not None and checked.on_slurm
-    return Text("submitting to Slurm…" if on_slurm else "starting the launcher…", "bold")
+    elsewhere = checked is not None and checked.where
+    return Text(SUBMITTING if elsewhere else "starting the launcher…", "bold")
 
 
 def holders_text(gpu: GpuSample, users: dict[int, str]) -> str:

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from engine.core.common import formatting
-from engine.core.runs.placement import NodeGpus
+from engine.core.runs.node_files import NodeGpus
 
 
 def node_gpu_lines(samples: dict[str, NodeGpus], now: float) -> list[Text]:

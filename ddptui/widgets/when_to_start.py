@@ -21,7 +21,7 @@ class WhenToStart(Horizontal):
         yield Label("when", classes="field-label")
         yield Select(CHOICES, id="when", compact=True, allow_blank=False, value=NOW)
 
-    def values(self) -> dict[str, str]:
-        """The field as ``LaunchForm`` takes it."""
+    def chosen(self) -> str:
+        """The field as ``LaunchForm.when`` takes it: NOW or WHEN_FREE."""
         chosen = self.query_one("#when", Select).value
-        return {"when": chosen if chosen == WHEN_FREE else NOW}
+        return WHEN_FREE if chosen == WHEN_FREE else NOW

@@ -10,7 +10,7 @@ judged on its ranks, stacks of the whole run when one stalls), and its own part 
 
 - its node rank is Slurm's (``SLURM_NODEID``); it numbers its ranks ``node rank * ranks per node +
   local rank`` and records those numbers, with its own process and its ranks', in
-  ``nodes/<node>.json`` (``engine.core.runs.placement``): readers go by that record;
+  ``nodes/<node>.json`` (``engine.core.backends.slurm.records``): readers go by that record;
 - node 0 serves the c10d store: its rank 0 binds it on node 0's own address only, and node 0's
   launcher publishes that address and a free port (``slurm/rendezvous.json``) for the others;
 - it answers the stack-dump signal Slurm delivers (``scancel --signal=USR2``) by passing it to its
@@ -50,6 +50,15 @@ from pathlib import Path
 
 import psutil
 
+from engine.core.backends.slurm.records import (
+    NODE_STOP_GRACE_SECONDS,
+    NodeProof,
+    NodeRecord,
+    node_events_path,
+    node_log_path,
+    store_address_path,
+    write_node_record,
+)
 from engine.core.common.disk_space import WriteFailed
 from engine.core.common.run_environment import NODE_ENV, STACK_DUMP_SIGNAL
 from engine.core.common.run_files import open_private, write_json_atomic
@@ -62,19 +71,7 @@ from engine.core.procs.process_identity import ref_of
 from engine.core.procs.run_proof import RunMarker, marked_processes
 from engine.core.procs.stopping import protected_pids, stop_processes
 from engine.core.runs.events import NodeFinished, RunStarted, StopSignalled, read_events
-from engine.core.runs.placement import (
-    NODE_STOP_GRACE_SECONDS,
-    NodeGpus,
-    NodeProof,
-    NodeRecord,
-    check_node_name,
-    node_events_path,
-    node_log_path,
-    read_json_file,
-    store_address_path,
-    write_node_gpus,
-    write_node_record,
-)
+from engine.core.runs.node_files import NodeGpus, check_node_name, read_json_file, write_node_gpus
 from engine.core.runs.recorded_environment import RecordedEnvironment
 from engine.core.runs.rundir import RunDir, RunDirError, this_host
 from engine.core.stacks.snapshot import StackSnapshot

@@ -392,8 +392,8 @@ def supervise(
 
     ``take_stacks`` takes the run's stacks instead of this launcher's own ranks' (a node
     launcher). ``signal_stop_grace``: a SIGTERM to this launcher stops its ranks with this grace
-    and no snapshot first (a node launcher that Slurm is ending: it has Slurm's KillWait only, and
-    ``ddptui kill`` took the stacks before it cancelled the job)."""
+    and no snapshot first (a node launcher that its scheduler is ending: it has the scheduler's
+    grace only, and ``ddptui kill`` took the stacks before it cancelled the job)."""
     sup = Supervisor(
         run_dir, config, sorted(processes), events, oom_baseline, error_of, take_stacks
     )

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from engine.core.backends.slurm.records import SlurmPlacement, read_node_records
 from engine.core.runs.events import RankStalled, StepProgress, read_events
-from engine.core.runs.placement import read_node_gpus, read_node_records
+from engine.core.runs.node_files import read_node_gpus
 from engine.core.runs.recorded_environment import read_environment
 from engine.core.runs.rundir import RunDir, list_runs
 from tests.fixtures.live_runs import ddptui, marked
@@ -63,9 +64,9 @@ def timeout_run(
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     run_dir = RunDir(runs / started.stdout.strip())
-    info = run_dir.read_run_info()
-    assert info.slurm is not None
-    kept = KeptRun(runs, run_dir.run_id, info.slurm.job_id, time.monotonic())
+    placement = SlurmPlacement.of(run_dir.read_run_info())
+    assert placement is not None
+    kept = KeptRun(runs, run_dir.run_id, placement.job_id, time.monotonic())
     slurm_cluster.kept_jobs.add(kept.job_id)
     try:
         yield kept
@@ -100,10 +101,12 @@ def test_a_preset_across_two_nodes_reaches_the_accuracy_of_one_machine(
         (0, "n1", "done"),
         (1, "n2", "done"),
     ]
-    job_id = shown["slurm"]["job_id"]
-    assert int(job_id) >= slurm.first_job_id
-    assert sorted(shown["slurm"]["nodes"]) == ["n1", "n2"]
-    assert all(n["verified"] for n in shown["slurm"]["nodes"].values())
+    placed = shown["placement"]  # the Slurm backend's own keys, and its label
+    job_id = placed["job_id"]
+    assert int(job_id) >= slurm.first_job_id and placed["label"] == f"job {job_id}"
+    assert placed["backend"] == "slurm" and placed["across_nodes"] is True
+    assert sorted(placed["nodes"]) == ["n1", "n2"]
+    assert all(n["verified"] for n in placed["nodes"].values())
     records, _ = read_node_records(run_dir.path)
     assert {n: r.proof.clean for n, r in records.items() if r.proof} == {"n1": True, "n2": True}
     # each node launcher sampled its node's GPUs there (none on this machine: NVML says why)
@@ -206,6 +209,11 @@ def test_a_hang_on_the_second_node_is_flagged_named_and_killed_with_every_node_v
     summary = run_dir.read_summary()
     assert summary is not None and summary.status == "killed"
     assert "every node verified (n1, n2)" in summary.reason
+    # each node launcher read the one stop-request on its SIGTERM: its share says who asked
+    records, _ = read_node_records(run_dir.path)
+    reasons = {n: r.reason for n, r in records.items()}
+    assert sorted(reasons) == ["n1", "n2"], reasons
+    assert all(r.startswith("stopped by ddptui kill") for r in reasons.values()), reasons
     assert set(slurm.active_jobs()) <= slurm.kept_jobs
 
 
@@ -221,7 +229,8 @@ def test_a_job_that_cannot_start_yet_is_pending_with_slurms_reason(
     shown = json.loads(ddptui("show", run_id, "--runs-dir", str(runs_dir), "--json").stdout)
     assert shown["state"] == "pending"
     assert shown["reason"].startswith("waiting for Slurm: BeginTime, expected to start ")
-    assert shown["slurm"]["job"]["state"] == "PENDING"
+    assert shown["placement"]["job"]["state"] == "PENDING"
+    assert shown["placement"]["waiting_for"] == "BeginTime"
     listed = ddptui("runs", "--runs-dir", str(runs_dir)).stdout
     assert f"{run_id}  cpu-demo  pending" in listed
     killed = ddptui("kill", run_id, "--runs-dir", str(runs_dir))
@@ -309,9 +318,9 @@ def test_inside_an_allocation_the_run_is_a_step_and_a_ranks_daemon_is_found_and_
         )  # fmt: skip
         assert started.returncode == 0, started.stderr
         run_dir = RunDir(runs_dir / started.stdout.strip())
-        info = run_dir.read_run_info()
-        assert info.slurm is not None and info.slurm.in_allocation
-        assert info.slurm.job_id == allocation
+        placement = SlurmPlacement.of(run_dir.read_run_info())
+        assert placement is not None and placement.in_allocation
+        assert placement.job_id == allocation
         # two ranks, and each one's daemon, which no rank is the parent of
         assert wait_for(lambda: len(marked(run_dir.run_id)) >= 6, timeout=60)
         killed = ddptui("kill", run_dir.run_id, "--runs-dir", str(runs_dir), "--json", timeout=60)

@@ -63,9 +63,11 @@ def nvml() -> Iterator[Any]:
 
 
 @pytest.fixture
-def make_app(pinned: None, nvml: Any) -> Callable[..., DdptuiApp]:
+def make_app(pinned: None, nvml: Any, monkeypatch: pytest.MonkeyPatch) -> Callable[..., DdptuiApp]:
     """An app on the recorded runs with every machine boundary pinned. Polling is hourly, so a
-    snapshot shows exactly one read of each source."""
+    snapshot shows exactly one read of each source; the launch form's where row asks the stand-in
+    actions for Slurm's partitions."""
+    from ddptui.widgets import where_to_run
 
     def make(runs_dir: Path = RECORDED, **kwargs: Any) -> DdptuiApp:
         probe = StandInProbe(alive=[recorded.LIVE_LAUNCHER.pid, *recorded.LIVE_RANK_PIDS])
@@ -80,6 +82,9 @@ def make_app(pinned: None, nvml: Any) -> Callable[..., DdptuiApp]:
         }
         options.update(kwargs)
         app = DdptuiApp(runs_dir, **options)
+        partitions = getattr(options["actions"], "slurm_partitions", None)
+        if partitions is not None:
+            monkeypatch.setattr(where_to_run, "read_slurm_partitions", partitions)
         seed_gpu_history(app)
         return app
 

@@ -341,7 +341,7 @@ class StandInActions(EngineActions):
         self.cleaned_all_users: list[bool] = []
         self.start_as: RunDir | None = None
         self.stopped: list[tuple[tuple[int, ...], bool]] = []
-        self.on_slurm: list[bool] = []  # whether each start asked for Slurm
+        self.where: list[str] = []  # where each start asked to run ("" here, "slurm")
         # Slurm as this stand-in answers: its partitions, or None for "no Slurm here".
         self.partitions: list[tuple[str, bool, int, str]] | None = None
         self.signalled: list[tuple[str, tuple[int, ...], bool]] = []
@@ -349,10 +349,10 @@ class StandInActions(EngineActions):
         self.line: list[Verdict] = []  # the queue's line as this stand-in reads it
 
     def start_run(
-        self, config: RunConfig, gpu_count: int, *, slurm: bool = False, queue: bool = False
+        self, config: RunConfig, gpu_count: int, *, where: str = "", queue: bool = False
     ) -> Any:
         self.started.append(config)
-        self.on_slurm.append(slurm)
+        self.where.append(where)
         self.queued.append(queue)
         if self.start_as is None:
             raise RuntimeError("this stand-in starts nothing")
@@ -371,21 +371,24 @@ class StandInActions(EngineActions):
             raise RuntimeError("Slurm's sinfo is not on PATH")
         return self.partitions
 
-    def check_slurm(self, config: RunConfig) -> Any:
+    def check_placement(self, where: str, config: RunConfig) -> Any:
         """As ``ddptui run --slurm`` checks, against the stand-in's partitions: each node's plan."""
+        from engine.core.backends.slurm.config import SlurmConfig
         from engine.core.backends.slurm.submit import node_plan
         from engine.core.config.schema import ConfigError
 
+        assert where == "slurm"
         if self.partitions is None:
             raise ConfigError("--slurm: Slurm's srun is not on PATH")
         names = {name: nodes for name, _, nodes, _ in self.partitions}
         default = next(name for name, chosen, _, _ in self.partitions if chosen)
-        partition = config.slurm.partition or default
+        slurm = SlurmConfig.of(config)
+        partition = slurm.partition or default
         if partition not in names:
             raise ConfigError(f"--partition {partition}: Slurm has no such partition")
-        if config.slurm.nodes > names[partition]:
+        if slurm.nodes > names[partition]:
             raise ConfigError(
-                f"--nodes {config.slurm.nodes}: partition {partition} has {names[partition]} node(s)"
+                f"--nodes {slurm.nodes}: partition {partition} has {names[partition]} node(s)"
             )
         return node_plan(config)[0]
 

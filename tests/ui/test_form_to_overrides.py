@@ -11,7 +11,7 @@ import pytest
 
 from ddptui.actions import EngineActions
 from ddptui.launch_form import (
-    QUEUE_ON_SLURM,
+    QUEUE_ELSEWHERE,
     WHEN_FREE,
     LaunchForm,
     check_form,
@@ -238,8 +238,8 @@ def test_when_free_refuses_what_ddptui_run_queue_refuses_in_the_same_sentence(
 def test_when_free_is_for_this_machine_not_slurm(demo: RunConfig) -> None:
     form = replace(demo_form(demo), where="slurm", when=WHEN_FREE)
 
-    def slurm(config: RunConfig) -> RunPlan:
-        raise AssertionError("Slurm was asked about a run it would not get")
+    def elsewhere(where: str, config: RunConfig) -> RunPlan:
+        raise AssertionError(f"{where} was asked about a run it would not get")
 
-    checked = check_form(check_of(demo), form, 0, None, pinned, slurm)
-    assert not checked.ok and checked.problem == QUEUE_ON_SLURM
+    checked = check_form(check_of(demo), form, 0, None, pinned, elsewhere)
+    assert not checked.ok and checked.problem == QUEUE_ELSEWHERE

@@ -139,7 +139,7 @@ async def test_when_free_queues_the_run_and_a_queued_launch_shows_as_queued(
         assert "✓ queues here, starts when free: cpu:2, 2 ranks" in said
         await pilot.press("s")
         await settle(pilot, lambda: isinstance(app.screen, RunScreen))
-        assert actions(app).queued == [True] and actions(app).on_slurm == [False]
+        assert actions(app).queued == [True] and actions(app).where == [""]
         assert actions(app).started[0].devices.spec == "cpu:2"
         run_screen = app.screen
         assert isinstance(run_screen, RunScreen)

@@ -15,7 +15,9 @@ from ddptui.app import DdptuiApp
 from ddptui.screens.runs import RunsScreen
 from ddptui.watch import RunListing
 from ddptui.widgets.where_to_run import WhereToRun
+from engine.core.backends.slurm.config import SlurmConfig
 from engine.core.common.statuses import RunStatus
+from engine.core.runs.placement import PlacementView
 from tests.ui.standins import screen_text, settle
 from tests.ui.test_launch_form import SMALL, actions, launch_screen
 
@@ -43,15 +45,18 @@ async def test_slurm_is_where_the_form_says_with_partition_nodes_and_time(
         where.query_one("#nodes", Input).value = "3"
         where.query_one("#time-limit", Input).value = "30"
         screen.query_one("#cpu-ranks", Input).value = "1"
-        await settle(pilot, lambda: screen.form_check is not None and screen.form_check.on_slurm)
+        await settle(
+            pilot, lambda: screen.form_check is not None and screen.form_check.where == "slurm"
+        )
         said = screen_text(app)
         assert "submits to Slurm: 3 nodes × cpu:1, 3 ranks" in said
         assert "partition long, time limit 30" in said
         await pilot.press("s")
         await settle(pilot, lambda: bool(actions(app).started))
         (config,) = actions(app).started
-        assert actions(app).on_slurm == [True]
-        assert (config.slurm.partition, config.slurm.nodes, config.slurm.time) == ("long", 3, "30")
+        assert actions(app).where == ["slurm"]
+        slurm = SlurmConfig.of(config)
+        assert (slurm.partition, slurm.nodes, slurm.time) == ("long", 3, "30")
         assert config.devices.spec == "cpu:1"  # each node's devices
 
 
@@ -87,8 +92,7 @@ async def test_the_runs_screen_shows_a_slurm_runs_job_and_why_it_pends(
         devices="cpu:1 on 2 nodes",
         created=time.time(),
         elapsed=None,
-        job_id="4242",
-        waiting_for="Resources",
+        placement=PlacementView("slurm", label="job 4242", waiting_for="Resources"),
     )
     async with app.run_test(size=(120, 30)) as pilot:
         app.action_show("runs")
@@ -107,15 +111,15 @@ async def test_the_runs_screen_shows_a_slurm_runs_job_and_why_it_pends(
 async def test_the_run_screen_of_a_slurm_run_shows_each_ranks_node_and_each_nodes_gpus(
     make_app: Callable[..., DdptuiApp], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from engine.core.backends.slurm import state
     from engine.core.backends.slurm.jobs import JobLookup, JobState, SlurmJob
-    from engine.core.runs import observer
+    from engine.core.backends.slurm.records import write_node_record
     from engine.core.runs.events import EventWriter, RankStarted, StepProgress
-    from engine.core.runs.placement import write_node_record
     from tests.fixtures.slurm_runs import JOB, no_gpus, node_record, slurm_run
     from tests.ui.standins import NOW
 
     running = SlurmJob(job_id=JOB, state=JobState.RUNNING, nodes=("n1", "n2"))
-    monkeypatch.setattr(observer, "read_job", lambda _job: JobLookup(running))
+    monkeypatch.setattr(state, "read_job", lambda _job: JobLookup(running))
     runs = tmp_path / "runs"
     run_dir = slurm_run(runs, created=NOW - 30)
     for index, node in enumerate(("n1", "n2")):

@@ -1,9 +1,13 @@
-"""The one interface over where a run's ranks live (``engine.core.backends``): say whether a
-run is its own, locate its processes, start it, take its stacks, stop it, and describe where it runs. Plain Python.
+"""The one interface over where a run's ranks live (``engine.core.backends``): say whether a run
+is its own, locate its processes, check and start it, observe where it is, take its stacks, stop
+it, and describe where it runs; and what a backend adds to ``ddptui run`` (``RunOptions``),
+declared as plain data. Plain Python.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -11,9 +15,11 @@ from engine.core.backends.local.kill import KillResult
 from engine.core.backends.local.start import StartedRun
 from engine.core.common.statuses import StopRequester
 from engine.core.config.schema import RunConfig
+from engine.core.plan.run_plan import RunPlan
 from engine.core.procs.process_identity import ProcessRef
 from engine.core.procs.stopping import STOP_GRACE_SECONDS
 from engine.core.runs.observer import RunState
+from engine.core.runs.placement import PlacementWatch
 from engine.core.runs.run_info import RunInfo
 from engine.core.runs.rundir import RunDir
 from engine.core.stacks.snapshot import StackSnapshot
@@ -22,8 +28,39 @@ from engine.core.stacks.snapshot import StackSnapshot
 RecordedProcess = tuple[int | None, ProcessRef]
 
 
+@dataclass(frozen=True)
+class RunOption:
+    """One option a backend adds to ``ddptui run``: it sets one key of the backend's own config
+    section (``engine.core.config.backend_sections``)."""
+
+    name: str  # as typed: "--nodes"
+    key: str  # the config key it sets: "SECTION.nodes"
+    help: str
+    kind: str = "text"  # "text"; "count": a whole number from 1; "items": repeatable, a table
+    metavar: str = ""
+    # "items": one item ("KEY=VALUE") to a (key, value) of the table, or ConfigError (a sentence)
+    parse_item: Callable[[str], tuple[str, str]] | None = None
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What a backend adds to ``ddptui run``: the flag that runs there, the options that set its
+    section, and the help lines that teach them (``ddptui run --help`` prints them as they are,
+    each line a line)."""
+
+    flag: str  # "--NAME": run there
+    help: str
+    options: tuple[RunOption, ...]
+    teaching: tuple[str, ...] = ()
+
+
 class Backend(Protocol):
     name: str  # run.json's placement.backend of its runs; the registry's key
+    title: str  # how a sentence names where it runs ("this machine", a scheduler's name)
+    # What the run observer asks of its runs (engine.core.runs.placement); None: a run of it
+    # is decided as one of this machine's launcher
+    watch: PlacementWatch | None
+    run_options: RunOptions | None  # None: ddptui run needs no flag to run there
 
     def owns(self, info: RunInfo) -> bool:
         """Whether the run of this run.json is this backend's (where it is: ``backend_of``)."""
@@ -32,6 +69,12 @@ class Backend(Protocol):
     def locate(self, run_dir: RunDir, info: RunInfo) -> tuple[RecordedProcess, ...]:
         """Every launcher (rank None) and rank process the run's records name, each with its
         global rank, wherever the backend keeps them; live or not is the caller's to check."""
+        ...
+
+    def check(self, config: RunConfig, runs_dir: Path) -> RunPlan:
+        """``config`` checked as ``start`` would check it, nothing started: the plan of one
+        node's share where the ranks are spread over nodes; ConfigError (one sentence) when it
+        cannot run there."""
         ...
 
     def start(

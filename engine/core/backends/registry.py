@@ -1,34 +1,37 @@
 """The backends there are, and which one a run has (``engine.core.backends``). Plain Python.
 
-A backend is one object answering ``engine.core.backends.interface.Backend``; ``register`` adds
-one (a third backend is its sub-package plus one ``register`` call where it is imported), and
-``backend_of`` asks each registered backend, newest first, whether a run is its own; a run no
-other backend owns is this machine's.
+A backend is one object answering ``engine.core.backends.interface.Backend``: ``LOCAL`` (this
+machine), and the ``BACKEND`` of each other sub-package's ``backend`` module, found here
+without naming them; ``register`` adds one more (a test's). ``backend_of`` asks each
+registered backend, newest first, whether a run is its own; a run no other backend owns is this
+machine's. Registering a backend also registers its ``watch`` with the run observer
+(``engine.core.runs.placement``).
 """
 
 from __future__ import annotations
 
+import importlib
+
+from engine.core.backends import backend_packages
 from engine.core.backends.interface import Backend
 from engine.core.backends.local.backend import LocalBackend
-from engine.core.backends.slurm.backend import SlurmBackend
+from engine.core.runs.placement import register_watch, unregister_watch
 from engine.core.runs.run_info import RunInfo
 from engine.core.runs.rundir import RunDir
 
 __all__ = [
     "LOCAL",
-    "SLURM",
     "Backend",
     "backend_called",
     "backend_for",
-    "backend_named",
     "backend_of",
+    "backends",
     "register",
     "unregister",
 ]
 
 LOCAL = LocalBackend()
-SLURM = SlurmBackend()
-_REGISTERED: dict[str, Backend] = {LOCAL.name: LOCAL, SLURM.name: SLURM}
+_REGISTERED: dict[str, Backend] = {LOCAL.name: LOCAL}
 
 
 def register(backend: Backend) -> None:
@@ -37,13 +40,37 @@ def register(backend: Backend) -> None:
     known = _REGISTERED.get(backend.name)
     if known is not None and known is not backend:
         raise ValueError(f"a backend named {backend.name!r} is registered already")
+    if backend.watch is not None:
+        register_watch(backend.watch)
     _REGISTERED[backend.name] = backend
 
 
+def _built_in() -> tuple[Backend, ...]:
+    """Each backend sub-package's ``BACKEND`` (its ``backend`` module's), ``local`` aside."""
+    found = []
+    for name in backend_packages():
+        if name != LOCAL.name:
+            module = importlib.import_module(f"{__package__}.{name}.backend")
+            found.append(module.BACKEND)
+    return tuple(found)
+
+
+BUILT_IN = (LOCAL, *_built_in())
+for _backend in BUILT_IN[1:]:
+    register(_backend)
+
+
 def unregister(backend: Backend) -> None:
-    """Forget ``backend`` (a test's own); the built-in ones stay."""
-    if backend is not LOCAL and backend is not SLURM and _REGISTERED.get(backend.name) is backend:
+    """Forget ``backend`` (a test's own) and its watch; the built-in ones stay."""
+    if backend not in BUILT_IN and _REGISTERED.get(backend.name) is backend:
         del _REGISTERED[backend.name]
+        if backend.watch is not None:
+            unregister_watch(backend.watch)
+
+
+def backends() -> tuple[Backend, ...]:
+    """Every registered backend, ``LOCAL`` first."""
+    return tuple(_REGISTERED.values())
 
 
 def backend_called(name: str) -> Backend:
@@ -53,10 +80,6 @@ def backend_called(name: str) -> Backend:
     except KeyError:
         known = ", ".join(sorted(_REGISTERED))
         raise ValueError(f"no backend named {name!r} (known: {known})") from None
-
-
-def backend_named(slurm: bool) -> Backend:
-    return SLURM if slurm else LOCAL
 
 
 def backend_of(run_dir: RunDir) -> Backend:

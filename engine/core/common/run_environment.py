@@ -14,11 +14,13 @@ RUN_MARKER_ENV = "DDPTUI_RUN_ID"
 RUN_DIR_ENV = "DDPTUI_RUN_DIR"  # absolute path of the run directory
 LAUNCHER_PID_ENV = "DDPTUI_LAUNCHER_PID"  # the launcher that started the ranks
 THREADS_ENV = "DDPTUI_THREADS_PER_RANK"  # CPU threads each rank may use (cores / ranks)
-# The node a rank of a run across nodes runs on (Slurm's name for it), set by its node launcher.
+# The node a rank of a run across nodes runs on (its scheduler's name for it), set by its node
+# launcher.
 NODE_ENV = "DDPTUI_NODE"
 
 # A rank writes every thread's Python stack (faulthandler) when it receives this signal, even while
-# it is blocked in a collective or holds the GIL. Not SIGUSR1: Lightning uses it to requeue on Slurm.
+# it is blocked in a collective or holds the GIL. Not SIGUSR1: Lightning uses it to requeue a job
+# on a scheduler's nodes.
 STACK_DUMP_SIGNAL = signal.SIGUSR2
 STACKS_DIR = "stacks"  # in the run directory: faulthandler files and snapshots
 

@@ -30,9 +30,10 @@ class RunStatus(Vocabulary):
     ``queued``: it waits in the machine's queue for its devices (``ddptui run --queue``); its
     waiter becomes its launcher when they are free.
 
-    A run on Slurm also: ``pending`` (Slurm has not started it yet, and says why), and the ends
-    only Slurm can tell: ``cancelled`` (scancel from elsewhere; ``ddptui kill`` makes it ``killed``),
-    ``timeout`` (its time limit), ``node-failure`` (a node of it failed).
+    A run a scheduler places (``engine.core.backends``) also: ``pending`` (its scheduler has not
+    started it yet, and says why), and the ends only the scheduler can tell: ``cancelled`` (by
+    someone else; ``ddptui kill`` makes it ``killed``), ``timeout`` (its time limit),
+    ``node-failure`` (a node of it failed).
     """
 
     QUEUED = "queued"

@@ -14,10 +14,10 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from engine.core.backends.slurm.config import SlurmConfig
 from engine.core.common.config_error import ConfigError as ConfigError
+from engine.core.config.backend_sections import section_types
 from engine.core.config.checkpoint_every import (
     DEFAULT_CHECKPOINT_EVERY,
     CheckpointEvery,
@@ -35,6 +35,8 @@ LR_SCALINGS = ("none", "linear")
 OPTIMIZERS = ("sgd",)
 BACKENDS = ("auto", "nccl", "gloo")
 ON_DIVERGENCE = ("fail", "warn")
+
+Section = TypeVar("Section")
 
 
 def _one_of(section: str, key: str, value: object, allowed: tuple[str, ...]) -> None:
@@ -328,8 +330,10 @@ class RunConfig:
     ddp: DdpConfig = field(default_factory=DdpConfig)
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
     script: ScriptConfig = field(default_factory=ScriptConfig)
-    # How the run asks Slurm for its nodes, when it runs there (``ddptui run --slurm``).
-    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    # Each backend's own section (``[NAME]``, ``engine.core.config.backend_sections``) as that
+    # backend's type read it: how the run asks that backend for its place when it runs there. A
+    # section its type's defaults fill is left out, so it is neither kept nor written.
+    backend_sections: dict[str, Any] = field(default_factory=dict)
     # Fault injections "KIND:RANK:STEP" for tests (engine.train.faults).
     faults: tuple[str, ...] = ()
 
@@ -347,7 +351,25 @@ class RunConfig:
             return self.script.label, "-"
         return self.model.label, self.data.factory or self.data.dataset
 
+    def backend_section(self, name: str, section_type: type[Section]) -> Section:
+        """This run's ``[name]`` section, as the backend that registered it reads it (its
+        defaults when the preset has none)."""
+        found = self.backend_sections.get(name)
+        return found if isinstance(found, section_type) else section_type()
+
+    def _keep_backend_sections(self) -> None:
+        """Only registered sections of their own type; those at their defaults left out."""
+        types = section_types()
+        kept = {}
+        for name, section in self.backend_sections.items():
+            if name not in types or not isinstance(section, types[name]):
+                raise ValueError(f"[{name}] is no registered backend section of that type")
+            if section != types[name]():
+                kept[name] = section
+        object.__setattr__(self, "backend_sections", kept)
+
     def __post_init__(self) -> None:
+        self._keep_backend_sections()
         for fault in self.faults:
             parse_fault(fault)
         if self.script.given and self.strategy.name != "ddp":

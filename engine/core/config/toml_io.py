@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, get_origin, get_type_hints
 
 from engine.core.common.config_error import ConfigError
+from engine.core.config.backend_sections import section_types
 from engine.core.config.known_keys import check_known_keys
 from engine.core.config.schema import RunConfig, check_finite
 
@@ -27,12 +28,9 @@ else:  # pragma: no cover - exercised on 3.10 only
 SECTION_TYPES: dict[str, type] = {
     name: hint
     for name, hint in get_type_hints(RunConfig).items()
-    if name not in ("name", "description", "faults")
+    if name not in ("name", "description", "faults", "backend_sections")
 }
 TOP_LEVEL_KEYS = ("description", "faults")
-# Sections written only when they differ from their defaults: they matter to some runs only
-# (a run on Slurm), and every other config.toml stays as it was.
-OPTIONAL_SECTIONS = ("slurm",)
 _TYPE_NAMES = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
 
 
@@ -98,11 +96,19 @@ def _build_section(where: str, section: str, cls: type, values: Mapping[str, Any
         raise err.within(where) from None
 
 
+def all_section_types() -> dict[str, type]:
+    """The config's own sections, then every backend's (``engine.core.config.backend_sections``),
+    which are read, checked and overridden the same way."""
+    return {**SECTION_TYPES, **section_types()}
+
+
 def config_from_mapping(data: Mapping[str, Any], *, name: str, where: str) -> RunConfig:
     """Build a RunConfig from parsed TOML. ``where`` names the file in every error."""
     sections: dict[str, Any] = {}
+    backend_sections: dict[str, Any] = {}
+    types = all_section_types()
     for key, value in data.items():
-        if key in SECTION_TYPES:
+        if key in types:
             if not isinstance(value, Mapping):
                 raise ConfigError(
                     f"[{key}] must be a table of keys",
@@ -110,9 +116,10 @@ def config_from_mapping(data: Mapping[str, Any], *, name: str, where: str) -> Ru
                     key=key,
                     reason=f"[{key}] is not a table",
                 )
-            sections[key] = _build_section(where, key, SECTION_TYPES[key], value)
+            built = _build_section(where, key, types[key], value)
+            (sections if key in SECTION_TYPES else backend_sections)[key] = built
         else:
-            known = [*TOP_LEVEL_KEYS, *SECTION_TYPES]
+            known = [*TOP_LEVEL_KEYS, *types]
             check_known_keys([key], known, where=where, what="section or key")
     description = data.get("description", "")
     if not isinstance(description, str):
@@ -126,7 +133,13 @@ def config_from_mapping(data: Mapping[str, Any], *, name: str, where: str) -> Ru
             reason="faults is not a list of strings",
         )
     try:
-        return RunConfig(name=name, description=description, faults=tuple(faults), **sections)
+        return RunConfig(
+            name=name,
+            description=description,
+            faults=tuple(faults),
+            backend_sections=backend_sections,
+            **sections,
+        )
     except ConfigError as err:
         raise err.within(where) from None
 
@@ -210,6 +223,7 @@ def apply_overrides(config: RunConfig, overrides: Mapping[str, Any]) -> RunConfi
     Values may be strings from the command line (parsed as TOML literals) or typed values.
     """
     data = to_mapping(config)
+    types = all_section_types()
     for dotted, raw in overrides.items():
         where = f"override {dotted}={raw}"
         section, _, key = dotted.partition(".")
@@ -217,14 +231,14 @@ def apply_overrides(config: RunConfig, overrides: Mapping[str, Any]) -> RunConfi
         if section in TOP_LEVEL_KEYS and not key:
             data[section] = value
             continue
-        if section not in SECTION_TYPES or not key:
+        if section not in types or not key:
             raise ConfigError(
-                f"expected section.key with a section among {', '.join(SECTION_TYPES)}",
+                f"expected section.key with a section among {', '.join(types)}",
                 where=where,
                 key=dotted,
                 reason=f"{dotted} is not section.key",
             )
-        hints = get_type_hints(SECTION_TYPES[section])
+        hints = get_type_hints(types[section])
         check_known_keys([key], hints, where=where, section=section)
         if hints[key] is str and not isinstance(value, str):
             value = str(value) if not isinstance(value, bool) else value
@@ -237,8 +251,13 @@ def apply_overrides(config: RunConfig, overrides: Mapping[str, Any]) -> RunConfi
 
 
 def to_mapping(config: RunConfig) -> dict[str, Any]:
-    """Plain nested dict (TOML-ready) of a config."""
+    """Plain nested dict (TOML-ready) of a config: its sections, every backend's among them (at
+    its defaults when the config has none), then its faults."""
     data = dataclasses.asdict(config)
+    given = data.pop("backend_sections")
+    del data["faults"]
+    for section, section_type in section_types().items():
+        data[section] = given.get(section) or dataclasses.asdict(section_type())
     data["faults"] = list(config.faults)
     return data
 
@@ -264,8 +283,10 @@ def to_toml(config: RunConfig) -> str:
     lines = [f"name = {_toml_value(data.pop('name'))}"]
     for key in TOP_LEVEL_KEYS:
         lines.append(f"{key} = {_toml_value(data.pop(key))}")
+    backend_types = section_types()
     for section, values in data.items():
-        if section in OPTIONAL_SECTIONS and values == to_mapping(RunConfig())[section]:
+        # a backend's section only where it asks something: every other config.toml stays as it was
+        if section in backend_types and section not in config.backend_sections:
             continue
         lines.append(f"\n[{section}]")
         lines.extend(f"{key} = {_toml_value(value)}" for key, value in values.items())

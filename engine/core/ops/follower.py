@@ -77,9 +77,10 @@ def follow_run(
             marked_processes(RunMarker.of_dir(started.run_dir.path)) and time.monotonic() < deadline
         ):
             time.sleep(poll_seconds)
-        over = state.status == RunStatus.LOST or (state.slurm is not None and state.final)
+        over = state.status == RunStatus.LOST or (state.placement is not None and state.final)
         if over and not started.run_dir.summary_path.exists():
-            # the launcher's exit status (or Slurm's end of the job) is known here: write it down
+            # the launcher's exit status (or its scheduler's end of the job) is known here: write
+            # it down
             observer.settle = True
             state = observer.observe()
         on_state(state)

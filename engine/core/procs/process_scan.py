@@ -133,7 +133,7 @@ def launcher_kind(cmdline: Iterable[str]) -> str | None:
             if module in (
                 "engine.train.launch",
                 "engine.train.node_launch",
-            ):  # one node's, on Slurm
+            ):  # one node's, of a run across nodes
                 return "ddptui"
     return None
 

@@ -6,7 +6,8 @@ figures of a script run (``script_reporting``), the summary (``summary``, ``summ
 settler of a run whose launcher ended without one (``settle``) and the run observer
 (``observer``): the one place that decides a run's and each rank's status; the one look at a
 run an operation takes before it acts (``run_handle``). Also: where the
-processes of a run across nodes live (``placement``), what the ranks ran with
+processes of a run another backend placed are, as the observer asks that backend's watch
+(``placement``), each node's files of a run across nodes (``node_files``), what the ranks ran with
 (``recorded_environment``), the root cause of a failure (``root_cause``), every run of a runs
 directory as one line (``run_listing``), each rank's step split and the bottleneck
 (``step_breakdown``), the per-step curves (``step_curves``), the stop a user asked for

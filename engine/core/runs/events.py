@@ -270,7 +270,8 @@ class StacksTaken(Event):
 class NodeFinished(Event):
     """One node launcher of a run across nodes is done with its share (``events/launcher-<node>
     .jsonl``): how its ranks ended there. The run's own end is decided from every node and from
-    Slurm (``engine.core.backends.slurm.state``), so this is not a ``RunFinished``."""
+    its scheduler (by its backend, ``engine.core.runs.placement``), so this is not a
+    ``RunFinished``."""
 
     type: ClassVar[str] = "node_finished"
     node: str

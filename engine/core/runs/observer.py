@@ -13,7 +13,10 @@ that refuses that write changes nothing of what it returns.
 Run statuses (``RunStatus``): from summary.json when there; else run.json's final state; else
 run.json's ``starting`` / ``running`` while the launcher lives (it writes ``running`` once it has
 recorded itself and started the ranks), ``orphaned`` when the launcher is gone but a rank is alive,
-``lost`` when nothing is alive.
+``lost`` when nothing is alive. A run another backend placed (a scheduler's job) is decided by
+what that backend's ``PlacementWatch`` (``engine.core.runs.placement``) says, asked without
+knowing which backend it is: pending with the scheduler's reason, the ends only it can tell
+(cancelled, timeout, node failure), the node each rank is on.
 """
 
 from __future__ import annotations
@@ -26,23 +29,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from engine.core.backends.slurm.jobs import read_job
-from engine.core.backends.slurm.state import (
-    JobReader,
-    SlurmVerdict,
-    SlurmView,
-    decide,
-    ended_view,
-    read_view,
-    slurm_summary,
-)
 from engine.core.common.config_error import ConfigError
 from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.config.devices import DevicePlan
 from engine.core.config.schema import RunConfig
 from engine.core.procs.process_identity import ProcessProbe
 from engine.core.runs.events import EventTail
-from engine.core.runs.placement import rank_nodes
+from engine.core.runs.placement import PlacementVerdict, PlacementView, PlacementWatch, watch_for
 from engine.core.runs.rank_states import RankState, RankStateTracker, Thresholds
 from engine.core.runs.run_listing import RunListing
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
@@ -96,7 +89,8 @@ class RunState:
     metrics_reported: bool = False  # the script called ddptui.report: loss, accuracy, images/s
     problem: str = ""  # what could not be read (a corrupt run.json or summary.json)
     unsaved: str = ""  # the lost summary shown here could not be written (a full disk), and why
-    slurm: SlurmView | None = None  # a run on Slurm: its job and its node launchers' records
+    # Where another backend placed it (engine.core.runs.placement): its job, its nodes, ...
+    placement: PlacementView | None = None
     # Each rank's step split (recent while it runs, the whole run's once it ended), the cause
     # it names, and the per-step curves (engine.core.runs.step_breakdown, step_curves).
     step_breakdown: tuple[StepBreakdown, ...] = ()
@@ -110,6 +104,11 @@ class RunState:
     @property
     def active(self) -> bool:
         return self.status.active
+
+    @property
+    def across_nodes(self) -> bool:
+        """Its ranks are on other machines (a scheduler's nodes), each sampling its own GPUs."""
+        return self.placement is not None and self.placement.across_nodes
 
     @property
     def stalled_ranks(self) -> tuple[int, ...]:
@@ -136,7 +135,6 @@ class RunState:
             "ranks": [r.to_json() for r in self.ranks],
             "summary": self.summary.to_json() if self.summary else None,
             "diagnosis": self.diagnosis.to_json() if self.diagnosis else None,
-            **({"slurm": self.slurm.to_json()} if self.slurm else {}),
             "step_breakdown": [b.to_json() for b in self.step_breakdown],
             "bottleneck": self.bottleneck.sentence if self.bottleneck else "",
         }
@@ -161,15 +159,15 @@ class RunObserver:
         launcher_poll: Callable[[], int | None] | None = None,
         settle: bool = True,
         measure_usage: bool = False,
-        slurm_jobs: JobReader | None = None,
+        watch: PlacementWatch | None = None,
         info: RunInfo | None = None,
     ) -> None:
         self.run_dir = run_dir
         self._given_info = info  # run.json as the caller just read it: the first observe uses it
-        self.slurm_jobs = slurm_jobs or read_job  # Slurm's word on a job (a stand-in in tests)
-        self._slurm: SlurmView | None = None
-        self._slurm_end: tuple[SlurmVerdict, SlurmView] | None = None  # once the job is over
-        self._slurm_read = False  # the node records of an ended Slurm run were read
+        self.watch = watch  # of the run's backend (None: the registered one; a stand-in in tests)
+        self._placement: PlacementView | None = None
+        self._placement_end: PlacementVerdict | None = None  # once its backend says it is over
+        self._placement_read = False  # where an ended run was, read once from its directory
         self.clock = clock
         self.probe = probe or ProcessProbe()
         self.launcher_poll = launcher_poll
@@ -241,8 +239,11 @@ class RunObserver:
             return self._summary.status, self._summary.reason, False
         if info is None:
             return (RunStatus.UNREADABLE if info_problem else RunStatus.STARTING), "", None
-        if info.slurm is not None:
-            return self._decide_slurm(info, now)
+        watch = self._watch_of(info)
+        if watch is not None:
+            placed = self._decide_placed(watch, info, now)
+            if placed is not None:
+                return placed
         finished = self.tracker.run_finished
         if info.state.final:
             return info.state, finished.reason if finished else "", False
@@ -263,22 +264,31 @@ class RunObserver:
             return info.state, "", True
         return self._gone(info, f"the launcher (pid {info.launcher.pid}) is gone without a summary")
 
-    def _decide_slurm(self, info: RunInfo, now: float) -> tuple[RunStatus, str, bool | None]:
-        """A run on Slurm: ``engine.core.backends.slurm.state`` decides from Slurm's word on its job
-        and its node launchers' records. While the job runs its node launchers judge silence, as
-        a live launcher does; once it is over, its summary is built (and settled) once."""
-        if self._slurm_end is None:
-            view = read_view(self.run_dir, info, self.slurm_jobs)
-            # inside an allocation, the srun that started the step is its launcher here
-            step_alive = self.probe.alive(info.launcher) if info.launcher else None
-            verdict = decide(info, view, now, step_alive)
-            self._slurm = view
+    def _watch_of(self, info: RunInfo | None) -> PlacementWatch | None:
+        """The watch of the backend that placed the run (engine.core.runs.placement), if any."""
+        placed = info.placement if info is not None else None
+        if placed is not None and self.watch is not None and self.watch.name == placed.backend:
+            return self.watch
+        return watch_for(info)
+
+    def _decide_placed(
+        self, watch: PlacementWatch, info: RunInfo, now: float
+    ) -> tuple[RunStatus, str, bool | None] | None:
+        """A run another backend placed: its backend decides from what it asks (a scheduler's
+        word on the job, its node launchers' records), and says None where the rules of a
+        launcher on this machine decide. While the run goes on, its own launchers judge silence,
+        as a live launcher does; once its backend says it is over, its summary is built (and
+        settled) once."""
+        if self._placement_end is None:
+            verdict = watch.observe(self.run_dir, info, now, self.probe)
+            self._placement = verdict.view
+            if verdict.status is None:
+                return None
             if not verdict.ended:
-                return verdict.status, verdict.reason, verdict.status == RunStatus.RUNNING
-            self._slurm_end = (verdict, view)
-        verdict, view = self._slurm_end
+                return verdict.status, verdict.reason, verdict.launcher_alive
+            self._placement_end = verdict
         if self._lost is None:
-            self._lost = slurm_summary(self.run_dir, verdict, view)
+            self._lost = watch.summary(self.run_dir, self._placement_end)
         summary = self._settled(self._lost)
         return summary.status, summary.reason, False
 
@@ -362,12 +372,12 @@ class RunObserver:
             run_status=status if status.final else None,
             stopped_pids=self.probe.stopped(info.ranks) if live and info else frozenset(),
         )
-        if self.measure_usage and live and (info is None or info.slurm is None):
+        placed = self._placement
+        if self.measure_usage and live and (placed is None or not placed.across_nodes):
             usage = self.probe.usage([r.pid for r in ranks if r.pid])
             ranks = tuple(replace(r, usage=usage.get(r.pid)) if r.pid else r for r in ranks)
-        if self._slurm is not None:  # each rank's node, as the launcher that numbered it said
-            nodes = rank_nodes(self._slurm.nodes)
-            ranks = tuple(replace(r, node=nodes.get(r.rank, "")) for r in ranks)
+        if placed is not None and placed.rank_nodes:  # as the launcher that numbered it said
+            ranks = tuple(replace(r, node=placed.rank_nodes.get(r.rank, "")) for r in ranks)
         return ranks
 
     def _elapsed(
@@ -384,9 +394,10 @@ class RunObserver:
         now = self.clock()
         info, info_problem, summary_problem, problems = self._read_files()
         status, reason, launcher_alive = self._decide(info, info_problem, summary_problem, now)
-        if info is not None and info.slurm is not None and status.final and not self._slurm_read:
-            self._slurm_read = True  # its nodes' last word, read once, without asking Slurm
-            self._slurm = ended_view(self.run_dir, info)
+        watch = self._watch_of(info)
+        if watch is not None and info is not None and status.final and not self._placement_read:
+            self._placement_read = True  # where it was, read once, its scheduler not asked
+            self._placement = watch.recorded(self.run_dir, info)
         ranks = self._rank_states(info, status, launcher_alive, now)
         summary = self._summary or (self._lost if status.final else None)
         started = self.tracker.run_started or (info.created if info else None)
@@ -428,7 +439,7 @@ class RunObserver:
             metrics_reported=self.tracker.metrics_reported,
             problem="; ".join(problems),
             unsaved=self._settle_problem,
-            slurm=self._slurm,
+            placement=self._placement,
             step_breakdown=split,
             bottleneck=find_bottleneck(split),
             curves=self.step_curves.curves(),

@@ -1,390 +1,152 @@
-"""Where a run's processes live when they span nodes: its Slurm job (``run.json``'s ``slurm``) and
-what each node launcher recorded of itself (``nodes/<node>.json``).
+"""Where a run's ranks are placed, as the layers below the backends know it: run.json's
+``placement`` (``Placement``: a backend's name and its own keys), and what a backend that places
+runs elsewhere observes of one of them (``PlacementWatch``: pending with the scheduler's reason,
+how its job ended, the node each rank is on), which the run observer asks through ``watch_for``
+without knowing which backend it is.
 
-A run on Slurm has one node launcher per node (``engine.train.node_launch``). Each records, in the
-run directory every node sees, its node, its own process, the ranks it started with the global
-number it gave each (the launcher that assigns a rank records it: nothing assumes rank 0 is on the
-first node), and at its end how it ended and its proof: what it stopped and that nothing carrying
-the run's marker is left on its node. Readers (the run observer, ``ddptui kill`` / ``stacks``)
-go by these records, never by processes they could see on this machine.
-
-Plain Python: typed records, read back into the objects that wrote them, every file read through
-no planted link and with a size bound.
+A backend registers its watch as ``engine.core`` is first imported
+(``engine.core.backends.import_backends``), or when it is registered later
+(``engine.core.backends.registry.register``). A run whose placement names no registered watch is
+observed as a run of this machine's launcher. Plain Python; this module stays light, since it
+is imported as ``engine.core`` starts.
 """
 
 from __future__ import annotations
 
-import json
-import re
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from engine.core.common.run_files import make_dirs, read_run_bytes, write_json_atomic
-from engine.core.common.run_layout import RunLayout
 from engine.core.common.statuses import RunStatus
-from engine.core.host.gpus import GpuInventory, GpuSample
-from engine.core.procs.process_identity import ProcessRef
 
-SLURM_DIR = "slurm"  # its own records, in the run directory (RunLayout.placement_dir)
-# Slurm sends SIGKILL KillWait seconds (30 by default) after its SIGTERM: a node launcher gives
-# its ranks less than that, so its proof is written before it.
-NODE_STOP_GRACE_SECONDS = 2.0
-RECORD_LIMIT = 1024 * 1024  # a node record is a few KiB; more is not one
-_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
-
-
-def check_node_name(node: str) -> str:
-    """``node`` when it can name a file (Slurm's node names can); ValueError else."""
-    if not _NODE_NAME.match(node) or len(node) > 200:
-        raise ValueError(f"{node!r} is not a node name")
-    return node
+if TYPE_CHECKING:
+    from engine.core.procs.process_identity import ProcessProbe
+    from engine.core.runs.run_info import RunInfo
+    from engine.core.runs.rundir import RunDir
+    from engine.core.runs.summary import RunSummary
 
 
 @dataclass(frozen=True)
-class SlurmPlacement:
-    """run.json's ``slurm``: the job the run is (or is a step of) and what was asked of Slurm."""
+class Placement:
+    """run.json's ``placement``: the backend a run belongs to (``engine.core.backends``) and the
+    keys that backend keeps of it, as it wrote them (its own type reads them). A run without one
+    is this machine's."""
 
-    job_id: str = ""  # "" until sbatch answered
-    nodes: int = 1
-    partition: str = ""  # "" the cluster's default
-    time_limit: str = ""  # as asked ("" the partition's)
-    # A step of the user's own allocation (salloc): the run is that step, never the whole job.
-    in_allocation: bool = False
-    submitted: float = 0.0
+    backend: str
+    keys: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "job_id": self.job_id,
-            "nodes": self.nodes,
-            "partition": self.partition,
-            "time_limit": self.time_limit,
-            "in_allocation": self.in_allocation,
-            "submitted": self.submitted,
-        }
+        return {**self.keys, "backend": self.backend}
 
     @classmethod
-    def from_json(cls, data: Any) -> SlurmPlacement | None:
-        if not isinstance(data, dict):
+    def from_json(cls, data: Any) -> Placement | None:
+        if not isinstance(data, dict) or not isinstance(data.get("backend"), str):
             return None
-        return cls(
-            job_id=str(data.get("job_id") or ""),
-            nodes=int(data.get("nodes", 1)),
-            partition=str(data.get("partition") or ""),
-            time_limit=str(data.get("time_limit") or ""),
-            in_allocation=bool(data.get("in_allocation", False)),
-            submitted=float(data.get("submitted") or 0.0),
-        )
+        return cls(data["backend"], {k: v for k, v in data.items() if k != "backend"})
+
+    @classmethod
+    def in_run_json(cls, data: dict[str, Any]) -> Placement | None:
+        """The placement a run.json holds: its ``placement``, else (a run.json written before
+        there was one) the keys a registered backend kept under its own name."""
+        found = cls.from_json(data.get("placement"))
+        if found is not None:
+            return found
+        for name in _WATCHES:
+            kept = data.get(name)
+            if isinstance(kept, dict):
+                return cls(name, dict(kept))
+        return None
 
 
 @dataclass(frozen=True)
-class NodeProof:
-    """What a node launcher stopped at its end and what it found left of the run on its node."""
+class PlacementView:
+    """What a backend observed of where its run is, at one moment: the words every reader may
+    show, the backend's own keys (``ddptui show --json``'s ``placement``), and its own typed view
+    (``detail``) for its ``describe`` and ``stop``."""
 
-    terminated: tuple[int, ...] = ()  # pids that ended on SIGTERM (or by themselves)
-    killed: tuple[int, ...] = ()  # pids that needed SIGKILL
-    left: tuple[int, ...] = ()  # pids carrying the run's marker still alive after all that
-    # Processes of the run no rank was the parent of any more (a task's double-forked daemon):
-    # found by the run's marker, stopped with the rest, named here.
-    daemons: tuple[str, ...] = ()
-    checked: float = field(default_factory=time.time)
-
-    @property
-    def clean(self) -> bool:
-        return not self.left
+    backend: str
+    label: str = ""  # where, in a few words a list shows beside the devices ("job 4242")
+    waiting_for: str = ""  # a pending run: the scheduler's reason ("Resources")
+    keys: dict[str, Any] = field(default_factory=dict)
+    rank_nodes: dict[int, str] = field(default_factory=dict)  # each global rank's node
+    across_nodes: bool = False  # its ranks are elsewhere: each node's GPUs, no usage read here
+    detail: object = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "terminated": list(self.terminated),
-            "killed": list(self.killed),
-            "left": list(self.left),
-            "daemons": list(self.daemons),
-            "checked": self.checked,
+            **self.keys,
+            "backend": self.backend,
+            "label": self.label,
+            "waiting_for": self.waiting_for,
+            "across_nodes": self.across_nodes,
         }
 
     @classmethod
-    def from_json(cls, data: Any) -> NodeProof | None:
-        if not isinstance(data, dict):
+    def from_json(cls, data: Any) -> PlacementView | None:
+        """The view ``to_json`` wrote (what a listing keeps: no rank's node, no ``detail``)."""
+        if not isinstance(data, dict) or not isinstance(data.get("backend"), str):
             return None
+        own = ("backend", "label", "waiting_for", "across_nodes")
         return cls(
-            terminated=tuple(int(p) for p in data.get("terminated") or ()),
-            killed=tuple(int(p) for p in data.get("killed") or ()),
-            left=tuple(int(p) for p in data.get("left") or ()),
-            daemons=tuple(str(d) for d in data.get("daemons") or ()),
-            checked=float(data.get("checked") or 0.0),
+            backend=data["backend"],
+            label=str(data.get("label") or ""),
+            waiting_for=str(data.get("waiting_for") or ""),
+            keys={k: v for k, v in data.items() if k not in own},
+            across_nodes=bool(data.get("across_nodes")),
         )
 
 
 @dataclass(frozen=True)
-class NodeRecord:
-    """``nodes/<node>.json``: one node launcher, its ranks, and (at its end) how it ended."""
+class PlacementVerdict:
+    """A backend's decision of its run's status while the run has no summary."""
 
-    node: str  # Slurm's name of the node (SLURMD_NODENAME)
-    node_rank: int  # SLURM_NODEID: 0 .. nodes-1
-    host: str  # the machine's own name
-    job_id: str
-    step_id: str = ""
-    launcher: ProcessRef | None = None
-    ranks: tuple[ProcessRef, ...] = ()
-    global_ranks: tuple[int, ...] = ()  # the number this launcher gave each of ``ranks``
-    state: RunStatus = RunStatus.STARTING  # starting, running, then how its share ended
+    view: PlacementView
+    status: RunStatus | None = None  # None: decide it as for a run of this machine's launcher
     reason: str = ""
-    started: float = field(default_factory=time.time)
-    finished: float | None = None
-    proof: NodeProof | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "state", RunStatus(self.state))
-        object.__setattr__(self, "global_ranks", tuple(self.global_ranks))
-        if len(self.global_ranks) != len(self.ranks):
-            raise ValueError(f"{len(self.global_ranks)} global ranks for {len(self.ranks)} ranks")
-
-    def ranked(self) -> tuple[tuple[int, ProcessRef], ...]:
-        return tuple(zip(self.global_ranks, self.ranks, strict=True))
-
-    @property
-    def final(self) -> bool:
-        return self.state.final
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "node": self.node,
-            "node_rank": self.node_rank,
-            "host": self.host,
-            "job_id": self.job_id,
-            "step_id": self.step_id,
-            "launcher": self.launcher.to_json() if self.launcher else None,
-            "ranks": [{**ref.to_json(), "rank": rank} for rank, ref in self.ranked()],
-            "state": str(self.state),
-            "reason": self.reason,
-            "started": self.started,
-            "finished": self.finished,
-            "proof": self.proof.to_json() if self.proof else None,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> NodeRecord:
-        launcher = data.get("launcher")
-        ranks = data.get("ranks") or []
-        return cls(
-            node=check_node_name(str(data["node"])),
-            node_rank=int(data["node_rank"]),
-            host=str(data.get("host", "")),
-            job_id=str(data.get("job_id", "")),
-            step_id=str(data.get("step_id", "")),
-            launcher=ProcessRef.from_json(launcher) if launcher else None,
-            ranks=tuple(ProcessRef.from_json(r) for r in ranks),
-            global_ranks=tuple(int(r["rank"]) for r in ranks),
-            state=RunStatus(data.get("state", RunStatus.STARTING)),
-            reason=str(data.get("reason", "")),
-            started=float(data.get("started") or 0.0),
-            finished=float(data["finished"]) if data.get("finished") is not None else None,
-            proof=NodeProof.from_json(data.get("proof")),
-        )
+    ended: bool = False  # nothing of it runs any more: its summary can be built
+    launcher_alive: bool | None = None  # its launchers (one a node), as far as it can tell
 
 
-# ---- where they are kept ---------------------------------------------------------------------
+class PlacementWatch(Protocol):
+    """What a backend that places runs elsewhere tells the run observer of one of them."""
+
+    name: str  # the backend's: run.json's placement.backend of its runs
+
+    def observe(
+        self, run_dir: RunDir, info: RunInfo, now: float, probe: ProcessProbe
+    ) -> PlacementVerdict:
+        """Its run now, asked of whatever the backend asks (a scheduler, its records)."""
+        ...
+
+    def recorded(self, run_dir: RunDir, info: RunInfo) -> PlacementView:
+        """Where the run is as its run directory records it, nothing else asked (its scheduler
+        is not): a run that ended, a label to print."""
+        ...
+
+    def summary(self, run_dir: RunDir, verdict: PlacementVerdict) -> RunSummary:
+        """The summary of its run, ended as ``verdict`` (one with ``ended``) says."""
+        ...
 
 
-def node_record_path(run_path: Path, node: str) -> Path:
-    return RunLayout(Path(run_path)).node_record(check_node_name(node))
+_WATCHES: dict[str, PlacementWatch] = {}
 
 
-def node_events_path(run_path: Path, node: str) -> Path:
-    """The node launcher's own events (``engine.core.runs.events``): beside the ranks' events."""
-    return RunLayout(Path(run_path)).node_events(check_node_name(node))
+def register_watch(watch: PlacementWatch) -> None:
+    """Make ``watch`` the one the observer asks of every run placed by its backend; ValueError
+    when another has its name."""
+    known = _WATCHES.get(watch.name)
+    if known is not None and known is not watch:
+        raise ValueError(f"a placement watch named {watch.name!r} is registered already")
+    _WATCHES[watch.name] = watch
 
 
-def node_log_path(run_path: Path, node: str) -> Path:
-    return RunLayout(Path(run_path)).node_log(check_node_name(node))
+def unregister_watch(watch: PlacementWatch) -> None:
+    if _WATCHES.get(watch.name) is watch:
+        del _WATCHES[watch.name]
 
 
-def node_gpus_path(run_path: Path, node: str) -> Path:
-    """The node's GPUs as its launcher last sampled them (NVML)."""
-    return RunLayout(Path(run_path)).node_gpus(check_node_name(node))
-
-
-def _slurm_dir(run_path: Path) -> Path:
-    return RunLayout(Path(run_path)).placement_dir(SLURM_DIR)
-
-
-def batch_script_path(run_path: Path) -> Path:
-    return _slurm_dir(run_path) / "job.sbatch"
-
-
-def job_output_path(run_path: Path) -> Path:
-    """The batch job's own output (sbatch ``--output``): what srun and a node that could not
-    start its launcher said."""
-    return _slurm_dir(run_path) / "job.out"
-
-
-def kill_request_path(run_path: Path) -> Path:
-    """Written by ``ddptui kill`` before it cancels the job: the run ends ``killed``, not
-    ``cancelled`` (a scancel from elsewhere)."""
-    return _slurm_dir(run_path) / "kill.json"
-
-
-def store_address_path(run_path: Path) -> Path:
-    """Where node 0's launcher publishes the address and port its rank 0 serves the store on."""
-    return _slurm_dir(run_path) / "rendezvous.json"
-
-
-def write_node_record(run_path: Path, record: NodeRecord) -> None:
-    path = node_record_path(run_path, record.node)
-    make_dirs(path.parent)
-    write_json_atomic(path, record.to_json())
-
-
-def read_json_file(run_path: Path, path: Path) -> dict[str, Any] | None:
-    """A small JSON object of the run directory (read as ``open_in_run`` allows, at most
-    ``RECORD_LIMIT`` bytes); None when it is not there. ValueError when it cannot be read."""
-    try:
-        raw = read_run_bytes(run_path, path, RECORD_LIMIT)
-    except FileNotFoundError:
+def watch_for(info: RunInfo | None) -> PlacementWatch | None:
+    """The watch of the backend that placed this run; None for a run of this machine (or of a
+    backend that registered none)."""
+    if info is None or info.placement is None:
         return None
-    except OSError as err:  # a planted link, another user's file, over the limit
-        raise ValueError(str(err)) from None
-    try:
-        data = json.loads(raw.decode("utf-8", errors="replace"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} is not a JSON object")
-    return data
-
-
-def read_node_records(run_path: Path) -> tuple[dict[str, NodeRecord], tuple[str, ...]]:
-    """Every node launcher's record by node, and a sentence for each that could not be read."""
-    found: dict[str, NodeRecord] = {}
-    problems: list[str] = []
-    try:
-        paths = sorted(RunLayout(Path(run_path)).nodes_dir.glob("*.json"))
-    except OSError:
-        return {}, ()
-    for path in paths:
-        try:
-            data = read_json_file(run_path, path)
-            if data is not None:
-                record = NodeRecord.from_json(data)
-                found[record.node] = record
-        except (ValueError, KeyError, TypeError) as err:
-            problems.append(f"{path}: {err}")
-    return found, tuple(problems)
-
-
-def rank_nodes(records: dict[str, NodeRecord]) -> dict[int, str]:
-    """Each global rank's node, as the launchers that numbered them recorded it."""
-    return {rank: r.node for r in records.values() for rank in r.global_ranks}
-
-
-@dataclass(frozen=True)
-class KillRequest:
-    """``ddptui kill`` asked for this run's end (by whom, when): its summary says killed."""
-
-    time: float
-    user: str
-    reason: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"time": self.time, "user": self.user, "reason": self.reason}
-
-
-def read_kill_request(run_path: Path) -> KillRequest | None:
-    try:
-        data = read_json_file(run_path, kill_request_path(run_path))
-    except ValueError:
-        return None
-    if data is None:
-        return None
-    return KillRequest(
-        time=float(data.get("time") or 0.0),
-        user=str(data.get("user", "")),
-        reason=str(data.get("reason", "")),
-    )
-
-
-# ---- each node's GPUs ----------------------------------------------------------------------------
-
-_SAMPLE_FIELDS = (
-    "index", "name", "uuid", "memory_used_bytes", "memory_total_bytes", "utilization_percent",
-    "temperature_c", "power_watts", "error",
-)  # fmt: skip
-
-
-@dataclass(frozen=True)
-class NodeGpus:
-    """One node's GPUs as its launcher last sampled them (NVML there), and when."""
-
-    node: str
-    time: float
-    inventory: GpuInventory
-
-    def to_json(self) -> dict[str, Any]:
-        inv = self.inventory
-        return {
-            "node": self.node,
-            "time": self.time,
-            "error": inv.error,
-            "driver_version": inv.driver_version,
-            "gpus": [{k: getattr(g, k) for k in _SAMPLE_FIELDS} for g in inv.gpus],
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> NodeGpus:
-        gpus = tuple(
-            _sample(g)
-            for g in data.get("gpus") or []
-            if isinstance(g, dict) and isinstance(g.get("index"), int)
-        )
-        return cls(
-            node=check_node_name(str(data["node"])),
-            time=float(data.get("time") or 0.0),
-            inventory=GpuInventory(
-                gpus=gpus,
-                driver_version=str(data.get("driver_version") or ""),
-                error=str(data["error"]) if data.get("error") else None,
-            ),
-        )
-
-
-def _sample(data: dict[str, Any]) -> GpuSample:
-    def number(key: str) -> Any:
-        value = data.get(key)
-        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-    return GpuSample(
-        index=int(data["index"]),
-        name=str(data.get("name") or ""),
-        uuid=str(data.get("uuid") or ""),
-        memory_used_bytes=number("memory_used_bytes"),
-        memory_total_bytes=number("memory_total_bytes"),
-        utilization_percent=number("utilization_percent"),
-        temperature_c=number("temperature_c"),
-        power_watts=number("power_watts"),
-        error=str(data["error"]) if data.get("error") else None,
-    )
-
-
-def write_node_gpus(run_path: Path, sample: NodeGpus) -> None:
-    path = node_gpus_path(run_path, sample.node)
-    make_dirs(path.parent)
-    write_json_atomic(path, sample.to_json())
-
-
-def read_node_gpus(run_path: Path) -> dict[str, NodeGpus]:
-    """Every node's last GPU sample by node; a sample that cannot be read is left out."""
-    found = {}
-    try:
-        paths = sorted(RunLayout(Path(run_path)).gpus_dir.glob("*.json"))
-    except OSError:
-        return {}
-    for path in paths:
-        try:
-            data = read_json_file(run_path, path)
-            if data is not None:
-                sample = NodeGpus.from_json(data)
-                found[sample.node] = sample
-        except (ValueError, KeyError, TypeError):
-            continue
-    return found
+    return _WATCHES.get(info.placement.backend)

@@ -1,44 +1,26 @@
-"""run.json: who is (or was) running a run (``RunInfo``), and where (``Placement``). Read and
-written through ``engine.core.runs.rundir.RunDir``. Plain Python.
+"""run.json: who is (or was) running a run (``RunInfo``), and where (its ``placement``:
+``engine.core.runs.placement.Placement``). Read and written through
+``engine.core.runs.rundir.RunDir``. Plain Python.
 """
 
 from __future__ import annotations
 
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from engine.core.common.run_environment import RUN_MARKER_ENV
 from engine.core.common.statuses import RunStatus
 from engine.core.host.oom_evidence import OomBaseline
 from engine.core.procs.process_identity import ProcessRef
-from engine.core.runs.placement import SlurmPlacement
+from engine.core.runs.placement import Placement
 
 RUN_SCHEMA_VERSION = 1
 
 
 def this_host() -> str:
     return socket.gethostname()
-
-
-@dataclass(frozen=True)
-class Placement:
-    """run.json's ``placement``: the backend a run belongs to (``engine.core.backends``) and the
-    keys that backend keeps of it, as it wrote them. A run without one is this machine's (or, with
-    run.json's ``slurm``, Slurm's: the key such runs have always had)."""
-
-    backend: str
-    keys: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {**self.keys, "backend": self.backend}
-
-    @classmethod
-    def from_json(cls, data: Any) -> Placement | None:
-        if not isinstance(data, dict) or not isinstance(data.get("backend"), str):
-            return None
-        return cls(data["backend"], {k: v for k, v in data.items() if k != "backend"})
 
 
 @dataclass(frozen=True)
@@ -63,10 +45,9 @@ class RunInfo:
     # The global rank of each of ``ranks``, as the launcher that started them numbered them; ()
     # in a run.json written before ddptui recorded it (``ranked`` derives those).
     global_ranks: tuple[int, ...] = ()
-    # A run on Slurm: its job. Its node launchers record themselves and their ranks in
-    # nodes/<node>.json (``engine.core.runs.placement``), not here: ``ranks`` stays ().
-    slurm: SlurmPlacement | None = None
-    # A run of a backend other than this machine and Slurm: that backend's name and own keys.
+    # A run another backend placed (``engine.core.backends``): its name and own keys. A run
+    # across nodes has its node launchers record themselves and their ranks in their own
+    # records, not here: ``ranks`` stays ().
     placement: Placement | None = None
 
     @classmethod
@@ -81,7 +62,7 @@ class RunInfo:
         created: float | None = None,
     ) -> RunInfo:
         """run.json as a run begins, on this host, now (or at ``created``): the one place a
-        run's first run.json is made, by ``ddptui run``, a Slurm submit and a launcher started
+        run's first run.json is made, by ``ddptui run``, a backend's submit and a launcher started
         by hand alike (each adds its own keys with ``dataclasses.replace``)."""
         when = time.time() if created is None else created
         return cls(run_id, preset, this_host(), when, state, world_size, devices)
@@ -126,7 +107,6 @@ class RunInfo:
             "nnodes": self.nnodes,
             "oom_baseline": self.oom_baseline.to_json() if self.oom_baseline else None,
             "marker_env": RUN_MARKER_ENV,
-            **({"slurm": self.slurm.to_json()} if self.slurm else {}),
             **({"placement": self.placement.to_json()} if self.placement else {}),
         }
 
@@ -150,6 +130,5 @@ class RunInfo:
             nnodes=int(data.get("nnodes", 1)),
             oom_baseline=OomBaseline.from_json(data.get("oom_baseline")),
             global_ranks=tuple(int(r["rank"]) for r in ranks) if numbered else (),
-            slurm=SlurmPlacement.from_json(data.get("slurm")),
-            placement=Placement.from_json(data.get("placement")),
+            placement=Placement.in_run_json(data),
         )

@@ -29,6 +29,7 @@ from engine.core.common.run_files import (
 )
 from engine.core.common.run_layout import SUMMARY_NAME
 from engine.core.common.statuses import RunStatus
+from engine.core.runs.placement import PlacementView, watch_for
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo, run_names
 
 if TYPE_CHECKING:
@@ -58,12 +59,18 @@ class RunListing:
     unsaved: str = ""  # the lost summary could not be written, and why
     stalled_ranks: tuple[int, ...] = ()
     straggler_ranks: tuple[int, ...] = ()
-    job_id: str = ""  # a run on Slurm: its job
-    waiting_for: str = ""  # a pending run on Slurm: Slurm's reason (Priority, Resources ...)
+    # Where another backend placed it: its label ("job 4242"), why it waits (a scheduler's
+    # reason) and that backend's own keys (engine.core.runs.placement)
+    placement: PlacementView | None = None
+
+    @property
+    def waiting_for(self) -> str:
+        """Why a pending run waits, as its backend's scheduler says ("" when it does not)."""
+        placed = self.placement
+        return placed.waiting_for if placed is not None and self.status == RunStatus.PENDING else ""
 
     @classmethod
     def of(cls, run: RunState) -> RunListing:
-        job = run.slurm.job if run.slurm else None
         return cls(
             run_id=run.run_id,
             path=run.path,
@@ -79,8 +86,7 @@ class RunListing:
             unsaved=run.unsaved,
             stalled_ranks=run.stalled_ranks,
             straggler_ranks=run.straggler_ranks,
-            job_id=run.slurm.job_id if run.slurm else "",
-            waiting_for=job.reason if job and run.status == RunStatus.PENDING else "",
+            placement=run.placement,
         )
 
     @classmethod
@@ -114,7 +120,7 @@ class RunListing:
             accuracy=summary.test_accuracy,
             reason=summary.reason,
             problem=problem,
-            job_id=info.slurm.job_id if info and info.slurm else "",
+            placement=_placed(run_dir, info),
         )
 
     @property
@@ -137,8 +143,7 @@ class RunListing:
             "straggler_ranks": list(self.straggler_ranks),
             "problem": self.problem,
             "unsaved": self.unsaved,
-            "job_id": self.job_id,
-            "waiting_for": self.waiting_for,
+            "placement": self.placement.to_json() if self.placement else None,
         }
 
     @classmethod
@@ -159,9 +164,14 @@ class RunListing:
             unsaved=str(data["unsaved"]),
             stalled_ranks=tuple(int(r) for r in data["stalled_ranks"]),
             straggler_ranks=tuple(int(r) for r in data["straggler_ranks"]),
-            job_id=str(data["job_id"]),
-            waiting_for=str(data["waiting_for"]),
+            placement=PlacementView.from_json(data["placement"]),
         )
+
+
+def _placed(run_dir: RunDir, info: RunInfo | None) -> PlacementView | None:
+    """Where an ended run was, as its backend reads it from the run directory."""
+    watch = watch_for(info)
+    return watch.recorded(run_dir, info) if watch is not None and info is not None else None
 
 
 def file_identity(path: str | Path) -> FileIdentity | None:
@@ -173,7 +183,7 @@ def file_identity(path: str | Path) -> FileIdentity | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-CACHE_SCHEMA = 2  # 2: a listing says its Slurm job
+CACHE_SCHEMA = 3  # 2: a listing says its job; 3: its backend's placement
 CACHE_MAX_BYTES = 64 << 20
 
 

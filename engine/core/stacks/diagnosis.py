@@ -258,7 +258,7 @@ def take_snapshot(
     """Every target rank's stack (in parallel), what each was doing and the culprit; saved in the
     run directory unless ``save`` is False (or the disk refuses: then ``path`` stays "").
     ``capture_all`` takes every rank's stack at once instead, by rank (a run across nodes: the
-    ranks answer a signal Slurm delivers, ``engine.core.backends.slurm.stacks``)."""
+    ranks answer a signal their scheduler delivers, from their backend)."""
     layout = RunLayout(Path(run_dir_path))
 
     def one(target: RankTarget) -> tuple[RankTarget, ProcessStack]:

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.core.backends.interface import RecordedProcess
+from engine.core.backends.interface import RecordedProcess, RunOptions
 from engine.core.backends.local.kill import KillResult, kill_run
 from engine.core.backends.local.snapshot import snapshot_run
-from engine.core.backends.local.start import StartedRun, start_run
+from engine.core.backends.local.start import StartedRun, check_run, start_run
 from engine.core.common.statuses import StopRequester
 from engine.core.config.schema import RunConfig
+from engine.core.plan.run_plan import RunPlan
 from engine.core.procs.stopping import STOP_GRACE_SECONDS
 from engine.core.runs.observer import RunState
+from engine.core.runs.placement import PlacementWatch
 from engine.core.runs.run_info import RunInfo
 from engine.core.runs.rundir import RunDir
 from engine.core.stacks.snapshot import StackSnapshot
@@ -27,12 +29,19 @@ def recorded_here(info: RunInfo) -> tuple[RecordedProcess, ...]:
 
 class LocalBackend:
     name = "local"
+    title = "this machine"
+    watch: PlacementWatch | None = None  # its runs are decided by their launcher here
+    run_options: RunOptions | None = None  # where ddptui run runs unless told otherwise
 
     def owns(self, info: RunInfo) -> bool:
-        return info.slurm is None and info.placement is None
+        return info.placement is None
 
     def locate(self, run_dir: RunDir, info: RunInfo) -> tuple[RecordedProcess, ...]:
         return recorded_here(info)
+
+    def check(self, config: RunConfig, runs_dir: Path) -> RunPlan:
+        """The plan here, with the resource guard ``start`` applies."""
+        return check_run(config)[0]
 
     def start(
         self,

@@ -73,9 +73,11 @@ class KillResult:
     stacks: StackSnapshot | None = None  # every rank's stack, taken before anything was signalled
     by_launcher: bool = False  # the run's live launcher stopped its ranks and wrote the summary
     grace_seconds: float = 0.0  # between SIGTERM and SIGKILL, as the ranks were given it
-    # A run on Slurm (engine.core.backends.slurm.stop): its job, the nodes whose launcher proved them
+    # A run another backend placed (a scheduler's job): where it was and what became of that, in
+    # its backend's words ("job 4242 of the scheduler", "cancelled"); the nodes whose launcher proved them
     # clean, those that did not report, a rank's daemon found, and all that in one sentence.
-    job_id: str = ""
+    placement: str = ""
+    placement_ended: str = ""
     verified_nodes: tuple[str, ...] = ()
     unverified_nodes: tuple[str, ...] = ()
     daemons: tuple[str, ...] = ()
@@ -84,7 +86,7 @@ class KillResult:
     @property
     def ok(self) -> bool:
         """Nothing of the run is left running (nor was any of it refused), and every node of a
-        run on Slurm proved it."""
+        run across nodes proved it."""
         stopped = self.stop is None or (self.stop.ok and not self.stop.refused)
         return stopped and not self.unverified_nodes
 

@@ -40,8 +40,8 @@ from engine.core.runs.rundir import (
 
 
 class LauncherHandle(Protocol):
-    """What follows a started run to its end: the launcher's ``Popen``, or (a run on Slurm) its
-    job (``engine.core.backends.slurm.submit.SlurmJobHandle``)."""
+    """What follows a started run to its end: the launcher's ``Popen``, or (a run a scheduler
+    places) a handle on its job that its backend gives."""
 
     pid: int
 
@@ -54,8 +54,8 @@ class LauncherHandle(Protocol):
 
 @dataclass
 class StartedRun:
-    """A run this process started (its launcher, or its Slurm job). ``wait`` / ``poll`` give its
-    exit code."""
+    """A run this process started (its launcher, or its scheduler's job). ``wait`` / ``poll``
+    give its exit code."""
 
     run_dir: RunDir
     plan: RunPlan
@@ -106,8 +106,8 @@ def create_run_dir(
 ) -> tuple[RunDir, RunInfo]:
     """The run directory (with ``folders`` inside) holding the space reserve the launcher gives
     back for its summary, config.toml and run.json (``info`` of the new directory, returned with
-    it), for a run on this machine and on Slurm alike. RunDirError (one sentence: the path, and the free space
-    on a full disk) when it cannot be made; then nothing of it is left."""
+    it), for a run of every backend alike. RunDirError (one sentence: the path, and the free
+    space on a full disk) when it cannot be made; then nothing of it is left."""
     check_runs_dir(Path(runs_dir), write=True)
     if run_id is not None:
         check_run_id(run_id)

@@ -6,28 +6,35 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.core.backends.interface import RecordedProcess
+from engine.core.backends.interface import RecordedProcess, RunOptions
 from engine.core.backends.local.backend import recorded_here
 from engine.core.backends.local.kill import KillResult
 from engine.core.backends.local.start import StartedRun
+from engine.core.backends.slurm.options import RUN_OPTIONS
+from engine.core.backends.slurm.records import SlurmPlacement, read_node_records
 from engine.core.backends.slurm.stacks import snapshot_slurm_run
+from engine.core.backends.slurm.state import view_of
 from engine.core.backends.slurm.stop import kill_slurm_run
-from engine.core.backends.slurm.submit import submit_run
+from engine.core.backends.slurm.submit import check_request, submit_run
+from engine.core.backends.slurm.watch import SLURM, SLURM_WATCH
 from engine.core.common.statuses import StopRequester
 from engine.core.config.schema import RunConfig
+from engine.core.plan.run_plan import RunPlan
 from engine.core.procs.stopping import STOP_GRACE_SECONDS
 from engine.core.runs.observer import RunState
-from engine.core.runs.placement import read_node_records
 from engine.core.runs.run_info import RunInfo
 from engine.core.runs.rundir import RunDir
 from engine.core.stacks.snapshot import StackSnapshot
 
 
 class SlurmBackend:
-    name = "slurm"
+    name = SLURM
+    title = "Slurm"
+    watch = SLURM_WATCH
+    run_options: RunOptions | None = RUN_OPTIONS
 
     def owns(self, info: RunInfo) -> bool:
-        return info.slurm is not None  # run.json's own ``slurm`` key, as every Slurm run has it
+        return SlurmPlacement.of(info) is not None
 
     def locate(self, run_dir: RunDir, info: RunInfo) -> tuple[RecordedProcess, ...]:
         """run.json's, then each node launcher's record: itself and its ranks."""
@@ -36,6 +43,11 @@ class SlurmBackend:
             found += [(None, record.launcher)] if record.launcher else []
             found += record.ranked()
         return tuple(found)
+
+    def check(self, config: RunConfig, runs_dir: Path) -> RunPlan:
+        """As ``ddptui run --slurm`` checks it (the partition and its nodes asked of ``sinfo``):
+        each node's plan."""
+        return check_request(config, runs_dir).plan
 
     def start(
         self,
@@ -59,11 +71,11 @@ class SlurmBackend:
         allow_other_users: bool = False,
         by: StopRequester = StopRequester.KILL,
     ) -> KillResult:
-        return kill_slurm_run(run_dir, allow_other_users=allow_other_users, reason=by.sentence)
+        return kill_slurm_run(run_dir, allow_other_users=allow_other_users, by=by)
 
     def describe(self, state: RunState) -> tuple[str, ...]:
         """Its job, and each node with its ranks and whether it proved itself clean at its end."""
-        view = state.slurm
+        view = view_of(state.placement)
         if view is None:
             return ()
         job = view.job
@@ -79,3 +91,6 @@ class SlurmBackend:
             f"slurm      {where}job {view.job_id or '-'}{said}; "
             + ("; ".join(nodes) or "no node launcher yet"),
         )
+
+
+BACKEND = SlurmBackend()  # what the registry finds in this package (engine.core.backends.registry)

@@ -11,8 +11,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from engine.core.common.config_error import ConfigError
+
+if TYPE_CHECKING:  # this module is registered as engine.core starts: it stays light
+    from engine.core.config.schema import RunConfig
+
+SECTION = "slurm"  # its section of a run config, registered by this package
 
 # Slurm's time formats: minutes, minutes:seconds, hours:minutes:seconds, days-hours,
 # days-hours:minutes, days-hours:minutes:seconds; or UNLIMITED / INFINITE.
@@ -45,6 +51,11 @@ class SlurmConfig:
     qos: str = ""
     # Further sbatch options, written as ``#SBATCH --KEY=VALUE`` (e.g. constraint = "a100").
     sbatch: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, config: RunConfig) -> SlurmConfig:
+        """The ``[slurm]`` section of ``config`` (its defaults when the preset has none)."""
+        return config.backend_section(SECTION, cls)
 
     def __post_init__(self) -> None:
         if self.nodes < 1:

@@ -17,11 +17,12 @@ import time
 from collections.abc import Callable
 
 from engine.core.backends.slurm.cluster import SlurmUnavailable, run_slurm
+from engine.core.backends.slurm.records import NodeRecord, SlurmPlacement
+from engine.core.backends.slurm.state import view_of
 from engine.core.common.run_environment import STACK_DUMP_SIGNAL, faulthandler_file_name
 from engine.core.common.run_files import open_private
-from engine.core.runs.observer import RunObserver
-from engine.core.runs.placement import NodeRecord, read_node_records
-from engine.core.runs.rundir import RunDir, RunInfo
+from engine.core.runs.observer import RunObserver, RunState
+from engine.core.runs.rundir import RunDir
 from engine.core.stacks.capture import ProcessStack, capture_by_signal
 from engine.core.stacks.diagnosis import RankTarget, take_snapshot
 from engine.core.stacks.snapshot import StackSnapshot, stacks_dir
@@ -30,11 +31,10 @@ LOCK_NAME = ".taking"
 LOCK_STALE_SECONDS = 30.0  # a lock older than this was left by a taker that died
 
 
-def step_of(info: RunInfo, records: dict[str, NodeRecord]) -> str:
+def step_of(placement: SlurmPlacement, records: dict[str, NodeRecord]) -> str:
     """``JOB.STEP`` of the node launchers' step ("" when no node launcher recorded it yet)."""
-    assert info.slurm is not None
     steps = {r.step_id for r in records.values() if r.step_id}
-    job = info.slurm.job_id or next((r.job_id for r in records.values()), "")
+    job = placement.job_id or next((r.job_id for r in records.values()), "")
     if not job or len(steps) != 1:
         return ""
     return f"{job}.{steps.pop()}"
@@ -86,18 +86,25 @@ class SnapshotLock:
 
 
 def snapshot_slurm_run(
-    run_dir: RunDir, *, reason: str, save: bool = True, wait_for_other: float = 10.0
+    run_dir: RunDir,
+    *,
+    reason: str,
+    save: bool = True,
+    wait_for_other: float = 10.0,
+    state: RunState | None = None,
 ) -> StackSnapshot | None:
     """Every live rank's stack, the culprit named with its node; stored in the run directory.
-    None when no node launcher recorded a live rank, or another snapshot is being taken and did
-    not end within ``wait_for_other`` seconds."""
-    state = RunObserver(run_dir, settle=False).observe()
-    info = state.info
-    if info is None or info.slurm is None:
+    ``state``: the run as the caller just observed it (a kill's one observation); else it is
+    observed here. None when no node launcher recorded a live rank, or another snapshot is being
+    taken and did not end within ``wait_for_other`` seconds."""
+    state = state or RunObserver(run_dir, settle=False).observe()
+    placement = SlurmPlacement.of(state.info) if state.info else None
+    view = view_of(state.placement)
+    if placement is None or view is None:
         return None
-    records, _ = read_node_records(run_dir.path)
+    records = view.nodes
     live = {n: r for n, r in records.items() if not r.final and r.ranks}
-    step = step_of(info, records)
+    step = step_of(placement, records)
     if not live or not step:
         return None
     reported = {r.rank: (r.last_event_time, r.error) for r in state.ranks}

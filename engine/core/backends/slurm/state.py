@@ -1,13 +1,15 @@
 """A run on Slurm, from both sides: Slurm's word on its job (``engine.core.backends.slurm.jobs``) and
-what its node launchers recorded (``engine.core.runs.placement``), decided in one place for the
-run observer, the batch script's last step and ``ddptui kill``.
+what its node launchers recorded (``engine.core.backends.slurm.records``), decided in one place
+for the run observer (through ``engine.core.backends.slurm.watch``), the batch script's last step
+and ``ddptui kill``.
 
 - ``pending``: Slurm has not started the job, and says why (Priority, Resources, BeginTime ...)
   and when it expects to;
 - ``starting`` / ``running``: the job runs; its node launchers have not all recorded themselves
   yet, or they have;
 - once the job is over (or, inside an allocation, its step): ``completed``, ``failed`` (the root
-  cause names its rank and node), ``killed`` (``ddptui kill`` asked first), ``cancelled``
+  cause names its rank and node), ``killed`` (ddptui asked first: the run's ``stop-request``,
+  ``engine.core.runs.stop_request``), ``cancelled``
   (scancel from elsewhere), ``timeout`` (the time limit), ``node-failure`` naming the node;
 - ``lost`` only when Slurm has no record of the job at all and no node said how it ended: never
   while Slurm says the job is alive.
@@ -25,17 +27,20 @@ from typing import Any
 
 from engine.core.backends.slurm.cluster import SlurmUnavailable, read_cluster
 from engine.core.backends.slurm.jobs import JobLookup, JobState, SlurmJob, read_job
-from engine.core.common.config_error import ConfigError
-from engine.core.common.statuses import RunStatus
-from engine.core.runs.placement import (
-    KillRequest,
+from engine.core.backends.slurm.records import (
     NodeRecord,
+    SlurmPlacement,
     rank_nodes,
-    read_kill_request,
     read_node_records,
 )
+from engine.core.backends.slurm.watch import SLURM
+from engine.core.common.config_error import ConfigError
+from engine.core.common.statuses import RunStatus
+from engine.core.procs.process_identity import ProcessProbe
+from engine.core.runs.placement import PlacementVerdict, PlacementView
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
 from engine.core.runs.settle import bare_summary, settle_run
+from engine.core.runs.stop_request import StopRequest, read_stop_record
 from engine.core.runs.summarize import build_summary, root_failure_of
 from engine.core.runs.summary import RunSummary
 
@@ -53,7 +58,7 @@ class SlurmView:
     job: SlurmJob | None
     problem: str  # Slurm could not be asked: why
     nodes: dict[str, NodeRecord]
-    kill: KillRequest | None
+    kill: StopRequest | None  # ddptui asked for its end (the run's stop-request)
     in_allocation: bool = False
 
     def to_json(self) -> dict[str, Any]:
@@ -81,9 +86,15 @@ class SlurmVerdict:
     ended: bool = False  # nothing of it runs any more: its summary can be written
 
 
+def _placement(info: RunInfo) -> SlurmPlacement:
+    placement = SlurmPlacement.of(info)
+    if placement is None:
+        raise RunDirError(f"run {info.run_id} is not a run on Slurm")
+    return placement
+
+
 def read_view(run_dir: RunDir, info: RunInfo, jobs: JobReader = read_job) -> SlurmView:
-    assert info.slurm is not None
-    placement = info.slurm
+    placement = _placement(info)
     nodes, _ = read_node_records(run_dir.path)
     found = jobs(placement.job_id) if placement.job_id else JobLookup(None)
     return SlurmView(
@@ -91,7 +102,7 @@ def read_view(run_dir: RunDir, info: RunInfo, jobs: JobReader = read_job) -> Slu
         job=found.job,
         problem=found.problem,
         nodes=nodes,
-        kill=read_kill_request(run_dir.path),
+        kill=read_stop_record(run_dir),
         in_allocation=placement.in_allocation,
     )
 
@@ -99,16 +110,37 @@ def read_view(run_dir: RunDir, info: RunInfo, jobs: JobReader = read_job) -> Slu
 def ended_view(run_dir: RunDir, info: RunInfo) -> SlurmView:
     """What the run directory says of a run that has its summary: its job and its node
     launchers' records; Slurm is not asked (the summary says how the job ended)."""
-    assert info.slurm is not None
+    placement = _placement(info)
     nodes, _ = read_node_records(run_dir.path)
     return SlurmView(
-        job_id=info.slurm.job_id,
+        job_id=placement.job_id,
         job=None,
         problem="",
         nodes=nodes,
-        kill=read_kill_request(run_dir.path),
-        in_allocation=info.slurm.in_allocation,
+        kill=read_stop_record(run_dir),
+        in_allocation=placement.in_allocation,
     )
+
+
+def placement_view(view: SlurmView) -> PlacementView:
+    """``view`` in the words every reader shows (``engine.core.runs.placement``), itself kept
+    as the ``detail`` this backend's own describe and stop read."""
+    job = view.job
+    return PlacementView(
+        backend=SLURM,
+        label=f"job {view.job_id}" if view.job_id else "",
+        waiting_for=job.reason if job is not None and job.state == JobState.PENDING else "",
+        keys=view.to_json(),
+        rank_nodes=rank_nodes(view.nodes),
+        across_nodes=True,
+        detail=view,
+    )
+
+
+def view_of(placed: PlacementView | None) -> SlurmView | None:
+    """The Slurm view an observation holds, if it observed a run on Slurm."""
+    detail = placed.detail if placed is not None else None
+    return detail if isinstance(detail, SlurmView) else None
 
 
 # ---- the decision ----------------------------------------------------------------------------
@@ -166,7 +198,8 @@ def from_nodes(view: SlurmView, nodes_expected: int) -> SlurmVerdict | None:
 
 def _killed_reason(view: SlurmView) -> str:
     expected = view.job.nodes if view.job else ()
-    return f"stopped by ddptui kill (job {view.job_id} cancelled); {verification(view, expected)}"
+    asked = view.kill.by.sentence if view.kill else "stopped by ddptui kill"
+    return f"{asked} (job {view.job_id} cancelled); {verification(view, expected)}"
 
 
 def failed_node(view: SlurmView, job: SlurmJob) -> str:
@@ -229,8 +262,7 @@ def decide(
 ) -> SlurmVerdict:
     """The one decision of a Slurm run's status while it has no summary. ``step_alive``: inside
     an allocation, whether the srun that started the step is alive (None: not known here)."""
-    assert info.slurm is not None
-    placement = info.slurm
+    placement = _placement(info)
     expected = placement.nodes
     if not view.job_id:
         if now - info.created < LISTING_GRACE_SECONDS:
@@ -278,7 +310,28 @@ def decide(
     return _ended(view, job, expected)
 
 
+def observe_job(
+    run_dir: RunDir, info: RunInfo, now: float, probe: ProcessProbe, jobs: JobReader | None = None
+) -> PlacementVerdict:
+    """The run observer's question (``SlurmWatch.observe``): Slurm's word and the node records,
+    decided. Inside an allocation the srun that started the step is its launcher here."""
+    view = read_view(run_dir, info, jobs or read_job)
+    step_alive = probe.alive(info.launcher) if info.launcher else None
+    verdict = decide(info, view, now, step_alive)
+    alive = verdict.status == RunStatus.RUNNING  # its node launchers judge silence
+    return PlacementVerdict(
+        placement_view(view), verdict.status, verdict.reason, verdict.ended, launcher_alive=alive
+    )
+
+
 # ---- the summary -----------------------------------------------------------------------------
+
+
+def summary_of(run_dir: RunDir, verdict: PlacementVerdict) -> RunSummary:
+    """``SlurmWatch.summary``: the summary of the ended run ``verdict`` observed."""
+    view = view_of(verdict.view)
+    assert view is not None and verdict.status is not None
+    return slurm_summary(run_dir, SlurmVerdict(verdict.status, verdict.reason, True), view)
 
 
 def slurm_summary(run_dir: RunDir, verdict: SlurmVerdict, view: SlurmView) -> RunSummary:
@@ -312,10 +365,11 @@ def settle_from_nodes(run_dir: RunDir) -> str:
         info = run_dir.read_run_info()
     except RunDirError as err:
         return str(err)
-    if info.slurm is None or run_dir.summary_path.exists():
+    placement = SlurmPlacement.of(info)
+    if placement is None or run_dir.summary_path.exists():
         return ""
     view = ended_view(run_dir, info)
-    verdict = from_nodes(view, info.slurm.nodes)
+    verdict = from_nodes(view, placement.nodes)
     if verdict is None:
         return ""
     return settle_slurm_run(run_dir, verdict, view)

@@ -32,7 +32,14 @@ from engine.core.backends.slurm.cluster import (
     run_slurm,
     slurm_command,
 )
+from engine.core.backends.slurm.config import SlurmConfig
 from engine.core.backends.slurm.jobs import QUEUE, read_job
+from engine.core.backends.slurm.records import (
+    SLURM_DIR,
+    SlurmPlacement,
+    batch_script_path,
+    job_output_path,
+)
 from engine.core.backends.slurm.state import LISTING_GRACE_SECONDS
 from engine.core.backends.slurm.stop import request_cancel
 from engine.core.common.config_error import ConfigError
@@ -44,12 +51,6 @@ from engine.core.config.devices import parse_device_spec
 from engine.core.config.schema import RunConfig
 from engine.core.plan.run_plan import RunPlan, plan_run
 from engine.core.procs.process_identity import ProcessRef, identify
-from engine.core.runs.placement import (
-    SLURM_DIR,
-    SlurmPlacement,
-    batch_script_path,
-    job_output_path,
-)
 from engine.core.runs.rundir import (
     RunDir,
     RunDirError,
@@ -129,7 +130,7 @@ def _allocation() -> str:
 
 def check_request(config: RunConfig, runs_dir: Path) -> SlurmRequest:
     """Everything that can be checked before submitting; ConfigError (one sentence) otherwise."""
-    slurm = config.slurm
+    slurm = SlurmConfig.of(config)
     plan, known = node_plan(config)
     try:
         allocation = _allocation()
@@ -220,7 +221,7 @@ def srun_command(run_dir: RunDir, config: RunConfig, request: SlurmRequest) -> l
 
 def batch_script(run_dir: RunDir, config: RunConfig, request: SlurmRequest) -> str:
     """The batch script ``sbatch`` runs on the first node of the job."""
-    slurm = config.slurm
+    slurm = SlurmConfig.of(config)
     options = [
         f"--job-name=ddptui-{config.name}",
         f"--nodes={request.nodes}",
@@ -287,25 +288,27 @@ class SlurmJobHandle:
 
     def send_signal(self, sig: int) -> None:
         if sig in (signal.SIGTERM, signal.SIGINT):
-            request_cancel(self.run_dir, reason=StopRequester.CTRL_C.sentence)
+            placement = SlurmPlacement.of(self.run_dir.read_run_info())
+            if placement is not None:
+                request_cancel(self.run_dir, placement, by=StopRequester.CTRL_C)
 
 
 def _info(run_dir: RunDir, config: RunConfig, request: SlurmRequest) -> RunInfo:
-    slurm = config.slurm
+    slurm = SlurmConfig.of(config)
     begun = RunInfo.begun(
         run_dir.run_id, config.name, world_size=request.world_size, devices=request.devices
     )
     return replace(
         begun,
         nnodes=request.nodes,
-        slurm=SlurmPlacement(
+        placement=SlurmPlacement(
             job_id=request.in_allocation,
             nodes=request.nodes,
             partition=slurm.partition,
             time_limit=slurm.time,
             in_allocation=bool(request.in_allocation),
             submitted=time.time(),
-        ),
+        ).placement(),
     )
 
 
@@ -358,11 +361,11 @@ def submit_run(
         if isinstance(err, OSError):
             raise RunDirError(write_failure(run_dir.path, err)) from None
         raise
-    assert info.slurm is not None
+    placement = SlurmPlacement.of(info)
+    assert placement is not None
     launcher: ProcessRef | None = None
     if isinstance(follow, subprocess.Popen):
         launcher = identify(follow.pid)
-    run_dir.write_run_info(
-        replace(info, launcher=launcher, slurm=replace(info.slurm, job_id=job_id))
-    )
+    placed = replace(placement, job_id=job_id).placement()
+    run_dir.write_run_info(replace(info, launcher=launcher, placement=placed))
     return run_dir, request.plan, follow
