@@ -39,12 +39,15 @@ class ProgressPrinter:
         self.stacks_said = ""  # the path of the last stack snapshot printed
         self.started = time.time()
         self.waiting_said = ""  # a run on Slurm: the last pending / starting line printed
+        self.attempt: int | None = None  # the attempt whose events the tails read
+        self.restart_said = ""
 
     def show(self, state: RunState | None = None) -> None:
         """Print what is new: epoch lines from rank 0's events, then the status line."""
         if state is not None:
             self.state = state
             self._waiting(state)
+            self._attempts(state)
         for rank, path in self.run_dir.rank_event_paths().items():
             tail = self.tails.setdefault(rank, EventTail(path, self.run_dir.path))
             for event in tail.read_new():
@@ -73,6 +76,20 @@ class ProgressPrinter:
             if any(p.epoch > epoch for p in reports.values()):
                 self._print_line(self.epoch_lines.pop(epoch))
         self._status(reports)
+
+    def _attempts(self, state: RunState) -> None:
+        """A line when the launcher schedules a restart, and when a later attempt begins (its
+        events are new files: read from their start)."""
+        if state.status == RunStatus.RUNNING and state.reason and state.reason != self.restart_said:
+            self.restart_said = state.reason
+            self._print_line(state.reason)
+        if state.attempt != self.attempt:
+            if self.attempt is not None:
+                self.tails.clear()
+                self.epoch_lines.clear()
+                self.stalled_said.clear()
+                self._print_line(f"attempt {state.attempt} started")
+            self.attempt = state.attempt
 
     def _waiting(self, state: RunState) -> None:
         """A run on Slurm: a line whenever it waits for Slurm for another reason, or starts."""
@@ -180,6 +197,8 @@ def result_line(summary: RunSummary, run_dir: RunDir) -> str:
             text += "\n  " + ", ".join(r.describe() for r in summary.ranks)
     elif summary.reason:
         text += f"\n  {summary.reason}"
+    if len(summary.attempts) > 1:
+        text += "".join(f"\n  {a.describe()}" for a in summary.attempts)
     for warning in summary.warnings:
         text += f"\n  warning: {warning}"
     for leftover in summary.leftovers:

@@ -25,7 +25,7 @@ from engine.core.backends.registry import backend_named
 from engine.core.common import strict_json
 from engine.core.common.statuses import RunStatus
 from engine.core.common.visible_text import visible
-from engine.core.config.faults import FAULT_EFFECTS
+from engine.core.config.faults import EVERY_ATTEMPT, FAULT_EFFECTS
 from engine.core.config.presets import load_preset
 from engine.core.config.schema import ConfigError, RunConfig
 from engine.core.config.toml_io import apply_overrides
@@ -82,10 +82,20 @@ def run_config(
     "--fault",
     "faults",
     multiple=True,
-    metavar="KIND:RANK:STEP",
+    metavar="KIND:RANK:STEP[:ATTEMPTS]",
     help="Inject a fault for testing on RANK at global STEP (repeatable): "
     + "; ".join(f"{kind} ({effect})" for kind, effect in FAULT_EFFECTS.items())
-    + ".",
+    + f". It fires in the run's first attempt only; ATTEMPTS makes it fire again after a restart "
+    f"or resume: a count (the first N attempts) or {EVERY_ATTEMPT}.",
+)
+@click.option(
+    "--max-restarts",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="On a rank failure, or a rank stalled past the stall rule (its stacks taken first), stop "
+    "every rank and start again from the last checkpoint (step 0 without one), up to N times, "
+    "waiting longer before each (supervision.max_restarts, restart_backoff_seconds); the same "
+    "error at the same step twice stops restarting.",
 )
 @click.option(
     "--json",
@@ -141,6 +151,8 @@ def run_command(
       ddptui run cpu-demo --devices cpu:4 --epochs 1 --max-steps 50
       ddptui run seed-ddp --devices 0,2 --set optimizer.lr_scaling=linear
       ddptui run cpu-demo --fault crash:1:3        # watch a rank fail on purpose
+      ddptui run cpu-demo --epochs 3 --fault crash:1:60 --max-restarts 1
+                                                   # fail, then go on from the last checkpoint
       ddptui run cpu-demo --fault kill-launcher:0:5  # a launcher lost mid-run: summary "lost"
       ddptui run cpu-demo --devices cpu:16 --oversubscribe   # more than 4 ranks per core
       ddptui run my.toml --set model.factory=mynets:build   # your model in the engine's loop
@@ -165,6 +177,14 @@ def run_command(
     On a shared machine, queue it: it starts when its devices are free, in order (see
     `ddptui queue`); --devices 2 takes any two free GPUs, 0,2 waits for those:
       ddptui run train.py --devices 2 --queue -- --epochs 10
+
+    \b
+    Restarts and resuming: with --max-restarts a failed attempt starts again in the same run
+    directory from its newest checkpoint (training.checkpoint_every, and every epoch end); your
+    script is started again with TORCHELASTIC_RESTART_COUNT set, and, where the preset names its
+    option (script.resume_arg = "--resume"), that option and the newest file it wrote in
+    $DDPTUI_CHECKPOINT_DIR. A run that failed, was killed or was lost goes on with
+    `ddptui resume RUN`. `ddptui show RUN` lists every attempt.
 
     The run starts in its own session: closing this terminal does not stop it (see `ddptui runs`).
     Ctrl-C stops the run. Exit code 0 when the run completed, 1 when it failed or was killed,

@@ -41,6 +41,7 @@ from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.config.devices import DevicePlan
 from engine.core.config.schema import RunConfig
 from engine.core.procs.process_identity import ProcessProbe
+from engine.core.runs.attempt_watch import AttemptWatch
 from engine.core.runs.events import EventTail
 from engine.core.runs.placement import rank_nodes
 from engine.core.runs.rank_states import RankState, RankStateTracker, Thresholds
@@ -54,7 +55,7 @@ from engine.core.runs.step_breakdown import (
     find_bottleneck,
 )
 from engine.core.runs.step_curves import StepCurveFold, StepCurves
-from engine.core.runs.summary import Failure, RunSummary
+from engine.core.runs.summary import AttemptRecord, Failure, RunSummary
 from engine.core.stacks.snapshot import StackSnapshot, latest_snapshot, snapshot_paths
 
 # A launcher records itself in run.json within seconds of its start; a run.json that names none
@@ -102,6 +103,10 @@ class RunState:
     step_breakdown: tuple[StepBreakdown, ...] = ()
     bottleneck: Bottleneck | None = None
     curves: StepCurves = field(default_factory=StepCurves)
+    # Its attempt now (a restart or ``ddptui resume`` adds one), and every attempt known: all of
+    # them once it ended (its summary's), the earlier ones while it goes.
+    attempt: int = 1
+    attempts: tuple[AttemptRecord, ...] = ()
 
     @property
     def final(self) -> bool:
@@ -139,6 +144,7 @@ class RunState:
             **({"slurm": self.slurm.to_json()} if self.slurm else {}),
             "step_breakdown": [b.to_json() for b in self.step_breakdown],
             "bottleneck": self.bottleneck.sentence if self.bottleneck else "",
+            "attempts": [a.to_json() for a in self.attempts],
         }
 
 
@@ -186,6 +192,17 @@ class RunObserver:
         self._settle_tried = False
         self._snapshot: tuple[Path, StackSnapshot | None] | None = None
         self._settle_problem = ""
+        self.attempts = AttemptWatch(run_dir)
+
+    def _start_attempt(self) -> None:
+        """The files read so far were an earlier attempt's (moved below attempts/): read the
+        current attempt's from their start."""
+        self.tracker = RankStateTracker(thresholds=self.tracker.thresholds)
+        self.step_split = StepBreakdownFold()
+        self.step_curves = StepCurveFold()
+        self._tails.clear()
+        self._summary = self._lost = self._snapshot = None
+        self._settle_tried = False
 
     @property
     def config(self) -> RunConfig | None:
@@ -211,6 +228,7 @@ class RunObserver:
         for path in paths:
             tail = self._tails.setdefault(path, EventTail(path, self.run_dir.path))
             events = tail.read_new()
+            self.attempts.feed(events)
             self.tracker.feed_all(events)
             self.step_split.feed_all(events)
             self.step_curves.feed_all(events)
@@ -260,7 +278,7 @@ class RunObserver:
                 return RunStatus.STARTING, "", None
             return self._gone(info, "no launcher was ever recorded in run.json")
         if self.probe.alive(info.launcher):  # starting until it has started the ranks
-            return info.state, "", True
+            return info.state, self.attempts.restarting(), True
         return self._gone(info, f"the launcher (pid {info.launcher.pid}) is gone without a summary")
 
     def _decide_slurm(self, info: RunInfo, now: float) -> tuple[RunStatus, str, bool | None]:
@@ -337,6 +355,8 @@ class RunObserver:
             except RunDirError as err:
                 info_problem = str(err)
                 problems.append(info_problem)
+        if info is not None and self.attempts.moved_on(info):
+            self._start_attempt()
         summary_problem = ""
         if self._summary is None:
             try:
@@ -432,6 +452,8 @@ class RunObserver:
             step_breakdown=split,
             bottleneck=find_bottleneck(split),
             curves=self.step_curves.curves(),
+            attempt=info.attempt if info else (summary.attempt if summary else 1),
+            attempts=self.attempts.records(summary),
         )
 
 

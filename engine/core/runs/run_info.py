@@ -68,6 +68,10 @@ class RunInfo:
     slurm: SlurmPlacement | None = None
     # A run of a backend other than this machine and Slurm: that backend's name and own keys.
     placement: Placement | None = None
+    # The run's current attempt (its first is 1; a restart or ``ddptui resume`` adds one): the
+    # events, stacks and summary at the top of the run directory are this attempt's, the earlier
+    # ones' are below attempts/<n>/ (``engine.core.runs.attempts``).
+    attempt: int = 1
 
     @classmethod
     def begun(
@@ -128,6 +132,7 @@ class RunInfo:
             "marker_env": RUN_MARKER_ENV,
             **({"slurm": self.slurm.to_json()} if self.slurm else {}),
             **({"placement": self.placement.to_json()} if self.placement else {}),
+            "attempt": self.attempt,
         }
 
     @classmethod
@@ -152,4 +157,5 @@ class RunInfo:
             global_ranks=tuple(int(r["rank"]) for r in ranks) if numbered else (),
             slurm=SlurmPlacement.from_json(data.get("slurm")),
             placement=Placement.from_json(data.get("placement")),
+            attempt=int(data.get("attempt", 1)),
         )

@@ -60,6 +60,7 @@ class RunListing:
     straggler_ranks: tuple[int, ...] = ()
     job_id: str = ""  # a run on Slurm: its job
     waiting_for: str = ""  # a pending run on Slurm: Slurm's reason (Priority, Resources ...)
+    attempt: int = 1  # its attempt (a restart or ``ddptui resume`` adds one)
 
     @classmethod
     def of(cls, run: RunState) -> RunListing:
@@ -81,6 +82,7 @@ class RunListing:
             straggler_ranks=run.straggler_ranks,
             job_id=run.slurm.job_id if run.slurm else "",
             waiting_for=job.reason if job and run.status == RunStatus.PENDING else "",
+            attempt=run.attempt,
         )
 
     @classmethod
@@ -115,6 +117,7 @@ class RunListing:
             reason=summary.reason,
             problem=problem,
             job_id=info.slurm.job_id if info and info.slurm else "",
+            attempt=summary.attempt,
         )
 
     @property
@@ -139,6 +142,7 @@ class RunListing:
             "unsaved": self.unsaved,
             "job_id": self.job_id,
             "waiting_for": self.waiting_for,
+            "attempt": self.attempt,
         }
 
     @classmethod
@@ -161,6 +165,7 @@ class RunListing:
             straggler_ranks=tuple(int(r) for r in data["straggler_ranks"]),
             job_id=str(data["job_id"]),
             waiting_for=str(data["waiting_for"]),
+            attempt=int(data["attempt"]),
         )
 
 
@@ -173,7 +178,7 @@ def file_identity(path: str | Path) -> FileIdentity | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-CACHE_SCHEMA = 2  # 2: a listing says its Slurm job
+CACHE_SCHEMA = 3  # 2: a listing says its Slurm job; 3: and its attempt
 CACHE_MAX_BYTES = 64 << 20
 
 

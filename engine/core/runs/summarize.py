@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from engine.core.common.statuses import RunStatus
 from engine.core.config.devices import DevicePlan
+from engine.core.runs.attempts import with_attempts
 from engine.core.runs.events import (
     EpochEnded,
     Evaluation,
@@ -39,6 +40,8 @@ def epoch_figures(rank0_events: list[Event]) -> list[EpochFigures]:
             continue
         ev = evaluations.get(e.epoch)
         steady = e.global_steady_images_per_s
+        # an epoch an attempt resumed inside: its steady pace over the whole epoch's images
+        whole = e.global_images * (e.first_step + e.steps) / e.steps if e.steps else 0.0
         figures.append(
             EpochFigures(
                 epoch=e.epoch,
@@ -48,10 +51,11 @@ def epoch_figures(rank0_events: list[Event]) -> list[EpochFigures]:
                 steps=e.steps,
                 warmup_steps=e.warmup_steps,
                 steady_images_per_s=steady,
-                steady_epoch_seconds=e.global_images / steady if steady > 0 else e.global_seconds,
+                steady_epoch_seconds=whole / steady if steady > 0 else e.global_seconds,
                 train_loss=e.global_train_loss,
                 test_accuracy=ev.accuracy if ev else None,
                 test_loss=ev.loss if ev else None,
+                first_step=e.first_step,
             )
         )
     return figures
@@ -171,7 +175,7 @@ def build_summary(
     finished = time.time()
     epochs = epoch_figures(rank0)
     split, bottleneck = events.step_split()
-    return RunSummary(
+    summary = RunSummary(
         run_id=run_dir.run_id,
         preset=config.name,
         status=status,
@@ -196,6 +200,9 @@ def build_summary(
         step_breakdown=split,
         bottleneck=bottleneck,
     )
+    attempt = info.attempt if info else 1
+    launchers = [e for events_of in events.launchers for e in events_of]
+    return with_attempts(run_dir, summary, launchers, events.ranks, attempt)
 
 
 def _first_loss(rank0_events: list[Event]) -> tuple[float, int] | None:
