@@ -12,8 +12,13 @@ import sys
 import time
 from typing import TextIO
 
+import click
+
+from ddptui import exit_codes
+from ddptui.cli_common import echo
 from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
 from engine.core.backends.local.start import StartedRun
+from engine.core.common import strict_json
 from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.common.visible_text import visible
 from engine.core.ops.follower import FollowResult, follow_run
@@ -195,8 +200,8 @@ def result_line(summary: RunSummary, run_dir: RunDir) -> str:
         text += f"\n  root cause ({summary.failure.who}): {summary.failure.error}"
         if summary.ranks:
             text += "\n  " + ", ".join(r.describe() for r in summary.ranks)
-    elif summary.reason:
-        text += f"\n  {summary.reason}"
+    if summary.reason and (summary.failure is None or len(summary.attempts) > 1):
+        text += f"\n  {summary.reason}"  # a restarted run's says why it stopped restarting
     if len(summary.attempts) > 1:
         text += "".join(f"\n  {a.describe()}" for a in summary.attempts)
     for warning in summary.warnings:
@@ -224,3 +229,25 @@ def follow_with_progress(
     result = follow_run(started, printer.show, on_interrupt=interrupted)
     printer.finish()
     return result
+
+
+def followed_to_the_end(started: StartedRun, result: FollowResult, as_json: bool) -> int:
+    """What ``ddptui run`` and ``ddptui resume`` say once the run they followed ended: its result
+    line (its summary.json with ``as_json``), or why there is none; the exit code they end with."""
+    ended = result.state
+    summary = ended.summary
+    if summary is None:
+        echo(
+            f"ddptui: the launcher exited without writing {started.run_dir.summary_path} "
+            f"({ended.status}: {ended.reason or ended.problem}); see `ddptui ps` and "
+            f"`ddptui clean`, and {started.run_dir.launcher_log_path}",
+            err=True,
+        )
+        return exit_codes.FAILED
+    if ended.unsaved:  # a lost run's summary that the disk refused: shown, not saved
+        echo(f"ddptui: {ended.unsaved}", err=True)
+    if as_json:
+        click.echo(strict_json.dumps(summary.to_json(), indent=2))
+    else:
+        echo(result_line(summary, started.run_dir))
+    return exit_codes.OK if summary.status == RunStatus.COMPLETED else exit_codes.FAILED

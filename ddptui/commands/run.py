@@ -9,7 +9,6 @@ from typing import Any
 
 import click
 
-from ddptui import exit_codes
 from ddptui.cli_common import echo, fail
 from ddptui.run_options import (
     collect_overrides,
@@ -19,11 +18,13 @@ from ddptui.run_options import (
     slurm_overrides,
 )
 from ddptui.script_target import script_config
-from ddptui.terminal_progress import ProgressPrinter, follow_with_progress, result_line
+from ddptui.terminal_progress import (
+    ProgressPrinter,
+    follow_with_progress,
+    followed_to_the_end,
+)
 from engine.core.backends.local.start import StartedRun
 from engine.core.backends.registry import backend_named
-from engine.core.common import strict_json
-from engine.core.common.statuses import RunStatus
 from engine.core.common.visible_text import visible
 from engine.core.config.faults import EVERY_ATTEMPT, FAULT_EFFECTS
 from engine.core.config.presets import load_preset
@@ -251,20 +252,4 @@ def follow_to_the_end(started: StartedRun, config: RunConfig, as_json: bool) -> 
     result = follow_with_progress(
         started, printer, on_interrupt="stopping the run; wait for its summary"
     )
-    ended = result.state
-    summary = ended.summary
-    if summary is None:
-        echo(
-            f"ddptui: the launcher exited without writing {started.run_dir.summary_path} "
-            f"({ended.status}: {ended.reason or ended.problem}); see `ddptui ps` and "
-            f"`ddptui clean`, and {started.run_dir.launcher_log_path}",
-            err=True,
-        )
-        return exit_codes.FAILED
-    if ended.unsaved:  # a lost run's summary that the disk refused: shown, not saved
-        echo(f"ddptui: {ended.unsaved}", err=True)
-    if as_json:
-        click.echo(strict_json.dumps(summary.to_json(), indent=2))
-    else:
-        echo(result_line(summary, started.run_dir))
-    return exit_codes.OK if summary.status == RunStatus.COMPLETED else exit_codes.FAILED
+    return followed_to_the_end(started, result, as_json)

@@ -1,5 +1,6 @@
 """Past and running runs from the runs directory, newest first; Enter opens one (re-attaching to a
-run that is still going), ``delete`` removes an ended one after a confirmation, ``f`` shows only
+run that is still going), ``R`` resumes a failed, killed or lost one from its newest checkpoint
+(and opens it), ``delete`` removes an ended one after a confirmation, ``f`` shows only
 the runs in one state, ``m`` marks a run (A, then B) and ``d`` compares them as ``ddptui diff``
 does (one marked: against the highlighted run; none: the highlighted run against the newest
 completed run of its preset before it).
@@ -22,7 +23,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Footer, Header, Static
 
 from ddptui.messages import RunsCompared, RunsListed, RunsRemoved
-from ddptui.screens.base import PollingScreen
+from ddptui.screens.resuming import ResumingScreen
 from ddptui.watch import RunLister, RunListing
 from ddptui.widgets.confirm import ConfirmDialog
 from ddptui.widgets.fitted_table import FittedTable
@@ -59,10 +60,11 @@ class RunsTable(FittedTable):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "select_cursor", "Open")]
 
 
-class RunsScreen(PollingScreen):
+class RunsScreen(ResumingScreen):
     PROBLEM_AT = "#runs-head"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("delete", "remove", "Delete"),
+        Binding("R", "resume", "Resume"),
         Binding("f", "filter", "Filter"),
         Binding("space", "mark", "Mark", show=False),
         Binding("m", "mark", "Mark", show=False),
@@ -193,6 +195,14 @@ class RunsScreen(PollingScreen):
         run = self._highlighted()
         if run is not None:
             self.ddptui.open_run(RunDir(run.path))
+
+    def action_resume(self) -> None:
+        """Go on with the highlighted run (failed, killed or lost) as its next attempt."""
+        run = self._highlighted()
+        if run is None:
+            self.notify("No run selected.")
+            return
+        self.resume(RunDir(run.path), run.status)
 
     def action_filter(self) -> None:
         self.state = FILTERS[(FILTERS.index(self.state) + 1) % len(FILTERS)]

@@ -105,11 +105,12 @@ def run_attempts(
                 end = replace(end, summary=replace(end.summary, reason=why))
             finish(end)
             return end.status
+        ended = end.summary.attempts[-1]
         end.events.write(
             RestartScheduled(
                 attempt=current.number,
                 reason=end.summary.reason,
-                global_step=end.summary.attempts[-1].reached_step,
+                global_step=ended.reached_step if ended.step_exact else None,
                 in_seconds=decision.delay,
                 from_step=decision.from_step,
                 from_where=decision.where,

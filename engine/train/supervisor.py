@@ -346,6 +346,17 @@ class Supervisor:
             self.events.write(stop)
             self.tracker.feed(stop)
 
+    def stall_root(self) -> tuple[int, str]:
+        """(rank, error) a stopped stall is blamed on: the rank its stacks name as the one the
+        others wait on, else the first rank found stalled (a waiting peer may fall silent first)."""
+        assert self.stall_kill_rank is not None
+        latest = latest_snapshot(self.run_dir.path)
+        named = latest.culprit_rank if latest is not None and latest.time >= self.started else None
+        if named is None or named == self.stall_kill_rank:
+            return self.stall_kill_rank, self.stop_reason
+        why = latest.culprit_reason if latest is not None else ""
+        return named, f"rank {named} stalled ({why}); {self.stop_reason}"
+
     def stalled_first(self, cause: Failure | None) -> Failure | None:
         """A rank found stalled while its peers waited on it, before any rank failed, is the root
         cause of their failures (a collective's timeout): not the peer that timed out first."""
@@ -459,11 +470,11 @@ def supervise(
     if sup.stop_status == RunStatus.KILLED:
         return RunStatus.KILLED, None, _with_note(sup.stop_reason, sup.culprit_note(None))
     if sup.stall_kill_rank is not None:
-        rank = sup.stall_kill_rank
+        rank, error = sup.stall_root()
         return (
             RunStatus.FAILED,
-            Failure(rank=rank, error=sup.stop_reason, traceback=_log_tail(run_dir, rank)),
-            _with_note(sup.stop_reason, sup.culprit_note(rank)),
+            Failure(rank=rank, error=error, traceback=_log_tail(run_dir, rank)),
+            _with_note(error, sup.culprit_note(rank)),
         )
     cause = sup.stalled_first(sup.root_cause())
     if cause is not None:

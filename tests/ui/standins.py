@@ -327,6 +327,21 @@ def eight_gpu_view(inventory: GpuInventory) -> GpuView:
     )
 
 
+def started_stand_in(run_dir: RunDir) -> Any:
+    """A launcher this UI started, as ``StartedRun`` stands for it: still running."""
+
+    class Started:
+        run_id = run_dir.run_id
+
+        def __init__(self) -> None:
+            self.run_dir = run_dir
+
+        def poll(self) -> int | None:
+            return None
+
+    return Started()
+
+
 class StandInActions(EngineActions):
     """Engine actions that record what the UI asked for instead of touching the machine."""
 
@@ -342,21 +357,22 @@ class StandInActions(EngineActions):
         # Slurm as this stand-in answers: its partitions, or None for "no Slurm here".
         self.partitions: list[tuple[str, bool, int, str]] | None = None
         self.signalled: list[tuple[str, tuple[int, ...], bool]] = []
+        self.resumed: list[str] = []
+        self.refuse_resume = ""  # the sentence a resume is refused with ("": it starts)
 
     def start_run(self, config: RunConfig, gpu_count: int, *, slurm: bool = False) -> Any:
         self.started.append(config)
         self.on_slurm.append(slurm)
         if self.start_as is None:
             raise RuntimeError("this stand-in starts nothing")
+        return started_stand_in(self.start_as)
 
-        class Started:
-            run_dir = self.start_as
-            run_id = self.start_as.run_id
-
-            def poll(self) -> int | None:
-                return None
-
-        return Started()
+    def resume_run(self, run_dir: RunDir) -> tuple[Any, str]:
+        self.resumed.append(run_dir.run_id)
+        if self.refuse_resume:
+            raise ValueError(self.refuse_resume)
+        said = f"started attempt 2 of run {run_dir.run_id} (it failed), from step 10"
+        return started_stand_in(run_dir), said
 
     def slurm_partitions(self) -> list[tuple[str, bool, int, str]]:
         if self.partitions is None:

@@ -24,7 +24,7 @@ from engine.core.runs.events import (
 
 
 def restart_notice(e: RestartScheduled) -> str:
-    """"attempt 1 failed at step 4,812 (rank 3 failed: ...); restart 1 of 3 in 2 s, from step
+    """ "attempt 1 failed at step 4,812 (rank 3 failed: ...); restart 1 of 3 in 2 s, from step
     4,800 (epoch 3, step 12 of 1,600)"."""
     where = f" at step {e.global_step:,}" if e.global_step is not None else ""
     return (

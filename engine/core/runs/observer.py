@@ -40,7 +40,7 @@ from engine.core.common.config_error import ConfigError
 from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.config.devices import DevicePlan
 from engine.core.config.schema import RunConfig
-from engine.core.procs.process_identity import ProcessProbe
+from engine.core.procs.process_identity import ProcessProbe, ProcessRef
 from engine.core.runs.attempt_watch import AttemptWatch
 from engine.core.runs.events import EventTail
 from engine.core.runs.placement import rank_nodes
@@ -193,6 +193,8 @@ class RunObserver:
         self._snapshot: tuple[Path, StackSnapshot | None] | None = None
         self._settle_problem = ""
         self.attempts = AttemptWatch(run_dir)
+        self._polled_launcher: ProcessRef | None = None  # the launcher launcher_poll is of
+        self._poll_attempt: int | None = None  # the attempt that launcher began
 
     def _start_attempt(self) -> None:
         """The files read so far were an earlier attempt's (moved below attempts/): read the
@@ -264,7 +266,8 @@ class RunObserver:
         finished = self.tracker.run_finished
         if info.state.final:
             return info.state, finished.reason if finished else "", False
-        if self.launcher_poll is not None:
+        if self._polls(info):
+            assert self.launcher_poll is not None
             code = self.launcher_poll()
             if code is not None:
                 with contextlib.suppress(RunDirError):  # it may have written it meanwhile
@@ -274,12 +277,27 @@ class RunObserver:
                 why = f"the launcher exited (code {code}) without a summary"
                 return self._gone(info, why, launcher_exit=code)
         if info.launcher is None:
-            if self.launcher_poll is not None or now - info.created < LAUNCHER_START_GRACE_SECONDS:
+            begun = info.attempt_started or info.created
+            if self._polls(info) or now - begun < LAUNCHER_START_GRACE_SECONDS:
                 return RunStatus.STARTING, "", None
             return self._gone(info, "no launcher was ever recorded in run.json")
         if self.probe.alive(info.launcher):  # starting until it has started the ranks
             return info.state, self.attempts.restarting(), True
         return self._gone(info, f"the launcher (pid {info.launcher.pid}) is gone without a summary")
+
+    def _polls(self, info: RunInfo) -> bool:
+        """Whether ``launcher_poll`` speaks for run.json's launcher: the one recorded in the
+        attempt this observer first saw (its restarts keep it; a ``ddptui resume`` starts
+        another launcher, whose start the poll cannot tell)."""
+        if self.launcher_poll is None:
+            return False
+        if self._poll_attempt is None:
+            self._poll_attempt = info.attempt
+        if info.launcher is None:
+            return info.attempt == self._poll_attempt
+        if self._polled_launcher is None and info.attempt == self._poll_attempt:
+            self._polled_launcher = info.launcher
+        return info.launcher == self._polled_launcher
 
     def _decide_slurm(self, info: RunInfo, now: float) -> tuple[RunStatus, str, bool | None]:
         """A run on Slurm: ``engine.core.backends.slurm.state`` decides from Slurm's word on its job

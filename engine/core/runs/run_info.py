@@ -72,6 +72,7 @@ class RunInfo:
     # events, stacks and summary at the top of the run directory are this attempt's, the earlier
     # ones' are below attempts/<n>/ (``engine.core.runs.attempts``).
     attempt: int = 1
+    attempt_started: float = 0.0  # when a later attempt began (its launcher has 30 s to record)
 
     @classmethod
     def begun(
@@ -133,6 +134,7 @@ class RunInfo:
             **({"slurm": self.slurm.to_json()} if self.slurm else {}),
             **({"placement": self.placement.to_json()} if self.placement else {}),
             "attempt": self.attempt,
+            **({"attempt_started": self.attempt_started} if self.attempt_started else {}),
         }
 
     @classmethod
@@ -158,4 +160,5 @@ class RunInfo:
             slurm=SlurmPlacement.from_json(data.get("slurm")),
             placement=Placement.from_json(data.get("placement")),
             attempt=int(data.get("attempt", 1)),
+            attempt_started=float(data.get("attempt_started", 0.0)),
         )

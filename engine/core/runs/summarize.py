@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine.core.common.statuses import RunStatus
 from engine.core.config.devices import DevicePlan
@@ -40,24 +40,23 @@ def epoch_figures(rank0_events: list[Event]) -> list[EpochFigures]:
             continue
         ev = evaluations.get(e.epoch)
         steady = e.global_steady_images_per_s
-        # an epoch an attempt resumed inside: its steady pace over the whole epoch's images
-        whole = e.global_images * (e.first_step + e.steps) / e.steps if e.steps else 0.0
-        figures.append(
-            EpochFigures(
-                epoch=e.epoch,
-                seconds=e.global_seconds,
-                data_wait_seconds=e.global_data_wait_seconds,
-                images=e.global_images,
-                steps=e.steps,
-                warmup_steps=e.warmup_steps,
-                steady_images_per_s=steady,
-                steady_epoch_seconds=whole / steady if steady > 0 else e.global_seconds,
-                train_loss=e.global_train_loss,
-                test_accuracy=ev.accuracy if ev else None,
-                test_loss=ev.loss if ev else None,
-                first_step=e.first_step,
-            )
+        figure = EpochFigures(
+            epoch=e.epoch,
+            seconds=e.global_seconds,
+            data_wait_seconds=e.global_data_wait_seconds,
+            images=e.global_images,
+            steps=e.steps,
+            warmup_steps=e.warmup_steps,
+            steady_images_per_s=steady,
+            steady_epoch_seconds=e.global_images / steady if steady > 0 else e.global_seconds,
+            train_loss=e.global_train_loss,
+            test_accuracy=ev.accuracy if ev else None,
+            test_loss=ev.loss if ev else None,
+            first_step=e.first_step,
         )
+        # an epoch an attempt resumed inside: its steady pace over the whole epoch's images
+        whole = figure.whole_images / steady if steady > 0 else e.global_seconds
+        figures.append(replace(figure, steady_epoch_seconds=whole))
     return figures
 
 

@@ -40,6 +40,11 @@ class EpochFigures:
     # steps from there; steady_epoch_seconds is still a whole epoch's, at that pace)
     first_step: int = 0
 
+    @property
+    def whole_images(self) -> float:
+        """The images of the whole epoch (``images`` are of the steps taken from ``first_step``)."""
+        return self.images * (self.first_step + self.steps) / self.steps if self.steps else 0.0
+
 
 @dataclass(frozen=True)
 class Failure:
@@ -107,7 +112,8 @@ class AttemptRecord:
             ended += f" {'at' if self.step_exact else 'after'} step {self.reached_step:,}"
         why = ""
         if self.failure is not None and self.failure.error:
-            why = f": {self.failure.who}: {self.failure.error}"
+            who, error = self.failure.who, self.failure.error
+            why = f": {error}" if error.startswith(who) else f": {who}: {error}"
         elif self.reason and self.status != RunStatus.COMPLETED:
             why = f": {self.reason}"
         return f"attempt {self.attempt}{began}{',' if began else ''}{ended}{why}"
