@@ -6,8 +6,9 @@ anything touches CUDA, checks the machine can hold the run, starts the ranks (th
 device), records their pids and start times in run.json, and hands them to
 ``engine.train.supervisor``, which watches them to the end (failures, stalls, stragglers, SIGTERM).
 
-Whatever happens, it writes summary.json and the final state in run.json before it exits.
-Two launchers with ``--nnodes 2 --node-rank 0|1 --master-addr --master-port`` form one run.
+A failed attempt starts again from the newest checkpoint as ``supervision.max_restarts`` allows
+(``engine.train.restarts``; each attempt's start and end: ``engine.train.attempt``). Whatever
+happens, it writes summary.json and the final state in run.json before it exits. Two launchers with ``--nnodes 2 --node-rank 0|1 --master-addr --master-port`` form one run.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ from engine.train.attempt import (
     record_start,
     write_final_state,
 )
-from engine.train.attempt import LauncherEvents as LauncherEvents
+from engine.train.attempt import LauncherEvents as LauncherEvents  # where node_launch finds it
 from engine.train.environment_record import record_environment, record_outside_load
 from engine.train.memory_fault import own_memory_cgroup, remove_fault_cgroup
 from engine.train.restarts import run_attempts

@@ -25,6 +25,8 @@ from dataclasses import replace
 
 from engine.core.common.statuses import RunStatus
 from engine.core.config.schema import RunConfig
+from engine.core.procs.run_leftovers import outliving_now
+from engine.core.procs.run_proof import RunMarker
 from engine.core.runs.attempts import archive_attempt
 from engine.core.runs.events import RestartScheduled
 from engine.core.runs.restart_policy import RestartDecision, decide_restart
@@ -83,6 +85,36 @@ def stopped_while_waiting(run_dir: RunDir, end: AttemptEnd, signal_name: str) ->
                    summary=summary)  # fmt: skip
 
 
+def said(end: AttemptEnd, why: str) -> AttemptEnd:
+    """``end`` with ``why`` added to its summary's reason (why the run did not go on)."""
+    return replace(end, summary=replace(end.summary, reason=f"{end.summary.reason}; {why}"))
+
+
+def proved_gone(run_dir: RunDir, decision: RestartDecision, attempt: int) -> RestartDecision:
+    """``decision``, unless a process of the attempt outlived its stop: then no restart."""
+    left = outliving_now(RunMarker.of_dir(run_dir.path)) if decision.restart else []
+    if not left:
+        return decision
+    pids = ", ".join(str(p.pid) for p in left[:5])
+    why = f"not restarting: pid {pids} of attempt {attempt} is still alive after its stop"
+    return replace(decision, restart=False, why=why)
+
+
+def scheduled(end: AttemptEnd, decision: RestartDecision, max_restarts: int) -> RestartScheduled:
+    """The launcher's word that the attempt that ended starts again."""
+    ended = end.summary.attempts[-1]
+    return RestartScheduled(
+        attempt=ended.attempt,
+        reason=end.summary.reason,
+        global_step=ended.reached_step if ended.step_exact else None,
+        in_seconds=decision.delay,
+        from_step=decision.from_step,
+        from_where=decision.where,
+        restart=decision.number,
+        max_restarts=max_restarts,
+    )
+
+
 def run_attempts(
     run_dir: RunDir,
     config: RunConfig,
@@ -98,26 +130,12 @@ def run_attempts(
     while True:
         begin_attempt(run_dir, current, ranks)
         end = attempt(current, stop_requests)
-        decision = decide(run_dir, config, end, restarts)
+        decision = proved_gone(run_dir, decide(run_dir, config, end, restarts), current.number)
         if not decision.restart or stop_requests:
-            if end.status == RunStatus.FAILED and config.supervision.max_restarts > 0:
-                why = f"{end.summary.reason}; {decision.why}"
-                end = replace(end, summary=replace(end.summary, reason=why))
-            finish(end)
+            restartable = end.status == RunStatus.FAILED and config.supervision.max_restarts > 0
+            finish(said(end, decision.why) if restartable else end)
             return end.status
-        ended = end.summary.attempts[-1]
-        end.events.write(
-            RestartScheduled(
-                attempt=current.number,
-                reason=end.summary.reason,
-                global_step=ended.reached_step if ended.step_exact else None,
-                in_seconds=decision.delay,
-                from_step=decision.from_step,
-                from_where=decision.where,
-                restart=decision.number,
-                max_restarts=config.supervision.max_restarts,
-            )
-        )
+        end.events.write(scheduled(end, decision, config.supervision.max_restarts))
         if not waited(decision.delay, stop_requests):
             end = stopped_while_waiting(run_dir, end, stop_requests[0])
             finish(end)
@@ -125,9 +143,7 @@ def run_attempts(
         try:
             archive_attempt(run_dir, current.number, summary=end.summary, info=end.info)
         except RunDirError as err:  # the attempt's end stands; the restart never began
-            end = replace(end, summary=replace(end.summary, reason=f"{end.summary.reason}; "
-                          f"the restart could not begin: {err}"))  # fmt: skip
-            finish(end)
+            finish(said(end, f"the restart could not begin: {err}"))
             return end.status
         end.events.close()
         current = AttemptBegin(current.number + 1, AttemptStart.RESTART, decision.resume_from)

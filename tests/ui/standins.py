@@ -327,6 +327,13 @@ def eight_gpu_view(inventory: GpuInventory) -> GpuView:
     )
 
 
+def stand_in_actions(app: Any) -> StandInActions:
+    """The stand-in actions an app of ``make_app`` was given, typed."""
+    actions = app.actions
+    assert isinstance(actions, StandInActions)
+    return actions
+
+
 def started_stand_in(run_dir: RunDir) -> Any:
     """A launcher this UI started, as ``StartedRun`` stands for it: still running."""
 

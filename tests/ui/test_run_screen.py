@@ -24,11 +24,11 @@ from tests.ui.standins import (
     GPU_RUN,
     LIVE_RUN,
     RECORDED,
-    StandInActions,
     StandInProbe,
     make_eight_rank_run,
     screen_text,
     settle,
+    stand_in_actions,
     text_of,
 )
 
@@ -107,8 +107,7 @@ async def test_a_failed_run_offers_r_which_follows_its_next_attempt(
     make_app: Callable[..., DdptuiApp],
 ) -> None:
     app = make_app()
-    actions = app.actions
-    assert isinstance(actions, StandInActions)
+    actions = stand_in_actions(app)
     async with app.run_test(size=SMALL) as pilot:
         live = await open_run(pilot, app, RunDir(RECORDED / LIVE_RUN))
         assert "R" not in footer_keys(app) and "k" in footer_keys(app)  # a going run: no resume

@@ -112,11 +112,10 @@ async def test_r_resumes_an_ended_run_and_opens_it_refusing_a_going_one(
     make_app: Callable[..., DdptuiApp],
 ) -> None:
     from ddptui.screens.run import RunScreen
-    from tests.ui.standins import StandInActions
+    from tests.ui.standins import stand_in_actions
 
     app = make_app()
-    actions = app.actions
-    assert isinstance(actions, StandInActions)
+    actions = stand_in_actions(app)
     async with app.run_test(size=SMALL) as pilot:
         screen = await on_runs(app, pilot)
         await pilot.press("R")  # the live run, first: refused here, nothing asked of the engine

@@ -145,9 +145,7 @@ def resume_run(run_dir: RunDir) -> tuple[StartedRun, ResumePlan]:
         created=planned.info.created,
     )
     try:
-        run_dir.write_run_info(
-            replace(begun, attempt=planned.attempt, attempt_started=time.time())
-        )
+        run_dir.write_run_info(replace(begun, attempt=planned.attempt, attempt_started=time.time()))
         SpaceReserve(run_dir.path).make()
         process = start_launcher(run_dir)
     except (OSError, RunDirError) as err:  # the attempt moved away stays: nothing of it is lost
