@@ -336,6 +336,8 @@ class RunScreen(ResumingScreen):
         head.append(str(run.status), style=STATUS_STYLES.get(run.status, "bold"))
         if run.devices:
             head.append(f" · {run.devices}")
+        if run.attempt > 1:
+            head.append(f" · attempt {run.attempt}")
         head.append(f" · {formatting.format_duration(run.elapsed)}")
         if run.stalled_ranks:  # a frozen ETA would be a lie
             head.append(" · ETA stalled", style="bold yellow")

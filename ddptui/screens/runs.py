@@ -160,6 +160,8 @@ class RunsScreen(ResumingScreen):
                 time.strftime("%m-%d %H:%M", time.localtime(run.created)) if run.created else "-"
             )
             said = f"{run.status} ({run.waiting_for})" if run.waiting_for else str(run.status)
+            if run.attempt > 1:  # restarted or resumed: which attempt it is at
+                said += f" · attempt {run.attempt}"
             status = Text(said, style=STATUS_STYLES.get(run.status, ""))
             devices = run.devices or "-"
             if run.job_id:  # a run on Slurm: where it runs is its job
