@@ -12,9 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from engine.core.bench.result_history import RecordedRun, ResultHistory
 from engine.core.bench.speedup_table import RowResult
 from engine.core.bench.table_compute import build_speedup_table
+from engine.core.bench.table_rows import rebaseline
 from engine.core.common.statuses import RankStatus, RunStatus
+from engine.core.host.machine_info import MachineInfo
 from engine.core.procs.process_identity import ProcessRef
 from engine.core.runs.attempts import AttemptTaken, archive_attempt
 from engine.core.runs.checkpoint_record import CheckpointRecord, write_checkpoint_record
@@ -177,7 +180,9 @@ def test_the_runs_cache_reads_a_resumed_run_again(runs_dir: Path) -> None:
     assert [(r.status, r.attempt) for r in again.list()] == [(RunStatus.STARTING, 2)]
 
 
-def test_the_table_counts_only_the_attempt_that_completed_the_run() -> None:
+def test_the_table_and_the_bench_history_count_only_the_attempt_that_completed_the_run(
+    tmp_path: Path,
+) -> None:
     def figures(epoch: int, attempt: int, rate: float, first_step: int = 0) -> EpochFigures:
         steps = 40 - first_step
         return EpochFigures(
@@ -202,6 +207,19 @@ def test_the_table_counts_only_the_attempt_that_completed_the_run() -> None:
     assert row.images_per_s == 1000.0  # attempt 2's pace, not attempt 1's
     assert row.steady_steps == 30 - 5  # the steps attempt 2 took, less its warm-up
     assert row.epoch_images == 4000  # a whole epoch's images
+    # the history keeps the summaries: a table rebuilt from them counts the same steps
+    table = build_speedup_table([RowResult("a", "p", "ddp", "cpu:2", 2, "fp32", 200,
+                                           summaries=(restarted,))], title="t")  # fmt: skip
+    with ResultHistory(tmp_path / "results.sqlite3") as history:
+        bench = history.record(
+            title="t",
+            command="ddptui bench",
+            machine=MachineInfo(host="h"),
+            table=table,
+            runs=[RecordedRun("a", 1, "runs/r", restarted)],
+        )
+        rebuilt = rebaseline(history.get(bench), "a").rows[0]  # fmt: skip
+    assert (rebuilt.images_per_s, rebuilt.steady_steps) == (1000.0, 25)
     nothing = replace(base, attempt=2, epochs=(figures(0, 1, 2000.0),))
     failed = build_speedup_table([RowResult("b", "p", "ddp", "cpu:2", 2, "fp32", 200,
                                             summaries=(nothing,))]).rows[0]  # fmt: skip
