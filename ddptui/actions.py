@@ -95,7 +95,7 @@ class EngineActions:
         from engine.core.ops.resume import resume_run
 
         started, planned = resume_run(run_dir)
-        return started, f"started {planned.describe()}"
+        return started, f"run {run_dir.run_id}: started {planned.describe()}"
 
     def take_stacks(self, run_dir: RunDir) -> StackSnapshot | None:
         """Every rank's stack now (stored in the run directory); None when no rank is alive."""

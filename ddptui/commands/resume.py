@@ -61,7 +61,7 @@ def resume_command(run_id: str, runs_dir: Path, as_json: bool, detach: bool) -> 
     if detach:
         echo(started.run_id)
         return
-    echo(f"run {started.run_id}: {planned.describe()}", err=as_json)
+    echo(f"run {started.run_id}: going on as {planned.describe()}", err=as_json)
     config = planned.config
     epochs = 0 if config.script.given else config.training.epochs
     printer = ProgressPrinter(started.run_dir, epochs, out=sys.stderr if as_json else sys.stdout)

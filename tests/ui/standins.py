@@ -378,7 +378,7 @@ class StandInActions(EngineActions):
         self.resumed.append(run_dir.run_id)
         if self.refuse_resume:
             raise ValueError(self.refuse_resume)
-        said = f"started attempt 2 of run {run_dir.run_id} (it failed), from step 10"
+        said = f"run {run_dir.run_id}: started attempt 2 (it failed), from step 10"
         return started_stand_in(run_dir), said
 
     def slurm_partitions(self) -> list[tuple[str, bool, int, str]]:

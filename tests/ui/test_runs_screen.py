@@ -137,5 +137,5 @@ async def test_r_resumes_an_ended_run_and_opens_it_refusing_a_going_one(
         assert isinstance(app.screen, RunScreen) and app.screen.run_dir.run_id == FAILED_RUN
         assert app.screen.started is not None and app.started[FAILED_RUN] is app.screen.started
         assert [n.message for n in app._notifications][-1] == (
-            f"started attempt 2 of run {FAILED_RUN} (it failed), from step 10"
+            f"run {FAILED_RUN}: started attempt 2 (it failed), from step 10"
         )

@@ -57,11 +57,10 @@ class ResumePlan:
         return self.info.attempt + 1
 
     def describe(self) -> str:
-        """ "attempt 2 of run R (it failed), from step 4,800 (epoch 3, step 12 of 1,600)"."""
+        """ "attempt 2 (it was killed), from step 4,800 (epoch 3, step 12 of 1,600)"."""
         where = self.resume_from.describe() if self.resume_from else "step 0 (no checkpoint)"
-        return (
-            f"attempt {self.attempt} of run {self.run_dir.run_id} (it {self.status}), from {where}"
-        )
+        how = "failed" if self.status == RunStatus.FAILED else f"was {self.status}"
+        return f"attempt {self.attempt} (it {how}), from {where}"
 
 
 def _status(run_dir: RunDir, info: RunInfo) -> RunStatus:
