@@ -10,9 +10,8 @@ from ddptui.messages import RunResumed
 from ddptui.screens.base import PollingScreen
 from engine.core.common.statuses import RunStatus
 from engine.core.common.visible_text import visible
+from engine.core.runs.attempts import RESUMABLE
 from engine.core.runs.rundir import RunDir
-
-RESUMABLE = (RunStatus.FAILED, RunStatus.KILLED, RunStatus.LOST)
 
 
 def resumable(status: RunStatus) -> bool:

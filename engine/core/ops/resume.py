@@ -26,12 +26,10 @@ from engine.core.config.schema import RunConfig
 from engine.core.plan.resource_guard import ResourceCheck
 from engine.core.plan.run_plan import RunPlan
 from engine.core.procs.run_proof import RunMarker, marked_processes
-from engine.core.runs.attempts import archive_attempt
+from engine.core.runs.attempts import RESUMABLE, archive_attempt
 from engine.core.runs.observer import RunObserver
 from engine.core.runs.resume_point import ResumePoint, checkpoint_mismatch, resume_point
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo, run_dir_owner
-
-RESUMABLE = (RunStatus.FAILED, RunStatus.KILLED, RunStatus.LOST)
 
 
 class ResumeRefused(ValueError):

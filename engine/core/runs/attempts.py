@@ -50,6 +50,10 @@ ARCHIVED = (EVENTS_DIR, STACKS_DIR, FLIGHT_RECORDER_DIR, SUMMARY_NAME, ENVIRONME
             STOP_REQUEST_NAME)  # fmt: skip
 
 
+# How a run ends that a next attempt may go on from (``ddptui resume``, the UI's R).
+RESUMABLE = frozenset({RunStatus.FAILED, RunStatus.KILLED, RunStatus.LOST})
+
+
 class AttemptTaken(RunDirError):
     """attempts/<n>/ exists: another ddptui began the next attempt of this run first."""
 
