@@ -86,13 +86,16 @@ class AttemptEnd:
     events: LauncherEvents
 
 
-def begin_attempt(run_dir: RunDir, attempt: AttemptBegin, ranks: tuple[int, ...]) -> None:
-    """Set the attempt's environment (before any rank starts) and, for a later attempt, say in
-    each rank's log (appended to) which attempt begins."""
+def begin_attempt(
+    run_dir: RunDir, attempt: AttemptBegin, ranks: tuple[int, ...], *, script: bool
+) -> None:
+    """Set the attempt's environment (before any rank starts; a ``script``'s checkpoints folder
+    made) and, for a later attempt, say in each rank's log (appended to) which attempt begins."""
     os.environ.pop(RESUME_FROM_ENV, None)
     os.environ.update(attempt.environment(run_dir))
-    with contextlib.suppress(OSError):
-        make_dirs(run_dir.layout.script_checkpoints)
+    if script:
+        with contextlib.suppress(OSError):
+            make_dirs(run_dir.layout.script_checkpoints)
     if attempt.number <= 1:
         return
     line = attempt.banner().encode()

@@ -128,7 +128,7 @@ def run_attempts(
     current = first_attempt(run_dir, config)
     restarts = 0
     while True:
-        begin_attempt(run_dir, current, ranks)
+        begin_attempt(run_dir, current, ranks, script=config.script.given)
         end = attempt(current, stop_requests)
         decision = proved_gone(run_dir, decide(run_dir, config, end, restarts), current.number)
         if not decision.restart or stop_requests:
