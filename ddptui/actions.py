@@ -1,9 +1,9 @@
 """The engine calls the UI makes that change or survey the machine, one method each.
 
 Start a run (through its backend, ``engine.core.backends``, or into the machine's queue,
-``engine.core.queue``), stop one and clean orphans (process control), scan processes
-(``engine.core.jobs.process_table``), read the queue's line, build a speedup table
-(``engine.core.bench.speedup_table``). The screens call these
+``engine.core.queue``), resume one (``engine.core.ops.resume``), stop one and clean orphans
+(process control), scan processes (``engine.core.jobs.process_table``), read the queue's line,
+build a speedup table (``engine.core.bench.speedup_table``). The screens call these
 from thread workers only, and only through an ``EngineActions``, so each stays one swappable call
 (tests pass a subclass). Engine modules are imported when first called, which keeps them (and
 anything they import) off the app's start-up path: every import inside a method below is there
@@ -113,6 +113,15 @@ class EngineActions:
         backend = backend_of(run_dir)
         result = backend.stop(run_dir, grace, by=StopRequester.UI)
         return Outcome(ok=result.ok, report=kill_sentence(result))
+
+    def resume_run(self, run_dir: RunDir) -> tuple[StartedRun, str]:
+        """Start the next attempt of a failed, killed or lost run from its newest checkpoint
+        (``engine.core.ops.resume``), and say so; ResumeRefused (one sentence, nothing started)
+        when it cannot go on."""
+        from engine.core.ops.resume import resume_run
+
+        started, planned = resume_run(run_dir)
+        return started, f"run {run_dir.run_id}: started {planned.describe()}"
 
     def take_stacks(self, run_dir: RunDir) -> StackSnapshot | None:
         """Every rank's stack now (stored in the run directory); None when no rank is alive."""

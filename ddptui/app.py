@@ -287,6 +287,10 @@ class DdptuiApp(App[None]):
             self.started[run_dir.run_id] = started
         if not self.is_screen_installed(name):
             self.install_screen(RunScreen(run_dir, started=started), name)
+        elif started is not None:  # its next attempt (a resume): follow that launcher now
+            screen = self.get_screen(name)
+            if isinstance(screen, RunScreen):
+                screen.attach(started)
         if name in self.run_screen_names:
             self.run_screen_names.remove(name)
         self.run_screen_names.append(name)

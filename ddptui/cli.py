@@ -24,6 +24,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "gpus": ("gpus", "gpus_command", "Every GPU and every process on it, named for what it is."),
     "ps": ("processes", "ps_command", "Distributed-training processes here, grouped into jobs."),
     "kill": ("kill", "kill_command", "Stop exactly the processes of one run."),
+    "resume": (
+        "resume",
+        "resume_command",
+        "Go on with a failed, killed or lost run from its newest checkpoint.",
+    ),
     "queue": (
         "queue",
         "queue_command",

@@ -200,6 +200,17 @@ class RunLaunched(Message):
         self.error = shown(error)
 
 
+class RunResumed(Message):
+    """A resume (``engine.core.ops.resume``) started the run's next attempt (``started``), or did
+    not (``started`` None); ``report`` says which, from where, or why not."""
+
+    def __init__(self, run_dir: RunDir, started: Any, report: str) -> None:
+        super().__init__()
+        self.run_dir = run_dir
+        self.started = started
+        self.report = shown(report)
+
+
 class KillFinished(Message):
     """The job-scoped kill of a run ended; ``report`` says what was stopped and what is left."""
 

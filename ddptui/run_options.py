@@ -25,6 +25,7 @@ SHORTCUTS = {
     "data": "data.dataset",
     "model": "model.name",
     "seed": "training.seed",
+    "max_restarts": "supervision.max_restarts",  # ddptui run's own option
 }
 
 

@@ -12,8 +12,13 @@ import sys
 import time
 from typing import TextIO
 
+import click
+
+from ddptui import exit_codes
+from ddptui.cli_common import echo
 from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
 from engine.core.backends.local.start import StartedRun
+from engine.core.common import strict_json
 from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.common.visible_text import visible
 from engine.core.ops.follower import FollowResult, follow_run
@@ -39,12 +44,15 @@ class ProgressPrinter:
         self.stacks_said = ""  # the path of the last stack snapshot printed
         self.started = time.time()
         self.waiting_said = ""  # a run a scheduler places: the last pending / starting line
+        self.attempt: int | None = None  # the attempt whose events the tails read
+        self.restart_said = ""
 
     def show(self, state: RunState | None = None) -> None:
         """Print what is new: epoch lines from rank 0's events, then the status line."""
         if state is not None:
             self.state = state
             self._waiting(state)
+            self._attempts(state)
         for rank, path in self.run_dir.rank_event_paths().items():
             tail = self.tails.setdefault(rank, EventTail(path, self.run_dir.path))
             for event in tail.read_new():
@@ -73,6 +81,20 @@ class ProgressPrinter:
             if any(p.epoch > epoch for p in reports.values()):
                 self._print_line(self.epoch_lines.pop(epoch))
         self._status(reports)
+
+    def _attempts(self, state: RunState) -> None:
+        """A line when the launcher schedules a restart, and when a later attempt begins (its
+        events are new files: read from their start)."""
+        if state.status == RunStatus.RUNNING and state.reason and state.reason != self.restart_said:
+            self.restart_said = state.reason
+            self._print_line(state.reason)
+        if state.attempt != self.attempt:
+            if self.attempt is not None:
+                self.tails.clear()
+                self.epoch_lines.clear()
+                self.stalled_said.clear()
+                self._print_line(f"attempt {state.attempt} started")
+            self.attempt = state.attempt
 
     def _waiting(self, state: RunState) -> None:
         """A run a scheduler places: a line whenever it waits for another reason, or starts."""
@@ -178,8 +200,10 @@ def result_line(summary: RunSummary, run_dir: RunDir) -> str:
         text += f"\n  root cause ({summary.failure.who}): {summary.failure.error}"
         if summary.ranks:
             text += "\n  " + ", ".join(r.describe() for r in summary.ranks)
-    elif summary.reason:
-        text += f"\n  {summary.reason}"
+    if summary.reason and (summary.failure is None or len(summary.attempts) > 1):
+        text += f"\n  {summary.reason}"  # a restarted run's says why it stopped restarting
+    if len(summary.attempts) > 1:
+        text += "".join(f"\n  {a.describe()}" for a in summary.attempts)
     for warning in summary.warnings:
         text += f"\n  warning: {warning}"
     for leftover in summary.leftovers:
@@ -205,3 +229,25 @@ def follow_with_progress(
     result = follow_run(started, printer.show, on_interrupt=interrupted)
     printer.finish()
     return result
+
+
+def followed_to_the_end(started: StartedRun, result: FollowResult, as_json: bool) -> int:
+    """What ``ddptui run`` and ``ddptui resume`` say once the run they followed ended: its result
+    line (its summary.json with ``as_json``), or why there is none; the exit code they end with."""
+    ended = result.state
+    summary = ended.summary
+    if summary is None:
+        echo(
+            f"ddptui: the launcher exited without writing {started.run_dir.summary_path} "
+            f"({ended.status}: {ended.reason or ended.problem}); see `ddptui ps` and "
+            f"`ddptui clean`, and {started.run_dir.launcher_log_path}",
+            err=True,
+        )
+        return exit_codes.FAILED
+    if ended.unsaved:  # a lost run's summary that the disk refused: shown, not saved
+        echo(f"ddptui: {ended.unsaved}", err=True)
+    if as_json:
+        click.echo(strict_json.dumps(summary.to_json(), indent=2))
+    else:
+        echo(result_line(summary, started.run_dir))
+    return exit_codes.OK if summary.status == RunStatus.COMPLETED else exit_codes.FAILED

@@ -256,7 +256,11 @@ def test_readers_of_a_runs_devices_use_the_parser() -> None:
             "model.factory",
             "model.factory is not package.module:callable",
         ),
-        ('faults = ["boom:0:1"]\n', "faults", "fault 'boom:0:1' is not KIND:RANK:STEP"),
+        (
+            'faults = ["boom:0:1"]\n',
+            "faults",
+            "fault 'boom:0:1' is not KIND:RANK:STEP[:ATTEMPTS]",
+        ),
         ("[training\nepochs = 2\n", "", "not valid TOML"),
     ],
 )

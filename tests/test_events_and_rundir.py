@@ -23,6 +23,7 @@ from engine.core.runs.events import (
     RankFailed,
     RankStalled,
     RankStarted,
+    RunStarted,
     event_from_json,
     read_events,
 )
@@ -91,9 +92,14 @@ def test_the_log_pane_says_one_phrase_for_each_event_that_is_not_progress() -> N
     assert said["stacks_taken"] == "stacks (value 3): value 5"
     assert said["rank_straggling"] == "launcher: rank 12 straggling (3.25 s a step, others 4.25 s)"
     assert said["node_finished"] == "node value 2: value 3: value 4"
+    assert said["restart_scheduled"] == (
+        "attempt 12 failed at step 14 (value 3); restart 18 of 19 in 5.25 s, from value 7"
+    )
+    assert said["run_started"] == "attempt 17 started (value 8), from step 19"  # a later one
+    assert event_notice(RunStarted(run_id="r", world_size=2, launcher_pid=1, devices="")) == ""
     assert {t for t, phrase in said.items() if phrase} == {
         "checkpoint", "rank_exited", "rank_stalled", "run_finished", "stacks_taken",
-        "rank_straggling", "node_finished",
+        "rank_straggling", "node_finished", "restart_scheduled", "run_started",
     }  # fmt: skip
     # rank 0's evaluation is the run's; another rank's says nothing new, nor does a clean exit
     assert (

@@ -1,3 +1,3 @@
 """One module per ``ddptui`` command; ``ddptui.cli`` imports a module only when its command runs:
 ``run``, ``bench``, ``results``, ``presets``, ``runs`` (and ``rm``), ``show``, ``diff``, ``kill``,
-``stacks``, ``gpus``, ``processes`` (``ps`` and ``clean``) and ``queue``."""
+``resume``, ``stacks``, ``gpus``, ``processes`` (``ps`` and ``clean``) and ``queue``."""

@@ -10,18 +10,19 @@ from typing import Any
 
 import click
 
-from ddptui import exit_codes
 from ddptui.backend_options import PlacementAsked, backend_options, teaching_lines
 from ddptui.cli_common import echo, fail
 from ddptui.run_options import collect_overrides, override_options
 from ddptui.script_target import script_config
-from ddptui.terminal_progress import ProgressPrinter, follow_with_progress, result_line
+from ddptui.terminal_progress import (
+    ProgressPrinter,
+    follow_with_progress,
+    followed_to_the_end,
+)
 from engine.core.backends.local.start import StartedRun
 from engine.core.backends.registry import LOCAL, backend_for
-from engine.core.common import strict_json
-from engine.core.common.statuses import RunStatus
 from engine.core.common.visible_text import visible
-from engine.core.config.faults import FAULT_EFFECTS
+from engine.core.config.faults import EVERY_ATTEMPT, FAULT_EFFECTS
 from engine.core.config.presets import load_preset
 from engine.core.config.schema import ConfigError, RunConfig
 from engine.core.config.toml_io import apply_overrides
@@ -79,10 +80,20 @@ def run_config(
     "--fault",
     "faults",
     multiple=True,
-    metavar="KIND:RANK:STEP",
+    metavar="KIND:RANK:STEP[:ATTEMPTS]",
     help="Inject a fault for testing on RANK at global STEP (repeatable): "
     + "; ".join(f"{kind} ({effect})" for kind, effect in FAULT_EFFECTS.items())
-    + ".",
+    + f". It fires in the run's first attempt only; ATTEMPTS makes it fire again after a restart "
+    f"or resume: a count (the first N attempts) or {EVERY_ATTEMPT}.",
+)
+@click.option(
+    "--max-restarts",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="On a rank failure, or a rank stalled past the stall rule (its stacks taken first), stop "
+    "every rank and start again from the last checkpoint (step 0 without one), up to N times, "
+    "waiting longer before each (supervision.max_restarts, restart_backoff_seconds); the same "
+    "error at the same step twice stops restarting.",
 )
 @click.option(
     "--json",
@@ -137,6 +148,8 @@ def run_command(
       ddptui run cpu-demo --devices cpu:4 --epochs 1 --max-steps 50
       ddptui run seed-ddp --devices 0,2 --set optimizer.lr_scaling=linear
       ddptui run cpu-demo --fault crash:1:3        # watch a rank fail on purpose
+      ddptui run cpu-demo --epochs 3 --fault crash:1:60 --max-restarts 1
+                                                   # fail, then go on from the last checkpoint
       ddptui run cpu-demo --fault kill-launcher:0:5  # a launcher lost mid-run: summary "lost"
       ddptui run cpu-demo --devices cpu:16 --oversubscribe   # more than 4 ranks per core
       ddptui run my.toml --set model.factory=mynets:build   # your model in the engine's loop
@@ -155,6 +168,14 @@ def run_command(
     On a shared machine, queue it: it starts when its devices are free, in order (see
     `ddptui queue`); --devices 2 takes any two free GPUs, 0,2 waits for those:
       ddptui run train.py --devices 2 --queue -- --epochs 10
+
+    \b
+    Restarts and resuming: with --max-restarts a failed attempt starts again in the same run
+    directory from its newest checkpoint (training.checkpoint_every, and every epoch end); your
+    script is started again with TORCHELASTIC_RESTART_COUNT set, and, where the preset names its
+    option (script.resume_arg = "--resume"), that option and the newest file it wrote in
+    $DDPTUI_CHECKPOINT_DIR. A run that failed, was killed or was lost goes on with
+    `ddptui resume RUN`. `ddptui show RUN` lists every attempt.
 
     The run starts in its own session: closing this terminal does not stop it (see `ddptui runs`).
     Ctrl-C stops the run. Exit code 0 when the run completed, 1 when it failed or was killed,
@@ -228,20 +249,4 @@ def follow_to_the_end(started: StartedRun, config: RunConfig, as_json: bool) -> 
     result = follow_with_progress(
         started, printer, on_interrupt="stopping the run; wait for its summary"
     )
-    ended = result.state
-    summary = ended.summary
-    if summary is None:
-        echo(
-            f"ddptui: the launcher exited without writing {started.run_dir.summary_path} "
-            f"({ended.status}: {ended.reason or ended.problem}); see `ddptui ps` and "
-            f"`ddptui clean`, and {started.run_dir.launcher_log_path}",
-            err=True,
-        )
-        return exit_codes.FAILED
-    if ended.unsaved:  # a lost run's summary that the disk refused: shown, not saved
-        echo(f"ddptui: {ended.unsaved}", err=True)
-    if as_json:
-        click.echo(strict_json.dumps(summary.to_json(), indent=2))
-    else:
-        echo(result_line(summary, started.run_dir))
-    return exit_codes.OK if summary.status == RunStatus.COMPLETED else exit_codes.FAILED
+    return followed_to_the_end(started, result, as_json)

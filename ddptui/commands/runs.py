@@ -42,8 +42,9 @@ if TYPE_CHECKING:
 # (config parsing, the removal plan): start-up is most of a listing.
 
 
-def _stalled_cell(run: RunListing) -> str:
-    parts = []
+def _note_cell(run: RunListing) -> str:
+    """Its attempt when it was restarted or resumed, and its stalled and straggling ranks."""
+    parts = [f"attempt {run.attempt}"] if run.attempt > 1 else []
     if run.stalled_ranks:
         parts.append("stalled " + ",".join(map(str, run.stalled_ranks)))
     if run.straggler_ranks:
@@ -123,7 +124,8 @@ def runs_command(
     as_json: bool,
 ) -> None:
     """List the runs in the runs directory, oldest first: id, preset, state, age, devices, ranks,
-    and which ranks are stalled or straggling; --json for scripts (`ddptui show RUN --json` has a
+    its attempt when it was restarted or resumed (`ddptui show` lists them), and which ranks are
+    stalled or straggling; --json for scripts (`ddptui show RUN --json` has a
     run's ranks and summary).
 
     \b
@@ -182,7 +184,7 @@ def _print_runs(
             format_duration(now - r.created) if r.created else "-",
             r.devices or "-",
             r.world_size or "-",
-            _stalled_cell(r),
+            _note_cell(r),
         )
         for r in runs
     ]

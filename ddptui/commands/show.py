@@ -141,17 +141,38 @@ def _config_lines(progress: RunState) -> list[str]:
     ]
 
 
+def _attempt_lines(progress: RunState) -> list[str]:
+    """Every attempt of a run started more than once: how each began and ended."""
+    records = progress.attempts
+    if progress.attempt <= 1 and len(records) <= 1:
+        return []
+    lines = [f"attempts   {max(progress.attempt, len(records))}"]
+    lines += [f"  {a.describe()}" for a in records]
+    if progress.summary is None:  # the attempt going on now
+        lines.append(f"  attempt {progress.attempt} {progress.status}")
+    return lines
+
+
 def _summary_lines(summary: RunSummary) -> list[str]:
     lines = [
         f"summary    {summary.status} after {summary.elapsed_seconds:.1f} s"
         + (f": {summary.reason}" if summary.reason else "")
     ]
+    several = len(summary.attempts) > 1
     for e in summary.epochs:
         acc = e.test_accuracy
+        whose = ""
+        if several or e.first_step:
+            whose = (
+                f" (attempt {e.attempt}"
+                + (f", from its step {e.first_step}" if e.first_step else "")
+                + ")"
+            )
         lines.append(
             f"  epoch {e.epoch + 1}: {e.seconds:.1f} s, {e.steady_images_per_s:,.0f} img/s, "
             f"loss {e.train_loss:.4f}"
             + (f", test accuracy {100 * acc:.1f}%" if acc is not None else "")
+            + whose
         )
     if summary.strategy == "script":
         if summary.global_steps is not None:
@@ -183,11 +204,13 @@ def _summary_lines(summary: RunSummary) -> list[str]:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable state of the run.")
 def show_command(run_id: str, runs_dir: Path, as_json: bool) -> None:
     """Show one run: RUN_ID is its id or any unique part of one (its random suffix, say), or a
-    preset's name for that preset's newest run. Shows its config, each rank's state (running,
-    stalled, straggler, failed, done, stopped) with epoch (counted from 1), step, loss, images/s
-    and time since its last event, each rank's step split (data wait, forward, backward, sync,
-    optimizer, other) with the run's bottleneck, the summary figures and, for a failed run, the
-    root cause with its traceback.
+    preset's name for that preset's newest run. Shows its config, its attempts when it was
+    restarted or resumed (how each began, from which step, and how it ended), each rank's state
+    (running, stalled, straggler, failed, done, stopped) with epoch (counted from 1), step, loss,
+    images/s and time since its last event, each rank's step split (data wait, forward,
+    backward, sync, optimizer, other) with the run's bottleneck, the summary figures and, for a
+    failed run, the root cause with its traceback. The ranks, stacks and split are the current
+    attempt's; an earlier attempt's files are in the run directory's attempts/<n>/.
 
     Exit codes: 0 shown, 2 bad input (unknown run id; an unreadable run.json is shown as far as
     it can be, then named on stderr).
@@ -222,6 +245,7 @@ def show_command(run_id: str, runs_dir: Path, as_json: bool) -> None:
             f"created    {created}",
             *backend_for(progress.info).describe(progress),
             *_config_lines(progress),
+            *_attempt_lines(progress),
             "",
             *(
                 _rank_rows(progress.ranks, now, terminal_width())

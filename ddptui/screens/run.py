@@ -1,7 +1,7 @@
 """One run: a row per rank, the GPUs (or the rank processes' CPU), the log tail with the root cause of
 a failure, elapsed time and ETA, and a Kill button and key that stop the run through the job-scoped
 kill after a confirmation; once the run has ended, a summary with its curves per epoch in place of
-the GPUs, and no kill. On a small terminal the rank table folds to a line per state (``f``
+the GPUs, no kill, and ``R`` to resume a failed, killed or lost run from its newest checkpoint. On a small terminal the rank table folds to a line per state (``f``
 toggles); ``d`` shows the reader's details (events read, lines skipped, stale updates).
 
 Why it is slow: the bottleneck in one line under the ranks, and the step view (``t``): a stacked
@@ -27,7 +27,7 @@ from textual.worker import Worker, WorkerState
 
 from ddptui.actions import STOP_GRACE_SECONDS
 from ddptui.messages import KillFinished, RunProgressed, WorkerProblem
-from ddptui.screens.base import PollingScreen
+from ddptui.screens.resuming import ResumingScreen, resumable
 from ddptui.watch import RunReader, RunView
 from ddptui.widgets.confirm import confirm_kill
 from ddptui.widgets.gpu_panel import GpuPanel
@@ -54,9 +54,10 @@ def stoppable(status: RunStatus) -> bool:
     return status.active or status == RunStatus.ORPHANED
 
 
-class RunScreen(PollingScreen):
+class RunScreen(ResumingScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("k", "kill", "Kill"),
+        Binding("R", "resume", "Resume"),
         Binding("escape", "back", "Back"),
         Binding("left_square_bracket", "cycle(-1)", "Prev run", show=False),
         Binding("right_square_bracket", "cycle(1)", "Next run", show=False),
@@ -106,7 +107,8 @@ class RunScreen(PollingScreen):
         yield Static("", id="run-foot")
         yield Footer()
 
-    def on_mount(self) -> None:
+    def _attach_reader(self) -> None:
+        """Read the run afresh, polling the launcher this UI started (``started``), if any."""
         app = self.ddptui
         poll = getattr(self.started, "poll", None)
         self._reader = RunReader(
@@ -115,6 +117,18 @@ class RunScreen(PollingScreen):
             probe=app.probe,
             launcher_poll=poll if callable(poll) else None,
         )
+
+    def attach(self, started: Any) -> None:
+        """Follow the launcher of the run's next attempt (a resume) at the run's own pace."""
+        self.started = started
+        self._attach_reader()
+        self._polling_slowly = False
+        self.poll_every(self.poll_seconds())
+        self.poll()
+
+    def on_mount(self) -> None:
+        app = self.ddptui
+        self._attach_reader()
         self.sub_title = visible(self.run_dir.run_id, one_line=True)
         self.watch(app, "gpu_inventory", self._gpus_changed, init=False)
         self.query_one(GpuPanel).inventory = app.gpu_inventory
@@ -138,6 +152,8 @@ class RunScreen(PollingScreen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "kill":  # gone from the footer once nothing of the run can be running
             return self.view is None or stoppable(self.view.run.status)
+        if action == "resume":  # shown once it failed, was killed or was lost
+            return self.view is not None and resumable(self.view.run.status)
         return True
 
     # -- fitting a small terminal --------------------------------------------------------------
@@ -287,7 +303,7 @@ class RunScreen(PollingScreen):
         kill = self.query_one("#kill", Button)
         if kill.display != stoppable(run.status):
             kill.display = stoppable(run.status)
-            self.refresh_bindings()  # the footer drops k once the run has ended
+            self.refresh_bindings()  # the footer drops k once the run has ended (R comes)
         self._show_diagnosis()
         self._show_bottleneck()
         self._show_step_view()
@@ -320,6 +336,8 @@ class RunScreen(PollingScreen):
         head.append(str(run.status), style=STATUS_STYLES.get(run.status, "bold"))
         if run.devices:
             head.append(f" · {run.devices}")
+        if run.attempt > 1:
+            head.append(f" · attempt {run.attempt}")
         head.append(f" · {formatting.format_duration(run.elapsed)}")
         if run.stalled_ranks:  # a frozen ETA would be a lie
             head.append(" · ETA stalled", style="bold yellow")
@@ -429,6 +447,10 @@ class RunScreen(PollingScreen):
         if event.button.id == "kill":
             event.stop()
             self.action_kill()
+
+    def action_resume(self) -> None:
+        if self.view is not None:
+            self.resume(self.run_dir, self.view.run.status)
 
     def action_kill(self) -> None:
         run = self.view.run if self.view else None

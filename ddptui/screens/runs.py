@@ -1,9 +1,10 @@
 """Past and running runs from the runs directory, newest first; Enter opens one (re-attaching to a
-run that is still going), ``delete`` removes an ended one after a confirmation, ``k`` stops a
-going one (a queued one leaves the queue) after a confirmation, ``f`` shows only the runs in one
-state, ``m`` marks a run (A, then B) and ``d`` compares them as ``ddptui diff`` does (one marked:
-against the highlighted run; none: the highlighted run against the newest completed run of its
-preset before it).
+run that is still going), ``R`` resumes a failed, killed or lost one from its newest checkpoint
+(and opens it), ``delete`` removes an ended one after a confirmation, ``k`` stops a going one (a
+queued one leaves the queue) after a confirmation, ``f`` shows only the runs in one state, ``m``
+marks a run (A, then B) and ``d`` compares them as ``ddptui diff`` does (one marked: against the
+highlighted run; none: the highlighted run against the newest completed run of its preset before
+it).
 
 Above the runs, this machine's queue (``ddptui.widgets.queue_line``), every user's: who waits
 for what, since when and why, read with the runs in the same thread worker at each poll; a
@@ -28,7 +29,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from ddptui.actions import STOP_GRACE_SECONDS
 from ddptui.messages import KillFinished, QueueRead, RunsCompared, RunsListed, RunsRemoved
-from ddptui.screens.base import PollingScreen
+from ddptui.screens.resuming import ResumingScreen
 from ddptui.watch import RunLister, RunListing, read_queue_view
 from ddptui.widgets.confirm import ConfirmDialog, confirm_kill
 from ddptui.widgets.fitted_table import FittedTable
@@ -66,11 +67,12 @@ class RunsTable(FittedTable):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "select_cursor", "Open")]
 
 
-class RunsScreen(PollingScreen):
+class RunsScreen(ResumingScreen):
     PROBLEM_AT = "#runs-head"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("k", "kill", "Kill"),
         Binding("delete", "remove", "Delete"),
+        Binding("R", "resume", "Resume"),
         Binding("f", "filter", "Filter"),
         Binding("space", "mark", "Mark", show=False),
         Binding("m", "mark", "Mark", show=False),
@@ -181,6 +183,8 @@ class RunsScreen(PollingScreen):
             said = f"{run.status} ({run.waiting_for})" if run.waiting_for else str(run.status)
             if run.status == RunStatus.QUEUED and run.run_id in self.places:
                 said = f"queued #{self.places[run.run_id]}"
+            if run.attempt > 1:  # restarted or resumed: which attempt it is at
+                said += f" · attempt {run.attempt}"
             status = Text(said, style=STATUS_STYLES.get(run.status, ""))
             devices = run.devices or "-"
             if run.placement is not None and run.placement.label:  # where its backend put it
@@ -216,6 +220,14 @@ class RunsScreen(PollingScreen):
         run = self._highlighted()
         if run is not None:
             self.ddptui.open_run(RunDir(run.path))
+
+    def action_resume(self) -> None:
+        """Go on with the highlighted run (failed, killed or lost) as its next attempt."""
+        run = self._highlighted()
+        if run is None:
+            self.notify("No run selected.")
+            return
+        self.resume(RunDir(run.path), run.status)
 
     def action_filter(self) -> None:
         self.state = FILTERS[(FILTERS.index(self.state) + 1) % len(FILTERS)]

@@ -1,5 +1,6 @@
-"""How a finished run ended: its status, test accuracy, epoch time, images/s and data wait, the root
-cause of a failure or the diagnosis of a lost or killed run, and its curves per epoch: loss,
+"""How a finished run ended: its status, test accuracy, epoch time, images/s and data wait, each
+attempt of a restarted or resumed run, the root cause of a failure or the diagnosis of a lost or
+killed run, and its curves per epoch: loss,
 accuracy and throughput. Charts (plotext, through textual-plotext) where the terminal has room,
 sparklines where it has not.
 
@@ -73,6 +74,9 @@ def summary_lines(run: RunState) -> list[Text]:
     if run.elapsed is not None:
         head.append(f" · {formatting.format_duration(run.elapsed)} in all", style="dim")
     lines = [head]
+    if len(run.attempts) > 1:  # a restarted or resumed run: how each attempt began and ended
+        lines += [Text(a.describe(), style="dim", no_wrap=True, overflow="ellipsis")
+                  for a in run.attempts]  # fmt: skip
     if run.status != RunStatus.COMPLETED:
         why = Text(no_wrap=True, overflow="ellipsis")
         if run.failure is not None:

@@ -31,6 +31,7 @@ class RankEpoch:
     steady_images: int
     steady_seconds: float
     train_loss: float
+    first_step: int = 0  # the epoch's step it began at (an attempt resumed inside the epoch)
 
     @property
     def steady_images_per_s(self) -> float:

@@ -1,6 +1,6 @@
-"""The faults a rank acts out for tests and the soak (``--fault KIND:RANK:STEP``, parsed by
-``engine.core.config.faults``). Each kind is one function, so a stack taken during a fault names it:
-``faults.py:NN in hang``.
+"""The faults a rank acts out for tests and the soak (``--fault KIND:RANK:STEP[:ATTEMPTS]``, parsed
+by ``engine.core.config.faults``: the first attempt only, unless ATTEMPTS asks for more). Each kind
+is one function, so a stack taken during a fault names it: ``faults.py:NN in hang``.
 
 - ``crash``: raise; ``exit``: ``os._exit(3)``; ``slow``: sleep every step from then on;
 - ``hang``: block forever at the start of the step (before its forward);
@@ -51,11 +51,12 @@ def kill_launcher() -> None:
 
 
 class FaultInjector:
-    """Acts on this rank's ``faults`` entries ("KIND:RANK:STEP") when it reaches global step STEP:
-    ``at_step`` at the start of the step, ``before_backward`` just before its backward."""
+    """Acts on this rank's ``faults`` entries ("KIND:RANK:STEP[:ATTEMPTS]") when it reaches global
+    step STEP: ``at_step`` at the start of the step, ``before_backward`` just before its backward.
+    Only the faults that fire in the run's ``attempt`` (the first only, unless ATTEMPTS says)."""
 
-    def __init__(self, specs: Iterable[str], rank: int) -> None:
-        self.faults = [f for f in map(parse_fault, specs) if f.rank == rank]
+    def __init__(self, specs: Iterable[str], rank: int, attempt: int = 1) -> None:
+        self.faults = [f for f in map(parse_fault, specs) if f.rank == rank and f.fires_in(attempt)]
         self.slow = False
 
     def _due(self, global_step: int, *, before_backward: bool) -> list[str]:

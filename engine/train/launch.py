@@ -6,8 +6,9 @@ anything touches CUDA, checks the machine can hold the run, starts the ranks (th
 device), records their pids and start times in run.json, and hands them to
 ``engine.train.supervisor``, which watches them to the end (failures, stalls, stragglers, SIGTERM).
 
-Whatever happens, it writes summary.json and the final state in run.json before it exits.
-Two launchers with ``--nnodes 2 --node-rank 0|1 --master-addr --master-port`` form one run.
+A failed attempt starts again from the newest checkpoint as ``supervision.max_restarts`` allows
+(``engine.train.restarts``; each attempt's start and end: ``engine.train.attempt``). Whatever
+happens, it writes summary.json and the final state in run.json before it exits. Two launchers with ``--nnodes 2 --node-rank 0|1 --master-addr --master-port`` form one run.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ if __name__ == "__mp_main__":
     bootstrap_rank()
 
 import argparse
-import contextlib
 import os
 import pickle
 import socket
@@ -39,13 +39,12 @@ from engine.core.common.run_environment import (
     RENDEZVOUS_ENV,
     THREADS_ENV,
 )
-from engine.core.common.run_files import SpaceReserve, open_private
+from engine.core.common.run_files import open_private
 from engine.core.common.statuses import RunStatus
 from engine.core.config.schema import ConfigError, RunConfig
 from engine.core.config.toml_io import load_config
 from engine.core.host import gpus
 from engine.core.host.capacity import available_memory_bytes, usable_cores
-from engine.core.host.oom_evidence import oom_baseline
 from engine.core.host.outside_load import OutsideLoad
 from engine.core.plan.resource_guard import check_resources
 from engine.core.plan.run_plan import RunPlan, plan_run
@@ -53,22 +52,24 @@ from engine.core.procs.process_identity import ProcessRef
 from engine.core.procs.run_leftovers import end_leftovers
 from engine.core.procs.run_proof import RunMarker
 from engine.core.procs.stopping import stop_processes
-from engine.core.runs.events import (
-    Event,
-    EventWriter,
-    RunFinished,
-    RunStarted,
-)
 from engine.core.runs.recorded_environment import RecordedEnvironment
 from engine.core.runs.rundir import (
     RunDir,
     RunDirError,
-    RunInfo,
 )
 from engine.core.runs.summarize import build_summary
-from engine.core.runs.summary import Failure, RunSummary
+from engine.core.runs.summary import Failure
+from engine.train.attempt import (
+    AttemptBegin,
+    AttemptEnd,
+    final_info,
+    record_start,
+    write_final_state,
+)
+from engine.train.attempt import LauncherEvents as LauncherEvents  # where node_launch finds it
 from engine.train.environment_record import record_environment, record_outside_load
 from engine.train.memory_fault import own_memory_cgroup, remove_fault_cgroup
+from engine.train.restarts import run_attempts
 from engine.train.supervisor import supervise
 
 EXIT_BAD_INPUT = 2
@@ -157,19 +158,6 @@ def prepare_rendezvous_file(run_dir: RunDir) -> None:
     os.close(open_private(run_dir.rendezvous_path, "exclusive"))
 
 
-class LauncherEvents(EventWriter):
-    """The launcher's events, best effort: a full disk must not end the supervision of ranks
-    that still run (summary.json, written from the space reserve, says how the run ended)."""
-
-    refused = ""  # the first write the disk refused, as one sentence
-
-    def write(self, event: Event) -> None:
-        try:
-            super().write(event)
-        except WriteFailed as err:
-            self.refused = self.refused or str(err)
-
-
 def spawn_error(error_file: str | None) -> str:
     """The error a spawned rank raised, from the file torch.multiprocessing's wrapper pickles
     its traceback into: the way a rank reports when the disk refused its RankFailed event."""
@@ -212,56 +200,6 @@ def rendezvous_port(nnodes: int, node_rank: int, master_addr: str, master_port: 
     return master_port
 
 
-def record_start(
-    run_dir: RunDir,
-    config: RunConfig,
-    plan: RunPlan,
-    *,
-    world_size: int,
-    node_rank: int,
-    nnodes: int,
-) -> tuple[RunInfo, LauncherEvents]:
-    """run.json as the run starts (no ranks yet) and the RunStarted event; the space reserve set
-    aside where no ``ddptui run`` made it. Returns the run info the final state builds on and the
-    launcher's events."""
-    info = run_dir.read_run_info() if run_dir.run_json_path.exists() else None
-    me = psutil.Process()
-    begun = RunInfo.begun(
-        run_dir.run_id,
-        config.name,
-        world_size=world_size,
-        devices=plan.devices.describe(),
-        state=RunStatus.RUNNING,
-        created=info.created if info else None,
-    )
-    base = replace(
-        begun,
-        launcher=ProcessRef(me.pid, me.create_time()),
-        pgid=os.getpgid(0),
-        node_rank=node_rank,
-        nnodes=nnodes,
-        oom_baseline=oom_baseline(),
-        placement=info.placement if info else None,  # the backend's own keys, as it wrote them
-    )
-    run_dir.make_missing_dirs()
-    reserve = SpaceReserve(run_dir.path)
-    if not reserve.path.exists():  # started by hand (another node): set it aside now
-        with contextlib.suppress(WriteFailed):
-            reserve.make()
-    run_dir.write_run_info(base)
-    events = LauncherEvents(run_dir.launcher_events_path)
-    events.write(
-        RunStarted(
-            run_id=run_dir.run_id,
-            world_size=world_size,
-            launcher_pid=me.pid,
-            devices=plan.devices.describe(),
-            stops_recorded=True,
-        )
-    )
-    return base, events
-
-
 def launch(
     run_dir: RunDir,
     *,
@@ -270,7 +208,8 @@ def launch(
     master_addr: str = "127.0.0.1",
     master_port: int | None = None,
 ) -> RunStatus:
-    """Run one node's share of a run to the end; returns the final status."""
+    """Run one node's share of a run to the end, each restart included
+    (``engine.train.restarts``); returns the final status."""
     config, plan = plan_this_node(run_dir)
     nproc = plan.world_size
     world_size = nproc * nnodes
@@ -278,18 +217,46 @@ def launch(
         raise LaunchError(
             f"strategy {config.strategy.name} runs on one machine; use ddp with --nnodes"
         )
+    if nnodes > 1 and config.supervision.max_restarts > 0:
+        raise LaunchError("supervision.max_restarts restarts a run on one machine, not --nnodes")
     master_port = rendezvous_port(nnodes, node_rank, master_addr, master_port)
     os.environ.update(rank_environment(run_dir, plan, master_addr, master_port, nproc))
     os.environ.update(rendezvous_environment(run_dir, nnodes, master_addr, master_port))
+    where = {"world_size": world_size, "node_rank": node_rank, "nnodes": nnodes}
+
+    def attempt(begun: AttemptBegin, stop_requests: list[str]) -> AttemptEnd:
+        return run_attempt(run_dir, config, plan, begun, stop_requests, **where)
+
+    def finish(end: AttemptEnd) -> None:
+        write_final_state(run_dir, end.info, end.summary, end.events)
+
+    ranks = node_ranks(node_rank, nproc)
+    return run_attempts(run_dir, config, ranks, attempt, finish)
+
+
+def run_attempt(
+    run_dir: RunDir,
+    config: RunConfig,
+    plan: RunPlan,
+    begun: AttemptBegin,
+    stop_requests: list[str],
+    *,
+    world_size: int,
+    node_rank: int,
+    nnodes: int,
+) -> AttemptEnd:
+    """One attempt of this node's share: record its start, start and supervise its ranks, and
+    build its end (the processes that outlived them stopped or left, as the preset says)."""
     base, events = record_start(
-        run_dir, config, plan, world_size=world_size, node_rank=node_rank, nnodes=nnodes
-    )
+        run_dir, config, plan, world_size=world_size, node_rank=node_rank, nnodes=nnodes,
+        attempt=begun,
+    )  # fmt: skip
     status, failure, reason = RunStatus.FAILED, None, ""
     outside_load = OutsideLoad()
     environment: RecordedEnvironment | None = None
     processes: dict[int, psutil.Process] = {}
     error_files: list[str | None] = []
-    ranks = node_ranks(node_rank, nproc)
+    ranks = node_ranks(node_rank, plan.world_size)
     try:
         if nnodes == 1:
             prepare_rendezvous_file(run_dir)
@@ -317,6 +284,8 @@ def launch(
             error_of=lambda rank: spawn_error(
                 dict(zip(ranks, error_files, strict=False)).get(rank)
             ),
+            stop_requests=stop_requests,
+            stop_stalled=config.supervision.max_restarts > 0,
         )
     except BaseException as err:  # the summary is written whatever happened
         reason = f"the launcher failed: {type(err).__name__}: {err}"
@@ -327,18 +296,12 @@ def launch(
     finally:
         remove_rank_leftovers(run_dir, processes, error_files)
         record_outside_load(run_dir, environment, outside_load)
-        final = replace(
-            base,
-            state=status,
-            ranks=tuple(ProcessRef(p.pid, _create_time(p)) for p in processes.values()),
-            global_ranks=tuple(processes),
-        )
-        summary = build_summary(run_dir, status, failure, reason)
-        leftovers = end_leftovers(
-            RunMarker.of_dir(run_dir.path), leave=config.supervision.leftovers == "leave"
-        )
-        write_final_state(run_dir, final, replace(summary, leftovers=leftovers), events)
-    return status
+    summary = build_summary(run_dir, status, failure, reason)
+    leftovers = end_leftovers(
+        RunMarker.of_dir(run_dir.path), leave=config.supervision.leftovers == "leave"
+    )
+    final = final_info(base, status, processes)
+    return AttemptEnd(status, final, replace(summary, leftovers=leftovers), events)
 
 
 def remove_rank_leftovers(
@@ -416,30 +379,6 @@ def start_script_ranks(
             )
         processes[rank] = psutil.Process(child.pid)
     return processes
-
-
-def write_final_state(
-    run_dir: RunDir, info: RunInfo, summary: RunSummary, events: LauncherEvents
-) -> None:
-    """summary.json first (what every reader goes by), then run.json's final state, then the
-    RunFinished event, from the room the space reserve gives back. Raises WriteFailed when even
-    then the summary does not fit; the follower (or the next reader) then says so."""
-    SpaceReserve(run_dir.path).release()
-    if events.refused:
-        note = f"the launcher could not record all its events: {events.refused}"
-        summary = replace(summary, warnings=(*summary.warnings, note))
-    run_dir.write_summary(summary)
-    with contextlib.suppress(WriteFailed):
-        run_dir.write_run_info(info)
-    events.write(RunFinished(status=summary.status, reason=summary.reason))
-    events.close()
-
-
-def _create_time(p: psutil.Process) -> float:
-    try:
-        return p.create_time()
-    except psutil.Error:
-        return 0.0
 
 
 def carry_run_marker(run_dir: RunDir, argv: list[str], module: str = "engine.train.launch") -> None:

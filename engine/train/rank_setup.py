@@ -60,6 +60,14 @@ def wrap_model(model: nn.Module, plan: RunPlan, device: torch.device) -> nn.Modu
     return model
 
 
+@dataclass
+class StepCounter:
+    """The global step (from 0) this rank is taking, where its owner can read it after a failure:
+    the step a ``RankFailed`` names (None before the first)."""
+
+    global_step: int | None = None
+
+
 @dataclass(frozen=True)
 class RankSetup:
     """What one rank trains with, made once by ``set_up_rank``."""
@@ -80,6 +88,7 @@ class RankSetup:
     step_reports: StepReporter
     events: EventWriter
     step_timer: StepTimer  # the step's parts, timed with global hooks (when on)
+    counter: StepCounter  # the step being taken, for whoever reports a failure
 
     @property
     def config(self) -> RunConfig:
@@ -163,13 +172,16 @@ def set_up_rank(
     world_size: int,
     events: EventWriter,
     model_factory: Callable[[ModelConfig], nn.Module],
+    attempt: int = 1,
+    counter: StepCounter | None = None,
 ) -> RankSetup:
     """Device, model, data and optimizer of one rank, in the order that keeps every rank's
-    initial weights and data the same; prints the rank's one-line description."""
+    initial weights and data the same; prints the rank's one-line description. ``attempt``: the
+    run's attempt (which faults fire)."""
     config = plan.config
     training = config.training
     device = pick_device(plan, local_rank)
-    faults = FaultInjector(config.faults, rank)
+    faults = FaultInjector(config.faults, rank, attempt)
     divergence = DivergenceWatch(device, rank, training.on_divergence)
     autocast(config.precision.mode, device)  # refuses fp16 without CUDA before any work
     if device.type == "cuda":
@@ -206,6 +218,7 @@ def set_up_rank(
         step_timer=step_timer_for_rank(
             training.step_timing, events, rank, training.report_interval, model, device
         ),
+        counter=counter or StepCounter(),
     )
     print(
         f"rank {rank}/{world_size} on {device}: {config.model.label}, {config.strategy.name}, "

@@ -14,7 +14,9 @@ no change to the script:
 - the progress bars it prints (tqdm's ``n/total [..., rate]``) give the epoch fraction;
 - ``ddptui.report(**metrics)``, where the script calls it, adds loss, accuracy, images/s.
 
-The script then runs as ``python script.py ARGS`` (or ``python -m module ARGS``) would run it. An
+The script then runs as ``python script.py ARGS`` (or ``python -m module ARGS``) would run it; in
+an attempt that goes on from the script's own checkpoint, ``script.resume_arg`` and that
+checkpoint's path follow ARGS (``engine.core.runs.resume_point`` says which file). An
 exception is reported as the rank's failure with its traceback; its exit code is this process's.
 Torch is never imported here: the script imports it, or not.
 """
@@ -40,6 +42,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from engine.core.common.run_environment import RESUME_FROM_ENV
 from engine.core.config.schema import RunConfig
 from engine.core.config.toml_io import load_config
 from engine.core.runs.events import (
@@ -126,16 +129,30 @@ def rank_device() -> tuple[str, int | None]:
     return f"cuda:{local}", int(entry) if entry.isdigit() else None
 
 
+def script_args(config: RunConfig, resume_from: str) -> list[str]:
+    """The script's arguments: the preset's, then, in an attempt that goes on from a checkpoint
+    (``resume_from``, set by the launcher) where the preset names its option
+    (``script.resume_arg``), that option and the checkpoint's path ("--resume=PATH" when the
+    option ends in "=")."""
+    script = config.script
+    if not (resume_from and script.resume_arg):
+        return list(script.args)
+    if script.resume_arg.endswith("="):
+        return [*script.args, f"{script.resume_arg}{resume_from}"]
+    return [*script.args, script.resume_arg, resume_from]
+
+
 def run_script(config: RunConfig) -> None:
     """The script as ``python script.py ARGS`` or ``python -m module ARGS`` runs it."""
     script = config.script
+    args = script_args(config, os.environ.get(RESUME_FROM_ENV, ""))
     if script.path:
         path = str(Path(script.path).expanduser().resolve())
-        sys.argv = [path, *script.args]
+        sys.argv = [path, *args]
         sys.path.insert(0, str(Path(path).parent))
         runpy.run_path(path, run_name="__main__")
     else:
-        sys.argv = [script.module, *script.args]
+        sys.argv = [script.module, *args]
         runpy.run_module(script.module, run_name="__main__", alter_sys=True)
 
 

@@ -90,8 +90,12 @@ class Supervisor:
         oom_baseline: OomBaseline | None = None,
         error_of: Callable[[int], str] = lambda rank: "",
         take_stacks: Callable[[str], StackSnapshot | None] | None = None,
+        stop_stalled: bool = False,
     ):
         self.run_dir = run_dir
+        # A stalled rank stops the run once its stacks are taken (a restart follows), unless
+        # supervision.kill_stalled_after asks to wait longer.
+        self.stop_stalled = stop_stalled
         # Whose stacks a snapshot takes: this launcher's ranks, or (a node launcher of a run
         # across nodes) every rank of the run, through ``take_stacks``.
         self.take_stacks = take_stacks
@@ -243,17 +247,16 @@ class Supervisor:
                     self.stall_episode = True
                     self.snapshot_in_background("stall")
             w.stalled = stalled
-            if (
-                stalled
-                and sup.kill_stalled_after > 0
-                and now - w.stalled_since >= sup.kill_stalled_after
-                and self.stop_deadline is None
-            ):
+            if stalled and self.stop_deadline is None and self._stall_over(w, now):
                 self.stall_kill_rank = w.rank
+                by = (
+                    "supervision.kill_stalled_after"
+                    if sup.kill_stalled_after > 0
+                    else "supervision.max_restarts, to restart it"
+                )
                 self.begin_stop(
                     RunStatus.FAILED,
-                    f"rank {w.rank} reported nothing for {silent:.0f} s; stopped by "
-                    "supervision.kill_stalled_after",
+                    f"rank {w.rank} reported nothing for {silent:.0f} s; stopped by {by}",
                 )
             behind = state.state == RankStatus.STRAGGLER
             if behind and not w.straggling:
@@ -270,6 +273,13 @@ class Supervisor:
         if not self._snapshot_busy():
             live = {r for r, w in self.watches.items() if not (w.exited or w.finished or w.stalled)}
             self.probes.consider(states, live, self._targets)
+
+    def _stall_over(self, w: RankWatch, now: float) -> bool:
+        """Whether rank ``w``, stalled, has been so long enough to stop the run."""
+        after = self.config.supervision.kill_stalled_after
+        if after <= 0 and not self.stop_stalled:
+            return False
+        return now - w.stalled_since >= after
 
     def _snapshot_busy(self) -> bool:
         return self._snapshot_thread is not None and self._snapshot_thread.is_alive()
@@ -336,6 +346,17 @@ class Supervisor:
             self.events.write(stop)
             self.tracker.feed(stop)
 
+    def stall_root(self) -> tuple[int, str]:
+        """(rank, error) a stopped stall is blamed on: the rank its stacks name as the one the
+        others wait on, else the first rank found stalled (a waiting peer may fall silent first)."""
+        assert self.stall_kill_rank is not None
+        latest = latest_snapshot(self.run_dir.path)
+        named = latest.culprit_rank if latest is not None and latest.time >= self.started else None
+        if named is None or named == self.stall_kill_rank:
+            return self.stall_kill_rank, self.stop_reason
+        why = latest.culprit_reason if latest is not None else ""
+        return named, f"rank {named} stalled ({why}); {self.stop_reason}"
+
     def stalled_first(self, cause: Failure | None) -> Failure | None:
         """A rank found stalled while its peers waited on it, before any rank failed, is the root
         cause of their failures (a collective's timeout): not the peer that timed out first."""
@@ -387,18 +408,26 @@ def supervise(
     error_of: Callable[[int], str] = lambda rank: "",
     take_stacks: Callable[[str], StackSnapshot | None] | None = None,
     signal_stop_grace: float | None = None,
+    *,
+    stop_requests: list[str] | None = None,
+    stop_stalled: bool = False,
 ) -> tuple[RunStatus, Failure | None, str]:
     """Watch the ranks until all have exited; returns (status, root cause, reason).
 
     ``take_stacks`` takes the run's stacks instead of this launcher's own ranks' (a node
     launcher). ``signal_stop_grace``: a SIGTERM to this launcher stops its ranks with this grace
     and no snapshot first (a node launcher that its scheduler is ending: it has the scheduler's
-    grace only, and ``ddptui kill`` took the stacks before it cancelled the job)."""
+    grace only, and ``ddptui kill`` took the stacks before it cancelled the job).
+    ``stop_requests``: the signals received, shared with a caller that goes on after this returns
+    (a restart's wait), whose requests stop the ranks at once. ``stop_stalled``: a stalled rank
+    stops the run (its stacks taken first) without waiting for
+    ``supervision.kill_stalled_after``."""
     sup = Supervisor(
-        run_dir, config, sorted(processes), events, oom_baseline, error_of, take_stacks
-    )
+        run_dir, config, sorted(processes), events, oom_baseline, error_of, take_stacks,
+        stop_stalled,
+    )  # fmt: skip
     sup.processes = processes
-    requested: list[str] = []
+    requested: list[str] = [] if stop_requests is None else stop_requests
 
     def on_signal(signum: int, _frame: object) -> None:
         requested.append(signal.Signals(signum).name)
@@ -442,11 +471,11 @@ def supervise(
     if sup.stop_status == RunStatus.KILLED:
         return RunStatus.KILLED, None, _with_note(sup.stop_reason, sup.culprit_note(None))
     if sup.stall_kill_rank is not None:
-        rank = sup.stall_kill_rank
+        rank, error = sup.stall_root()
         return (
             RunStatus.FAILED,
-            Failure(rank=rank, error=sup.stop_reason, traceback=_log_tail(run_dir, rank)),
-            _with_note(sup.stop_reason, sup.culprit_note(rank)),
+            Failure(rank=rank, error=error, traceback=_log_tail(run_dir, rank)),
+            _with_note(error, sup.culprit_note(rank)),
         )
     cause = sup.stalled_first(sup.root_cause())
     if cause is not None:

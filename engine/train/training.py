@@ -56,7 +56,7 @@ from engine.train.evaluation import broadcast_buffers, evaluate
 from engine.train.image_split import Batch
 from engine.train.models import build_model
 from engine.train.rank_device import autocast, synchronized_clock
-from engine.train.rank_setup import RankSetup, set_up_rank
+from engine.train.rank_setup import RankSetup, StepCounter, set_up_rank
 
 # ---- one epoch -------------------------------------------------------------------------------
 
@@ -113,6 +113,7 @@ def train_one_epoch(
     batches: Iterator[Batch] = setup.train_batches.epoch(epoch, start_step)
     for step in range(start_step, steps):
         global_step = first_global_step + step - start_step
+        setup.counter.global_step = global_step
         setup.faults.at_step(global_step)
 
         fetch_start = time.perf_counter()
@@ -166,6 +167,7 @@ def train_one_epoch(
         steady_images=steady_images,
         steady_seconds=epoch_end - steady_start - steady_checkpoint_seconds,
         train_loss=loss_sum.item() / taking if taking else 0.0,
+        first_step=start_step,
     )
 
 
@@ -189,6 +191,7 @@ def report_epoch(setup: RankSetup, epoch: int, local: RankEpoch) -> None:
             global_data_wait_seconds=reduced.data_wait_seconds,
             global_steady_images_per_s=reduced.steady_images_per_s,
             global_train_loss=reduced.train_loss,
+            first_step=local.first_step,
         )
     )
     print(
@@ -295,6 +298,7 @@ def train_rank(
     model_factory: Callable[[ModelConfig], nn.Module] = build_model,
     resume_from: Path | None = None,
     attempt: int = 1,
+    counter: StepCounter | None = None,
 ) -> None:
     """Train one rank as ``plan`` says. For ``ddp`` the process group must be initialised.
 
@@ -302,7 +306,8 @@ def train_rank(
     the same weights); the default is the configured model. Tests pass a SmallCNN without
     BatchNorm. ``resume_from``: a checkpoint this run goes on from, taking exactly the steps an
     uninterrupted run would have taken after it (``attempt``: the run's how-manieth start, in the
-    checkpoints it writes).
+    checkpoints it writes, and which faults fire). ``counter``: where the step being taken is
+    kept for the caller (the step of a failure).
     """
     setup = set_up_rank(
         plan,
@@ -311,6 +316,8 @@ def train_rank(
         world_size=world_size,
         events=events,
         model_factory=model_factory,
+        attempt=attempt,
+        counter=counter or StepCounter(),
     )
     steps = setup.train_batches.steps_per_epoch
     try:

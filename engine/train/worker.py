@@ -76,6 +76,7 @@ from engine.core.runs.settle import settle_run
 from engine.core.runs.summarize import build_summary
 from engine.train.rank_bootstrap import bootstrap_rank, exit_at_once, prepare_stack_dumps
 from engine.train.rank_device import gpu_index, pick_device
+from engine.train.rank_setup import StepCounter
 from engine.train.rendezvous import rendezvous_store
 from engine.train.training import train_rank
 
@@ -283,13 +284,18 @@ def disk_full_failure(err: BaseException, log_path: Path) -> WriteFailed | None:
     return WriteFailed(Path(err.filename) if err.filename else log_path, err)
 
 
-def report_failure(events: EventWriter, rank: int, err: BaseException) -> None:
-    """A RankFailed event and the traceback in the log, each as far as the disk allows: a rank
-    whose disk is full still fails with its sentence, through torch.multiprocessing's error file
-    that the launcher reads."""
+def report_failure(
+    events: EventWriter, rank: int, err: BaseException, global_step: int | None = None
+) -> None:
+    """A RankFailed event (with the step it was taking, where known) and the traceback in the
+    log, each as far as the disk allows: a rank whose disk is full still fails with its sentence,
+    through torch.multiprocessing's error file that the launcher reads."""
     error = str(err) if isinstance(err, WriteFailed) else one_line_error(err)
+    failed = RankFailed(
+        rank=rank, error=error, traceback=traceback.format_exc(), global_step=global_step
+    )
     with contextlib.suppress(OSError):
-        events.write(RankFailed(rank=rank, error=error, traceback=traceback.format_exc()))
+        events.write(failed)
     with contextlib.suppress(OSError):
         traceback.print_exc()
 
@@ -301,6 +307,7 @@ def run_rank(run_dir: RunDir, *, rank: int, local_rank: int, world_size: int) ->
     start_launcher_watchdog()
     events = EventWriter(run_dir.rank_events_path(rank))
     joined = False
+    counter = StepCounter()
     try:
         config = load_config(run_dir.config_path)
         plan = plan_for_world(plan_run(config, planning_gpu_count()), world_size)
@@ -342,13 +349,14 @@ def run_rank(run_dir: RunDir, *, rank: int, local_rank: int, world_size: int) ->
             events=events,
             resume_from=Path(resume_from) if resume_from else None,
             attempt=int(os.environ.get(ATTEMPT_ENV, "1") or 1),
+            counter=counter,
         )
         events.write(RankFinished(rank=rank))
     except BaseException as err:
         if joined:  # which collectives this rank saw, for the analysis of a hang or timeout
             dump_flight_recorder(run_dir, rank)
         full = disk_full_failure(err, run_dir.rank_log_path(rank))
-        report_failure(events, rank, full or err)
+        report_failure(events, rank, full or err, counter.global_step)
         if full is not None and full is not err:
             raise full from err
         raise

@@ -329,6 +329,28 @@ def eight_gpu_view(inventory: GpuInventory) -> GpuView:
     )
 
 
+def stand_in_actions(app: Any) -> StandInActions:
+    """The stand-in actions an app of ``make_app`` was given, typed."""
+    actions = app.actions
+    assert isinstance(actions, StandInActions)
+    return actions
+
+
+def started_stand_in(run_dir: RunDir) -> Any:
+    """A launcher this UI started, as ``StartedRun`` stands for it: still running."""
+
+    class Started:
+        run_id = run_dir.run_id
+
+        def __init__(self) -> None:
+            self.run_dir = run_dir
+
+        def poll(self) -> int | None:
+            return None
+
+    return Started()
+
+
 class StandInActions(EngineActions):
     """Engine actions that record what the UI asked for instead of touching the machine."""
 
@@ -347,6 +369,8 @@ class StandInActions(EngineActions):
         self.signalled: list[tuple[str, tuple[int, ...], bool]] = []
         self.queued: list[bool] = []  # whether each start asked for the machine's queue
         self.line: list[Verdict] = []  # the queue's line as this stand-in reads it
+        self.resumed: list[str] = []
+        self.refuse_resume = ""  # the sentence a resume is refused with ("": it starts)
 
     def start_run(
         self, config: RunConfig, gpu_count: int, *, where: str = "", queue: bool = False
@@ -356,15 +380,14 @@ class StandInActions(EngineActions):
         self.queued.append(queue)
         if self.start_as is None:
             raise RuntimeError("this stand-in starts nothing")
+        return started_stand_in(self.start_as)
 
-        class Started:
-            run_dir = self.start_as
-            run_id = self.start_as.run_id
-
-            def poll(self) -> int | None:
-                return None
-
-        return Started()
+    def resume_run(self, run_dir: RunDir) -> tuple[Any, str]:
+        self.resumed.append(run_dir.run_id)
+        if self.refuse_resume:
+            raise ValueError(self.refuse_resume)
+        said = f"run {run_dir.run_id}: started attempt 2 (it failed), from step 10"
+        return started_stand_in(run_dir), said
 
     def slurm_partitions(self) -> list[tuple[str, bool, int, str]]:
         if self.partitions is None:

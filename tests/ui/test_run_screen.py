@@ -28,6 +28,7 @@ from tests.ui.standins import (
     make_eight_rank_run,
     screen_text,
     settle,
+    stand_in_actions,
     text_of,
 )
 
@@ -100,6 +101,26 @@ async def test_a_live_run_keeps_its_kill_key_and_no_summary(
         assert "k" in footer_keys(app)
         assert not screen.query_one(RunSummaryPanel).display
         assert "events" not in text_of(screen.query_one("#run-foot", Static))
+
+
+async def test_a_failed_run_offers_r_which_follows_its_next_attempt(
+    make_app: Callable[..., DdptuiApp],
+) -> None:
+    app = make_app()
+    actions = stand_in_actions(app)
+    async with app.run_test(size=SMALL) as pilot:
+        live = await open_run(pilot, app, RunDir(RECORDED / LIVE_RUN))
+        assert "R" not in footer_keys(app) and "k" in footer_keys(app)  # a going run: no resume
+        screen = await open_run(pilot, app, RunDir(RECORDED / FAILED_RUN))
+        assert screen is not live
+        assert "R" in footer_keys(app) and "k" not in footer_keys(app)
+        assert screen.started is None
+        await pilot.press("R")
+        await settle(pilot, lambda: screen.started is not None)
+        assert actions.resumed == [FAILED_RUN]
+        assert app.screen is screen  # the same screen, now following the new attempt's launcher
+        assert app.started[FAILED_RUN] is screen.started
+        assert [n.title for n in app._notifications][-1] == "Resumed"
 
 
 @pytest.fixture

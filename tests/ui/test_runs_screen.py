@@ -106,3 +106,36 @@ async def test_a_going_runs_time_counts_on_while_it_is_silent(
         after = str(table.get_cell(LIVE_RUN, "time"))
         assert (before, after) == ("1m36s", "3m41s")  # ...its time did
         assert str(table.get_cell(GPU_RUN, "time")) == "8s"  # an ended run's stays
+
+
+async def test_r_resumes_an_ended_run_and_opens_it_refusing_a_going_one(
+    make_app: Callable[..., DdptuiApp],
+) -> None:
+    from ddptui.screens.run import RunScreen
+    from tests.ui.standins import stand_in_actions
+
+    app = make_app()
+    actions = stand_in_actions(app)
+    async with app.run_test(size=SMALL) as pilot:
+        screen = await on_runs(app, pilot)
+        await pilot.press("R")  # the live run, first: refused here, nothing asked of the engine
+        await settle(pilot)
+        assert actions.resumed == []
+        assert [n.message for n in app._notifications][-1] == (
+            f"{LIVE_RUN} is running: only a run that failed, was killed or was lost goes on."
+        )
+        actions.refuse_resume = f"run {FAILED_RUN}'s config.toml no longer loads: ..."
+        await pilot.press("down", "R")  # the failed run: the engine's refusal is said
+        await settle(pilot, lambda: not screen.resuming)
+        assert actions.resumed == [FAILED_RUN]
+        assert [n.message for n in app._notifications][-1] == actions.refuse_resume
+        assert isinstance(app.screen, RunsScreen)
+        actions.refuse_resume = ""
+        await pilot.press("R")  # started: its Run screen follows the new attempt's launcher
+        await settle(pilot, lambda: isinstance(app.screen, RunScreen))
+        assert actions.resumed == [FAILED_RUN, FAILED_RUN]
+        assert isinstance(app.screen, RunScreen) and app.screen.run_dir.run_id == FAILED_RUN
+        assert app.screen.started is not None and app.started[FAILED_RUN] is app.screen.started
+        assert [n.message for n in app._notifications][-1] == (
+            f"run {FAILED_RUN}: started attempt 2 (it failed), from step 10"
+        )

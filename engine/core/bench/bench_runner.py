@@ -66,7 +66,7 @@ def run_once(
 
 
 def outcome_line(summary: RunSummary) -> str:
-    last = summary.last_epoch
+    last = summary.table_epoch
     if summary.status == RunStatus.COMPLETED and last is not None:
         return (
             f"completed: {last.steady_images_per_s:,.0f} img/s steady, epoch "

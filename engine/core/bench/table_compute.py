@@ -95,12 +95,17 @@ def _measure(result: RowResult) -> SpeedupRow:
         problem = ""
         if summary.status != RunStatus.COMPLETED:
             problem = failure_reason(summary)
-        elif summary.last_epoch is None:
-            problem = "it completed without finishing an epoch"
+        elif summary.table_epoch is None:
+            # a failed attempt's steps never count: the one that completed the run trained none
+            problem = (
+                "it completed without finishing an epoch"
+                if summary.attempt <= 1
+                else f"its attempt {summary.attempt}, which completed it, trained no epoch"
+            )
         if problem:
             which = f"run {index} of {total}: " if total > 1 else ""
             return SpeedupRow(**shape, status=RowStatus.FAILED, reason=which + problem)
-    last = [s.last_epoch for s in result.summaries if s.last_epoch is not None]
+    last = [s.table_epoch for s in result.summaries if s.table_epoch is not None]
     seconds = [e.steady_epoch_seconds for e in last]
     rates = [e.steady_images_per_s for e in last]
     waits = [e.data_wait_seconds / e.seconds if e.seconds > 0 else 0.0 for e in last]
@@ -119,7 +124,7 @@ def _measure(result: RowResult) -> SpeedupRow:
         images_per_s=_median(rates),
         images_per_s_min=min(rates),
         images_per_s_max=max(rates),
-        epoch_images=int(_median(e.images for e in last)),
+        epoch_images=int(_median(e.whole_images for e in last)),
         warmup_steps=last[0].warmup_steps,
         test_accuracy=_median(accuracies) if accuracies else None,
         steady_steps=min(e.steps - e.warmup_steps for e in last),

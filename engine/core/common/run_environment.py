@@ -40,3 +40,8 @@ RENDEZVOUS_ENV = "DDPTUI_RENDEZVOUS"
 # less) and the checkpoint the engine's ranks go on from, when there is one.
 ATTEMPT_ENV = "DDPTUI_ATTEMPT"
 RESUME_FROM_ENV = "DDPTUI_RESUME_FROM"
+# torchrun's name for the restarts before this attempt (0 in the first), which scripts read.
+RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"
+# Where a script's own checkpoints go (RUN_DIR/checkpoints): the newest file there is what a
+# restarted attempt is pointed at through its ``script.resume_arg``.
+CHECKPOINT_DIR_ENV = "DDPTUI_CHECKPOINT_DIR"

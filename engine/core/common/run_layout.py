@@ -17,6 +17,10 @@ Layout (docs/architecture.md)::
                   checkpoint.pt               resumable checkpoint   (rank 0)
                   checkpoint.json             what the checkpoint holds (rank 0)
                   stop-request                who asked it to stop   (kill, Ctrl-C, the UI)
+                  checkpoints/                a script's own checkpoints ($DDPTUI_CHECKPOINT_DIR)
+                  attempts/<n>/               attempt n's run.json, summary.json, events/, stacks/,
+                                              flight-recorder/, environment.json, stop-request,
+                                              moved there as attempt n+1 starts (its launcher)
                   .rendezvous                 the ranks' file store  (single node, while it runs)
                   .space-reserve              space given back for the summary (run start)
                   nodes/<n>.json              a node launcher's record (across nodes)
@@ -55,6 +59,8 @@ RANK_EVENTS_PATTERN = "rank-*.jsonl"
 NODE_EVENTS_PATTERN = "launcher-*.jsonl"
 NODES_DIR = "nodes"
 GPUS_DIR = "gpus"
+ATTEMPTS_DIR = "attempts"
+SCRIPT_CHECKPOINTS_DIR = "checkpoints"
 
 
 def holds_run(path: str | os.PathLike[str]) -> bool:
@@ -174,6 +180,20 @@ class RunLayout:
     def node_gpus(self, node: str) -> Path:
         """The node's GPUs as its launcher last sampled them (NVML)."""
         return self.gpus_dir / f"{node}.json"
+
+    @property
+    def script_checkpoints(self) -> Path:
+        """Where a user's script writes its checkpoints (``$DDPTUI_CHECKPOINT_DIR``)."""
+        return self.path / SCRIPT_CHECKPOINTS_DIR
+
+    @property
+    def attempts_dir(self) -> Path:
+        return self.path / ATTEMPTS_DIR
+
+    def attempt(self, number: int) -> RunLayout:
+        """An earlier attempt's files, as they were when the next attempt started: the same
+        names, below ``attempts/<number>/``."""
+        return RunLayout(self.attempts_dir / str(number))
 
     def placement_dir(self, placement: str) -> Path:
         """A placement backend's own folder: what is in it is that backend's business."""

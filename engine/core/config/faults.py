@@ -1,4 +1,10 @@
-"""Fault injection specs ``KIND:RANK:STEP`` (plain Python; the training loop acts on them)."""
+"""Fault injection specs ``KIND:RANK:STEP[:ATTEMPTS]`` (plain Python; the training loop acts on them).
+
+A fault fires in a run's first attempt only: a restarted or resumed attempt goes on without it,
+as a transient fault (a crashed GPU, a lost node) would not come back. ``ATTEMPTS`` asks for it
+again: a number (it fires in the first N attempts) or ``every`` (it fires in every attempt, as a
+bad sample or a bug at that step would).
+"""
 
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ FAULT_EFFECTS = {
     "kill-launcher": "SIGKILL the launcher",
 }
 FAULT_KINDS = tuple(FAULT_EFFECTS)
+EVERY_ATTEMPT = "every"  # the 4th field that makes a fault fire in every attempt
 
 
 @dataclass(frozen=True)
@@ -30,18 +37,32 @@ class Fault:
     # global step (counted from 0 across epochs) at which it fires; the epoch (from 0) whose
     # evaluation a hang-eval blocks; nothing for a hang-setup (it blocks the rank's setup)
     step: int
+    # the attempts (from the first) it fires in; None: every attempt
+    attempts: int | None = 1
+
+    def fires_in(self, attempt: int) -> bool:
+        """Whether it fires in the run's attempt ``attempt`` (1 for the first)."""
+        return self.attempts is None or attempt <= self.attempts
 
 
 def parse_fault(text: str) -> Fault:
     parts = text.split(":")
+    attempts = parts[3] if len(parts) == 4 else "1"
     if (
-        len(parts) != 3
+        len(parts) not in (3, 4)
         or parts[0] not in FAULT_KINDS
         or not (parts[1].isdigit() and parts[2].isdigit())
+        or not (attempts == EVERY_ATTEMPT or (attempts.isdigit() and int(attempts) > 0))
     ):
         raise ConfigError(
-            f"fault {text!r} is not KIND:RANK:STEP with KIND one of {', '.join(FAULT_KINDS)}",
+            f"fault {text!r} is not KIND:RANK:STEP[:ATTEMPTS] with KIND one of "
+            f"{', '.join(FAULT_KINDS)} and ATTEMPTS a count or {EVERY_ATTEMPT}",
             key="faults",
-            reason=f"fault {text!r} is not KIND:RANK:STEP",
+            reason=f"fault {text!r} is not KIND:RANK:STEP[:ATTEMPTS]",
         )
-    return Fault(kind=parts[0], rank=int(parts[1]), step=int(parts[2]))
+    return Fault(
+        kind=parts[0],
+        rank=int(parts[1]),
+        step=int(parts[2]),
+        attempts=None if attempts == EVERY_ATTEMPT else int(attempts),
+    )

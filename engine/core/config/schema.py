@@ -269,9 +269,19 @@ class SupervisionConfig:
     # daemon): "stop" them (the launcher's way: SIGTERM, a grace, SIGKILL) or "leave" them; the
     # summary names each either way.
     leftovers: str = "stop"
+    # A rank that fails, or stays stalled past the stall rule (its stacks taken first): stop every
+    # rank and start again from the newest checkpoint (step 0 without one), this many times at
+    # most, waiting restart_backoff_seconds before the first restart and twice as long before
+    # each next one (engine.core.runs.restart_policy). 0: a failure ends the run.
+    max_restarts: int = 0
+    restart_backoff_seconds: float = 2.0
 
     def __post_init__(self) -> None:
         _one_of("supervision", "leftovers", self.leftovers, LEFTOVER_CHOICES)
+        _positive("supervision", "max_restarts", self.max_restarts, allow_zero=True)
+        _positive(
+            "supervision", "restart_backoff_seconds", self.restart_backoff_seconds, allow_zero=True
+        )
         _positive("supervision", "stall_seconds", self.stall_seconds, allow_zero=True)
         _positive("supervision", "stall_floor_seconds", self.stall_floor_seconds)
         _positive("supervision", "stall_pace_multiple", self.stall_pace_multiple)
@@ -289,6 +299,10 @@ class ScriptConfig:
     path: str = ""  # a .py file, run as __main__
     module: str = ""  # or a module, as python -m runs it
     args: tuple[str, ...] = ()  # its command-line arguments
+    # The option that makes the script go on from a checkpoint ("--resume"; "--resume=" joins the
+    # path to it): a restarted or resumed attempt gets it followed by the newest file the script
+    # wrote in $DDPTUI_CHECKPOINT_DIR (engine.core.runs.resume_point). "": never given.
+    resume_arg: str = ""
 
     def __post_init__(self) -> None:
         if self.path and self.module:
@@ -297,6 +311,13 @@ class ScriptConfig:
                 "give one",
                 key="script.module",
                 reason="script.path and script.module are both set",
+            )
+        if self.resume_arg and not re.match(r"^--?[\w][\w.-]*=?$", self.resume_arg):
+            raise ConfigError(
+                f"script.resume_arg is {self.resume_arg!r}; expected an option such as --resume "
+                "(or --resume= to join the checkpoint's path to it)",
+                key="script.resume_arg",
+                reason="script.resume_arg is not an option such as --resume",
             )
         if self.module and not re.match(r"^[A-Za-z_][\w.]*$", self.module):
             raise ConfigError(

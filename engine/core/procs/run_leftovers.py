@@ -39,6 +39,12 @@ def _outliving(marker: RunMarker, launcher: psutil.Process) -> list[psutil.Proce
     return [p for p in marked_processes(marker) if p.pid not in own]
 
 
+def outliving_now(marker: RunMarker) -> list[psutil.Process]:
+    """The run's processes alive now besides this launcher and its own children: what a restart
+    must find gone before it starts the ranks again."""
+    return _outliving(marker, psutil.Process())
+
+
 def end_leftovers(
     marker: RunMarker, *, leave: bool, settle: float = SETTLE_SECONDS
 ) -> tuple[str, ...]:

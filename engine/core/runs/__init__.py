@@ -12,5 +12,8 @@ processes of a run another backend placed are, as the observer asks that backend
 directory as one line (``run_listing``), each rank's step split and the bottleneck
 (``step_breakdown``), the per-step curves (``step_curves``), the stop a user asked for
 (``stop_request``), what the newest checkpoint holds (``checkpoint_record``) and two runs
-compared (``compare``). Never starts or signals a process.
+compared (``compare``). A run's attempts (``attempts``: kept apart, each with its record; what
+an observer knows of them, ``attempt_watch``), the checkpoint a later attempt goes on from
+(``resume_point``) and the one decision whether a failed attempt starts again
+(``restart_policy``). Never starts or signals a process.
 """

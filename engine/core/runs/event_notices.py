@@ -16,9 +16,21 @@ from engine.core.runs.events import (
     RankExited,
     RankStalled,
     RankStraggling,
+    RestartScheduled,
     RunFinished,
+    RunStarted,
     StacksTaken,
 )
+
+
+def restart_notice(e: RestartScheduled) -> str:
+    """ "attempt 1 failed at step 4,812 (rank 3 failed: ...); restart 1 of 3 in 2 s, from step
+    4,800 (epoch 3, step 12 of 1,600)"."""
+    where = f" at step {e.global_step:,}" if e.global_step is not None else ""
+    return (
+        f"attempt {e.attempt} failed{where} ({e.reason}); restart {e.restart} of "
+        f"{e.max_restarts} in {e.in_seconds:g} s, from {e.from_where}"
+    )
 
 
 def event_notice(e: Event) -> str:
@@ -42,6 +54,11 @@ def event_notice(e: Event) -> str:
         return f"stacks ({e.reason}): {e.summary}"
     if isinstance(e, NodeFinished):
         return f"node {e.node}: {e.status}" + (f": {e.reason}" if e.reason else "")
+    if isinstance(e, RestartScheduled):
+        return restart_notice(e)
+    if isinstance(e, RunStarted) and e.attempt > 1:
+        start = f"step {e.resumed_from_step:,}" if e.resumed_from_step is not None else "step 0"
+        return f"attempt {e.attempt} started ({e.started_by}), from {start}"
     if isinstance(e, RunFinished):
         return f"run {e.status}" + (f": {e.reason}" if e.reason else "")
     return ""

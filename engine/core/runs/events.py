@@ -101,6 +101,7 @@ class EpochEnded(Event):
     global_data_wait_seconds: float
     global_steady_images_per_s: float
     global_train_loss: float
+    first_step: int = 0  # the epoch's step it began at: above 0 in an attempt resumed inside it
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,7 @@ class RankFailed(Event):
     rank: int
     error: str
     traceback: str
+    global_step: int | None = None  # optimizer steps done when it failed, where known
 
 
 @dataclass(frozen=True)
@@ -206,6 +208,11 @@ class RunStarted(Event):
     # This launcher writes a StopSignalled event whenever it signals its ranks, so a rank it did
     # not name there was not stopped by it (False in older runs: readers then infer stops).
     stops_recorded: bool = False
+    attempt: int = 1  # the run's how-manieth start (a restart or ``ddptui resume`` adds one)
+    started_by: str = ""  # how a later attempt began: "restart" | "resume" (AttemptStart)
+    # the checkpoint it goes on from: its global step and the epoch (from 0) it resumes in
+    resumed_from_step: int | None = None
+    resumed_from_epoch: int | None = None
 
 
 @dataclass(frozen=True)
@@ -267,6 +274,23 @@ class StacksTaken(Event):
 
 
 @dataclass(frozen=True)
+class RestartScheduled(Event):
+    """Attempt ``attempt`` ended (``reason``, at ``global_step`` where known) and the launcher
+    starts the next in ``in_seconds``, from the checkpoint of ``from_step`` (None: step 0):
+    ``supervision.max_restarts`` (``engine.core.runs.restart_policy`` decided it)."""
+
+    type: ClassVar[str] = "restart_scheduled"
+    attempt: int
+    reason: str
+    global_step: int | None
+    in_seconds: float
+    from_step: int | None
+    from_where: str  # the checkpoint in words ("step 0 (no checkpoint yet)" without one)
+    restart: int  # this restart's number, from 1
+    max_restarts: int
+
+
+@dataclass(frozen=True)
 class NodeFinished(Event):
     """One node launcher of a run across nodes is done with its share (``events/launcher-<node>
     .jsonl``): how its ranks ended there. The run's own end is decided from every node and from
@@ -306,6 +330,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         RankStraggling,
         StopSignalled,
         StacksTaken,
+        RestartScheduled,
         NodeFinished,
         RunFinished,
     )

@@ -33,7 +33,8 @@ from engine.core.common.config_error import ConfigError
 from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.config.devices import DevicePlan
 from engine.core.config.schema import RunConfig
-from engine.core.procs.process_identity import ProcessProbe
+from engine.core.procs.process_identity import ProcessProbe, ProcessRef
+from engine.core.runs.attempt_watch import AttemptWatch
 from engine.core.runs.events import EventTail
 from engine.core.runs.placement import PlacementVerdict, PlacementView, PlacementWatch, watch_for
 from engine.core.runs.rank_states import RankState, RankStateTracker, Thresholds
@@ -47,7 +48,7 @@ from engine.core.runs.step_breakdown import (
     find_bottleneck,
 )
 from engine.core.runs.step_curves import StepCurveFold, StepCurves
-from engine.core.runs.summary import Failure, RunSummary
+from engine.core.runs.summary import AttemptRecord, Failure, RunSummary
 from engine.core.stacks.snapshot import StackSnapshot, latest_snapshot, snapshot_paths
 
 # A launcher records itself in run.json within seconds of its start; a run.json that names none
@@ -96,6 +97,10 @@ class RunState:
     step_breakdown: tuple[StepBreakdown, ...] = ()
     bottleneck: Bottleneck | None = None
     curves: StepCurves = field(default_factory=StepCurves)
+    # Its attempt now (a restart or ``ddptui resume`` adds one), and every attempt known: all of
+    # them once it ended (its summary's), the earlier ones while it goes.
+    attempt: int = 1
+    attempts: tuple[AttemptRecord, ...] = ()
 
     @property
     def final(self) -> bool:
@@ -137,6 +142,7 @@ class RunState:
             "diagnosis": self.diagnosis.to_json() if self.diagnosis else None,
             "step_breakdown": [b.to_json() for b in self.step_breakdown],
             "bottleneck": self.bottleneck.sentence if self.bottleneck else "",
+            "attempts": [a.to_json() for a in self.attempts],
         }
 
 
@@ -184,6 +190,20 @@ class RunObserver:
         self._settle_tried = False
         self._snapshot: tuple[Path, StackSnapshot | None] | None = None
         self._settle_problem = ""
+        self.attempts = AttemptWatch(run_dir)
+        self._polled_launcher: ProcessRef | None = None  # the launcher launcher_poll is of
+        self._poll_attempt: int | None = None  # the attempt that launcher began
+
+    def _start_attempt(self) -> None:
+        """The files read so far were an earlier attempt's (moved below attempts/): read the
+        current attempt's from their start."""
+        self.tracker = RankStateTracker(thresholds=self.tracker.thresholds)
+        self.step_split = StepBreakdownFold()
+        self.step_curves = StepCurveFold()
+        self._tails.clear()
+        self._summary = self._lost = self._snapshot = None
+        self._placement_end = None  # a placed run's end was the earlier attempt's
+        self._settle_tried = False
 
     @property
     def config(self) -> RunConfig | None:
@@ -209,6 +229,7 @@ class RunObserver:
         for path in paths:
             tail = self._tails.setdefault(path, EventTail(path, self.run_dir.path))
             events = tail.read_new()
+            self.attempts.feed(events)
             self.tracker.feed_all(events)
             self.step_split.feed_all(events)
             self.step_curves.feed_all(events)
@@ -247,7 +268,8 @@ class RunObserver:
         finished = self.tracker.run_finished
         if info.state.final:
             return info.state, finished.reason if finished else "", False
-        if self.launcher_poll is not None:
+        if self._polls(info):
+            assert self.launcher_poll is not None
             code = self.launcher_poll()
             if code is not None:
                 with contextlib.suppress(RunDirError):  # it may have written it meanwhile
@@ -257,12 +279,27 @@ class RunObserver:
                 why = f"the launcher exited (code {code}) without a summary"
                 return self._gone(info, why, launcher_exit=code)
         if info.launcher is None:
-            if self.launcher_poll is not None or now - info.created < LAUNCHER_START_GRACE_SECONDS:
+            begun = info.attempt_started or info.created
+            if self._polls(info) or now - begun < LAUNCHER_START_GRACE_SECONDS:
                 return RunStatus.STARTING, "", None
             return self._gone(info, "no launcher was ever recorded in run.json")
         if self.probe.alive(info.launcher):  # starting until it has started the ranks
-            return info.state, "", True
+            return info.state, self.attempts.restarting(), True
         return self._gone(info, f"the launcher (pid {info.launcher.pid}) is gone without a summary")
+
+    def _polls(self, info: RunInfo) -> bool:
+        """Whether ``launcher_poll`` speaks for run.json's launcher: the one recorded in the
+        attempt this observer first saw (its restarts keep it; a ``ddptui resume`` starts
+        another launcher, whose start the poll cannot tell)."""
+        if self.launcher_poll is None:
+            return False
+        if self._poll_attempt is None:
+            self._poll_attempt = info.attempt
+        if info.launcher is None:
+            return info.attempt == self._poll_attempt
+        if self._polled_launcher is None and info.attempt == self._poll_attempt:
+            self._polled_launcher = info.launcher
+        return info.launcher == self._polled_launcher
 
     def _watch_of(self, info: RunInfo | None) -> PlacementWatch | None:
         """The watch of the backend that placed the run (engine.core.runs.placement), if any."""
@@ -347,6 +384,8 @@ class RunObserver:
             except RunDirError as err:
                 info_problem = str(err)
                 problems.append(info_problem)
+        if info is not None and self.attempts.moved_on(info):
+            self._start_attempt()
         summary_problem = ""
         if self._summary is None:
             try:
@@ -443,6 +482,8 @@ class RunObserver:
             step_breakdown=split,
             bottleneck=find_bottleneck(split),
             curves=self.step_curves.curves(),
+            attempt=info.attempt if info else (summary.attempt if summary else 1),
+            attempts=self.attempts.records(summary),
         )
 
 

@@ -49,6 +49,11 @@ class RunInfo:
     # across nodes has its node launchers record themselves and their ranks in their own
     # records, not here: ``ranks`` stays ().
     placement: Placement | None = None
+    # The run's current attempt (its first is 1; a restart or ``ddptui resume`` adds one): the
+    # events, stacks and summary at the top of the run directory are this attempt's, the earlier
+    # ones' are below attempts/<n>/ (``engine.core.runs.attempts``).
+    attempt: int = 1
+    attempt_started: float = 0.0  # when a later attempt began (its launcher has 30 s to record)
 
     @classmethod
     def begun(
@@ -108,6 +113,8 @@ class RunInfo:
             "oom_baseline": self.oom_baseline.to_json() if self.oom_baseline else None,
             "marker_env": RUN_MARKER_ENV,
             **({"placement": self.placement.to_json()} if self.placement else {}),
+            "attempt": self.attempt,
+            **({"attempt_started": self.attempt_started} if self.attempt_started else {}),
         }
 
     @classmethod
@@ -131,4 +138,6 @@ class RunInfo:
             oom_baseline=OomBaseline.from_json(data.get("oom_baseline")),
             global_ranks=tuple(int(r["rank"]) for r in ranks) if numbered else (),
             placement=Placement.in_run_json(data),
+            attempt=int(data.get("attempt", 1)),
+            attempt_started=float(data.get("attempt_started", 0.0)),
         )

@@ -62,6 +62,7 @@ class RunListing:
     # Where another backend placed it: its label ("job 4242"), why it waits (a scheduler's
     # reason) and that backend's own keys (engine.core.runs.placement)
     placement: PlacementView | None = None
+    attempt: int = 1  # its attempt (a restart or ``ddptui resume`` adds one)
 
     @property
     def waiting_for(self) -> str:
@@ -87,6 +88,7 @@ class RunListing:
             stalled_ranks=run.stalled_ranks,
             straggler_ranks=run.straggler_ranks,
             placement=run.placement,
+            attempt=run.attempt,
         )
 
     @classmethod
@@ -121,6 +123,7 @@ class RunListing:
             reason=summary.reason,
             problem=problem,
             placement=_placed(run_dir, info),
+            attempt=summary.attempt,
         )
 
     @property
@@ -144,6 +147,7 @@ class RunListing:
             "problem": self.problem,
             "unsaved": self.unsaved,
             "placement": self.placement.to_json() if self.placement else None,
+            "attempt": self.attempt,
         }
 
     @classmethod
@@ -165,6 +169,7 @@ class RunListing:
             stalled_ranks=tuple(int(r) for r in data["stalled_ranks"]),
             straggler_ranks=tuple(int(r) for r in data["straggler_ranks"]),
             placement=PlacementView.from_json(data["placement"]),
+            attempt=int(data["attempt"]),
         )
 
 
@@ -183,7 +188,7 @@ def file_identity(path: str | Path) -> FileIdentity | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-CACHE_SCHEMA = 3  # 2: a listing says its job; 3: its backend's placement
+CACHE_SCHEMA = 4  # 2: a listing says its job; 3: its backend's placement; 4: and its attempt
 CACHE_MAX_BYTES = 64 << 20
 
 

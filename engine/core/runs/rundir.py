@@ -207,27 +207,31 @@ class RunDir:
     def write_run_info(self, info: RunInfo) -> None:
         write_json_atomic(self.run_json_path, info.to_json())
 
-    def read_run_info(self) -> RunInfo:
-        data = _read_versioned_json(self.path, self.run_json_path, "run.json")
+    def read_run_info(self, path: Path | None = None) -> RunInfo:
+        """run.json (``path``: another of the run directory's, an earlier attempt's)."""
+        path = path or self.run_json_path
+        data = _read_versioned_json(self.path, path, "run.json")
         try:
             return RunInfo.from_json(data)
         except (KeyError, TypeError, ValueError) as err:
-            raise RunDirError(f"{self.run_json_path}: run.json is corrupt ({err!r})") from None
+            raise RunDirError(f"{path}: run.json is corrupt ({err!r})") from None
 
     # summary.json
     def write_summary(self, summary: RunSummary) -> None:
         write_json_atomic(self.summary_path, {"schema": RUN_SCHEMA_VERSION, **summary.to_json()})
 
-    def read_summary(self) -> RunSummary | None:
+    def read_summary(self, path: Path | None = None) -> RunSummary | None:
         """The summary, or None while the run has not finished; RunDirError when it is corrupt,
-        from a newer ddptui, too large, or not a file of the run directory's owner."""
-        if not os.path.lexists(self.summary_path):
+        from a newer ddptui, too large, or not a file of the run directory's owner. ``path``:
+        another of the run directory's summaries (an earlier attempt's)."""
+        path = path or self.summary_path
+        if not os.path.lexists(path):
             return None
-        data = _read_versioned_json(self.path, self.summary_path, "summary.json")
+        data = _read_versioned_json(self.path, path, "summary.json")
         try:
             return RunSummary.from_json(data)
         except (KeyError, TypeError, ValueError) as err:
-            raise RunDirError(f"{self.summary_path}: summary.json is corrupt ({err!r})") from None
+            raise RunDirError(f"{path}: summary.json is corrupt ({err!r})") from None
 
 
 def check_run_id(run_id: str) -> None:

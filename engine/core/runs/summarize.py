@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine.core.common.statuses import RunStatus
 from engine.core.config.devices import DevicePlan
+from engine.core.runs.attempts import with_attempts
 from engine.core.runs.events import (
     EpochEnded,
     Evaluation,
@@ -39,21 +40,23 @@ def epoch_figures(rank0_events: list[Event]) -> list[EpochFigures]:
             continue
         ev = evaluations.get(e.epoch)
         steady = e.global_steady_images_per_s
-        figures.append(
-            EpochFigures(
-                epoch=e.epoch,
-                seconds=e.global_seconds,
-                data_wait_seconds=e.global_data_wait_seconds,
-                images=e.global_images,
-                steps=e.steps,
-                warmup_steps=e.warmup_steps,
-                steady_images_per_s=steady,
-                steady_epoch_seconds=e.global_images / steady if steady > 0 else e.global_seconds,
-                train_loss=e.global_train_loss,
-                test_accuracy=ev.accuracy if ev else None,
-                test_loss=ev.loss if ev else None,
-            )
+        figure = EpochFigures(
+            epoch=e.epoch,
+            seconds=e.global_seconds,
+            data_wait_seconds=e.global_data_wait_seconds,
+            images=e.global_images,
+            steps=e.steps,
+            warmup_steps=e.warmup_steps,
+            steady_images_per_s=steady,
+            steady_epoch_seconds=e.global_images / steady if steady > 0 else e.global_seconds,
+            train_loss=e.global_train_loss,
+            test_accuracy=ev.accuracy if ev else None,
+            test_loss=ev.loss if ev else None,
+            first_step=e.first_step,
         )
+        # an epoch an attempt resumed inside: its steady pace over the whole epoch's images
+        whole = figure.whole_images / steady if steady > 0 else e.global_seconds
+        figures.append(replace(figure, steady_epoch_seconds=whole))
     return figures
 
 
@@ -171,7 +174,7 @@ def build_summary(
     finished = time.time()
     epochs = epoch_figures(rank0)
     split, bottleneck = events.step_split()
-    return RunSummary(
+    summary = RunSummary(
         run_id=run_dir.run_id,
         preset=config.name,
         status=status,
@@ -196,6 +199,9 @@ def build_summary(
         step_breakdown=split,
         bottleneck=bottleneck,
     )
+    attempt = info.attempt if info else 1
+    launchers = [e for events_of in events.launchers for e in events_of]
+    return with_attempts(run_dir, summary, launchers, events.ranks, attempt)
 
 
 def _first_loss(rank0_events: list[Event]) -> tuple[float, int] | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 import time
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from typing import Any
 
 from engine.core.common.statuses import RankStatus, RunStatus
@@ -34,6 +35,15 @@ class EpochFigures:
     train_loss: float
     test_accuracy: float | None = None
     test_loss: float | None = None
+    attempt: int = 1  # the attempt of the run that trained it
+    # the step it began at: above 0 when an attempt resumed inside it (its figures are of the
+    # steps from there; steady_epoch_seconds is still a whole epoch's, at that pace)
+    first_step: int = 0
+
+    @property
+    def whole_images(self) -> float:
+        """The images of the whole epoch (``images`` are of the steps taken from ``first_step``)."""
+        return self.images * (self.first_step + self.steps) / self.steps if self.steps else 0.0
 
 
 @dataclass(frozen=True)
@@ -57,6 +67,68 @@ class Failure:
         if self.rank is not None:
             return f"rank {self.rank} on {self.node}" if self.node else f"rank {self.rank}"
         return "every rank" if self.every_rank else "the launcher"
+
+
+class AttemptStart(str, Enum):
+    """How an attempt of a run began."""
+
+    FIRST = "first"  # ddptui run (or the UI's launch)
+    RESTART = "restart"  # the launcher, after a failure (supervision.max_restarts)
+    RESUME = "resume"  # ddptui resume (or the UI's resume)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One start of a run and how it ended: summary.json keeps one per attempt, in order."""
+
+    attempt: int
+    status: RunStatus
+    started: float
+    finished: float
+    start: AttemptStart = AttemptStart.FIRST
+    from_step: int | None = None  # the checkpoint's global step it went on from; None: step 0
+    reached_step: int | None = None  # where it ended: its failure's step, else its last report
+    step_exact: bool = False  # reached_step is the step it failed at (not its last report)
+    reason: str = ""  # why it ended so (a failed or killed attempt)
+    failure: Failure | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", RunStatus(self.status))
+        object.__setattr__(self, "start", AttemptStart(self.start))
+
+    def describe(self) -> str:
+        """ "attempt 1 failed at step 4,812: rank 3: CUDA error ...", "attempt 2 resumed from step
+        4,800 (ddptui resume): completed"."""
+        began = ""
+        if self.start != AttemptStart.FIRST:
+            how = "restart" if self.start == AttemptStart.RESTART else "ddptui resume"
+            where = f"from step {self.from_step:,}" if self.from_step else "from step 0"
+            began = f" resumed {where} ({how})"
+        ended = f" {self.status}"
+        if self.status != RunStatus.COMPLETED and self.reached_step is not None:
+            ended += f" {'at' if self.step_exact else 'after'} step {self.reached_step:,}"
+        why = ""
+        if self.failure is not None and self.failure.error:
+            who, error = self.failure.who, self.failure.error
+            why = f": {error}" if error.startswith(who) else f": {who}: {error}"
+        elif self.reason and self.status != RunStatus.COMPLETED:
+            why = f": {self.reason}"
+        return f"attempt {self.attempt}{began}{',' if began else ''}{ended}{why}"
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["failure"] = asdict(self.failure) if self.failure else None
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AttemptRecord:
+        values = _known(cls, data)
+        failure = data.get("failure")
+        values["failure"] = Failure(**_known(Failure, failure)) if failure else None
+        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -115,14 +187,24 @@ class RunSummary:
     # (engine.core.runs.step_breakdown); empty where no step was timed.
     step_breakdown: tuple[StepBreakdown, ...] = ()
     bottleneck: str = ""
+    # The run's attempts, in order (its first; a restart or ``ddptui resume`` adds one), each with
+    # how it ended; () in a summary from before attempts. ``attempt``: the one this summary ends.
+    attempt: int = 1
+    attempts: tuple[AttemptRecord, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", RunStatus(self.status))  # the word, typed where made
 
-    # figures of the last epoch, the ones a speedup table shows
     @property
     def last_epoch(self) -> EpochFigures | None:
         return self.epochs[-1] if self.epochs else None
+
+    @property
+    def table_epoch(self) -> EpochFigures | None:
+        """The figures a speedup table shows: the last epoch of the attempt that ended the run
+        (an earlier, failed attempt's steps never count), None when it trained no epoch."""
+        mine = [e for e in self.epochs if e.attempt == self.attempt]
+        return mine[-1] if mine else None
 
     @property
     def test_accuracy(self) -> float | None:
@@ -134,6 +216,7 @@ class RunSummary:
         data["ranks"] = [asdict(r) for r in self.ranks]
         data["diagnosis"] = self.diagnosis.to_json() if self.diagnosis else None
         data["step_breakdown"] = [b.to_json() for b in self.step_breakdown]
+        data["attempts"] = [a.to_json() for a in self.attempts]
         data["test_accuracy"] = self.test_accuracy
         if self.failure is not None and not self.failure.node:
             del data["failure"]["node"]  # a run across nodes only
@@ -157,6 +240,7 @@ class RunSummary:
         values["step_breakdown"] = tuple(
             StepBreakdown.from_json(b) for b in data.get("step_breakdown") or ()
         )
+        values["attempts"] = tuple(AttemptRecord.from_json(a) for a in data.get("attempts") or ())
         failure = data.get("failure")
         values["failure"] = Failure(**_known(Failure, failure)) if failure else None
         diagnosis = data.get("diagnosis")

@@ -164,14 +164,23 @@ def start_run(
     """
     plan, resources = check_run(config, gpu_count=gpu_count)
     run_dir, _ = create_run_dir(config, runs_dir, run_id, _local_info(config, plan, placement))
-    # The launcher's own output (before it redirects the ranks) goes to logs/launcher.log.
+    try:
+        process = start_launcher(run_dir, *launcher_args)
+    except RunDirError:
+        shutil.rmtree(run_dir.path, ignore_errors=True)
+        raise
+    return StartedRun(run_dir=run_dir, plan=plan, process=process, resources=resources)
+
+
+def start_launcher(run_dir: RunDir, *launcher_args: str) -> subprocess.Popen[bytes]:
+    """The launcher of the run directory ``run_dir`` (config.toml and run.json made), in its own
+    session, its output appended to logs/launcher.log (RunDirError when that cannot be made)."""
     try:
         log_fd = open_private(run_dir.launcher_log_path, "append")
     except OSError as err:
-        shutil.rmtree(run_dir.path, ignore_errors=True)
         raise RunDirError(write_failure(run_dir.launcher_log_path, err)) from None
     with os.fdopen(log_fd, "ab") as log:
-        process = subprocess.Popen(
+        return subprocess.Popen(
             launcher_command(run_dir, *launcher_args),
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -186,4 +195,3 @@ def start_run(
                 **RunMarker.of_dir(run_dir.path).environment(),
             },
         )
-    return StartedRun(run_dir=run_dir, plan=plan, process=process, resources=resources)
