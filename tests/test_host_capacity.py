@@ -208,6 +208,7 @@ def test_usable_cores_follow_the_affinity_mask_and_split_the_ranks_threads(
 ) -> None:
     assert usable_cores() == len(os.sched_getaffinity(0))
     # A child pinned to one core: the launcher's thread split must see one core, not the machine.
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # the split, not a choice
     done = subprocess.run(
         [sys.executable, "-c", AFFINITY_PROBE, str(tmp_path / "run")],
         cwd=REPO_ROOT,
@@ -215,6 +216,29 @@ def test_usable_cores_follow_the_affinity_mask_and_split_the_ranks_threads(
         text=True,
         timeout=120,
         check=False,
+        env=env,
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"cores": 1, "threads": 1}
+
+
+@pytest.mark.parametrize(
+    ("asked", "threads"), [("3", 3), ("1", 1), (None, 8), ("0", 8), ("four", 8), (" 2 ", 2)]
+)
+def test_a_users_omp_num_threads_is_kept_for_every_rank_as_torchrun_keeps_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, asked: str | None, threads: int
+) -> None:
+    from engine.core.common.run_environment import THREADS_ENV
+    from engine.core.config.presets import load_preset
+    from engine.core.plan.run_plan import plan_run
+    from engine.core.runs.rundir import RunDir
+    from engine.train.launch import rank_environment
+
+    if asked is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", asked)
+    plan = plan_run(load_preset("cpu-demo"), 0)
+    env = rank_environment(RunDir(tmp_path / "run"), plan, "127.0.0.1", 29500, 2, cores=16)
+    # what the ranks use (torch.set_num_threads) and what environment.json records agree
+    assert (env["OMP_NUM_THREADS"], env[THREADS_ENV]) == (str(threads), str(threads))

@@ -97,6 +97,13 @@ def check_port_free(host: str, port: int) -> None:
             ) from None
 
 
+def threads_asked() -> int | None:
+    """The CPU threads a rank was asked to use by OMP_NUM_THREADS in this process's environment
+    (a whole number over 0), None when it is unset or is not one."""
+    text = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
 def rank_environment(
     run_dir: RunDir,
     plan: RunPlan,
@@ -106,8 +113,11 @@ def rank_environment(
     cores: int | None = None,
 ) -> dict[str, str]:
     """The environment every rank inherits, set before any child touches CUDA. ``cores``: the
-    cores the ranks share (this process's usable cores unless a scheduler gave fewer)."""
-    threads = max(1, (cores or usable_cores()) // max(1, nproc))
+    cores the ranks share (this process's usable cores unless a scheduler gave fewer); each rank
+    gets its share of them as its CPU threads, unless the run was started with OMP_NUM_THREADS
+    set, which every rank then keeps (as torchrun does), so a user's choice is what ran and what
+    environment.json records."""
+    threads = threads_asked() or max(1, (cores or usable_cores()) // max(1, nproc))
     env = {
         **RunMarker.of_dir(run_dir.path).environment(),
         LAUNCHER_PID_ENV: str(os.getpid()),
