@@ -154,7 +154,7 @@ def main() -> int:
         figures["ratio_to_floor"] = figures["ddptui_runs_seconds"] / figures["floor_seconds"]
         start = time.perf_counter()
         for run_dir in list_runs(runs_dir):
-            observe_run(run_dir, settle=False)
+            observe_run(run_dir)
         figures["observe_every_run_seconds"] = time.perf_counter() - start
         percent, shown = asyncio.run(screen_cpu(runs_dir, args.warmup, args.seconds))
         figures["runs_screen_cpu_percent"] = percent

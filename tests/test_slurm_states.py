@@ -23,6 +23,7 @@ from engine.core.runs.events import EventWriter, RankFailed, RankStarted
 from engine.core.runs.observer import RunObserver
 from engine.core.runs.placement import KillRequest, kill_request_path, write_node_record
 from engine.core.runs.rundir import RunDir
+from engine.core.runs.settle import settle_observed
 from tests.fixtures.slurm_runs import JOB, node_record
 from tests.fixtures.slurm_runs import slurm_run as make_slurm_run
 
@@ -46,7 +47,8 @@ def job(state: JobState, **fields: object) -> SlurmJob:
 
 
 def observe(run_dir: RunDir, found: JobLookup, *, settle: bool = False):  # type: ignore[no-untyped-def]
-    return RunObserver(run_dir, settle=settle, slurm_jobs=lambda _job_id: found).observe()
+    state = RunObserver(run_dir, slurm_jobs=lambda _job_id: found).observe()
+    return settle_observed(state) if settle else state  # the caller who asks writes it down
 
 
 def test_pending_says_slurms_reason_and_expected_start(tmp_path: Path) -> None:

@@ -6,9 +6,10 @@ rules of ``engine.core.runs.rank_states``), ``ddptui run``'s follower, ``ddptui 
 
 ``RunObserver`` reads one run directory incrementally (its events fed to a ``RankStateTracker``)
 and adds what only the machine can tell: run.json, summary.json, and whether the launcher and
-ranks are alive (through a ``ProcessProbe``, with an injectable clock). It never writes, except to
-settle a ``lost`` run through ``engine.core.runs.settle`` when it was made with ``settle=True``; a disk
-that refuses that write changes nothing of what it returns.
+ranks are alive (through a ``ProcessProbe``, with an injectable clock), each process looked up once
+an observation (``ProcessLooks``). It decides and never writes: the summary of a run it finds lost
+is built and returned (``RunState.unsettled``); writing it down is an explicit operation its
+callers ask for (``engine.core.runs.settle.Settler``).
 
 Run statuses (``RunStatus``): from summary.json when there; else run.json's final state; else
 run.json's ``starting`` / ``running`` while the launcher lives (it writes ``running`` once it has
@@ -21,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -37,16 +38,16 @@ from engine.core.backends.slurm.state import (
     slurm_summary,
 )
 from engine.core.common.config_error import ConfigError
-from engine.core.common.statuses import RankStatus, RunStatus
+from engine.core.common.statuses import ProcessState, RankStatus, RunStatus
 from engine.core.config.devices import DevicePlan
 from engine.core.config.schema import RunConfig
-from engine.core.procs.process_identity import ProcessProbe
+from engine.core.procs.process_identity import ProcessLooks, ProcessProbe, ProcessRef
 from engine.core.runs.events import EventTail
 from engine.core.runs.placement import rank_nodes
 from engine.core.runs.rank_states import RankState, RankStateTracker, Thresholds
 from engine.core.runs.run_listing import RunListing
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
-from engine.core.runs.settle import lost_summary, settle_run
+from engine.core.runs.settle import lost_summary
 from engine.core.runs.step_breakdown import (
     Bottleneck,
     StepBreakdown,
@@ -95,7 +96,10 @@ class RunState:
     script: str = ""  # the user's script it runs ("" for the engine's workload)
     metrics_reported: bool = False  # the script called ddptui.report: loss, accuracy, images/s
     problem: str = ""  # what could not be read (a corrupt run.json or summary.json)
-    unsaved: str = ""  # the lost summary shown here could not be written (a full disk), and why
+    # The end this observation found that no one has written down (a lost run's summary, an
+    # ended Slurm job's): what ``engine.core.runs.settle.Settler`` writes when a caller asks.
+    unsettled: RunSummary | None = None
+    unsaved: str = ""  # a settler could not write the summary shown here (a full disk), and why
     slurm: SlurmView | None = None  # a run on Slurm: its job and its node launchers' records
     # Each rank's step split (recent while it runs, the whole run's once it ended), the cause
     # it names, and the per-step curves (engine.core.runs.step_breakdown, step_curves).
@@ -146,10 +150,8 @@ class RunObserver:
     """Incremental observer of one run directory: ``observe()`` reads only what was appended.
 
     ``launcher_poll`` is given by the process that started the launcher (its ``Popen.poll``): it
-    knows the launcher's exit status, and polling reaps it. ``settle`` lets this observer write
-    the ``lost`` summary of a run it finds lost (never on a UI thread: the UI's quit check passes
-    False); the summary it returns is the same either way. ``measure_usage`` adds each live rank's
-    CPU and memory. Not thread-safe: one caller at a time (the UI wraps it in a lock).
+    knows the launcher's exit status, and polling reaps it. ``measure_usage`` adds each live
+    rank's CPU and memory. Not thread-safe: one caller at a time (the UI wraps it in a lock).
     """
 
     def __init__(
@@ -159,13 +161,10 @@ class RunObserver:
         clock: Clock = time.time,
         probe: ProcessProbe | None = None,
         launcher_poll: Callable[[], int | None] | None = None,
-        settle: bool = True,
         measure_usage: bool = False,
         slurm_jobs: JobReader | None = None,
-        info: RunInfo | None = None,
     ) -> None:
         self.run_dir = run_dir
-        self._given_info = info  # run.json as the caller just read it: the first observe uses it
         self.slurm_jobs = slurm_jobs or read_job  # Slurm's word on a job (a stand-in in tests)
         self._slurm: SlurmView | None = None
         self._slurm_end: tuple[SlurmVerdict, SlurmView] | None = None  # once the job is over
@@ -173,7 +172,6 @@ class RunObserver:
         self.clock = clock
         self.probe = probe or ProcessProbe()
         self.launcher_poll = launcher_poll
-        self.settle = settle
         self.measure_usage = measure_usage
         self.tracker = RankStateTracker()
         self.step_split = StepBreakdownFold()
@@ -183,9 +181,8 @@ class RunObserver:
         self._config_problem = ""
         self._summary: RunSummary | None = None  # summary.json, once there
         self._lost: RunSummary | None = None  # the lost summary this observer built
-        self._settle_tried = False
         self._snapshot: tuple[Path, StackSnapshot | None] | None = None
-        self._settle_problem = ""
+        self._looks = ProcessLooks(self.probe)  # this observation's look at each process
 
     @property
     def config(self) -> RunConfig | None:
@@ -259,18 +256,18 @@ class RunObserver:
             if self.launcher_poll is not None or now - info.created < LAUNCHER_START_GRACE_SECONDS:
                 return RunStatus.STARTING, "", None
             return self._gone(info, "no launcher was ever recorded in run.json")
-        if self.probe.alive(info.launcher):  # starting until it has started the ranks
+        if self._looks.alive(info.launcher):  # starting until it has started the ranks
             return info.state, "", True
         return self._gone(info, f"the launcher (pid {info.launcher.pid}) is gone without a summary")
 
     def _decide_slurm(self, info: RunInfo, now: float) -> tuple[RunStatus, str, bool | None]:
         """A run on Slurm: ``engine.core.backends.slurm.state`` decides from Slurm's word on its job
         and its node launchers' records. While the job runs its node launchers judge silence, as
-        a live launcher does; once it is over, its summary is built (and settled) once."""
+        a live launcher does; once it is over, its summary is built once."""
         if self._slurm_end is None:
             view = read_view(self.run_dir, info, self.slurm_jobs)
             # inside an allocation, the srun that started the step is its launcher here
-            step_alive = self.probe.alive(info.launcher) if info.launcher else None
+            step_alive = self._looks.alive(info.launcher) if info.launcher else None
             verdict = decide(info, view, now, step_alive)
             self._slurm = view
             if not verdict.ended:
@@ -279,14 +276,13 @@ class RunObserver:
         verdict, view = self._slurm_end
         if self._lost is None:
             self._lost = slurm_summary(self.run_dir, verdict, view)
-        summary = self._settled(self._lost)
-        return summary.status, summary.reason, False
+        return self._lost.status, self._lost.reason, False
 
     def _gone(
         self, info: RunInfo, why: str, launcher_exit: int | None = None
     ) -> tuple[RunStatus, str, bool | None]:
         """The launcher is gone and left no summary: orphaned while a rank lives, else lost."""
-        if any(self.probe.alive(r) for r in info.ranks):
+        if any(self._looks.alive(r) for r in info.ranks):
             return (
                 RunStatus.ORPHANED,
                 f"{why}; some of its ranks are still alive (ddptui ps / clean, or Processes)",
@@ -298,19 +294,7 @@ class RunObserver:
                 for s in self.tracker.states(now=self.clock(), run_status=RunStatus.LOST)
             )
             self._lost = lost_summary(self.run_dir, info, reached, launcher_exit)
-        summary = self._settled(self._lost)
-        return summary.status, summary.reason, False
-
-    def _settled(self, summary: RunSummary) -> RunSummary:
-        """With ``settle``, write ``summary`` as the run's end, once, and return what is on disk
-        then (another settler may have been first: that is the truth); else ``summary``."""
-        if self.settle and not self._settle_tried:
-            self._settle_tried = True
-            self._settle_problem = settle_run(self.run_dir, summary)
-            with contextlib.suppress(RunDirError):
-                self._summary = self.run_dir.read_summary()
-            return self._summary or summary
-        return summary
+        return self._lost.status, self._lost.reason, False
 
     def _split(self, summary: RunSummary | None, status: RunStatus) -> tuple[StepBreakdown, ...]:
         """The step split shown: the summary's (the whole run), else the whole run's once it
@@ -321,17 +305,14 @@ class RunObserver:
 
     # -- the whole state -------------------------------------------------------------------------
 
-    def _read_files(self) -> tuple[RunInfo | None, str, str, list[str]]:
-        """Read what is new: config.toml (once), run.json, summary.json (until it is there) and
-        the events. (run.json's info, why run.json could not be read, why summary.json could not,
-        every problem met)."""
+    def _read_files(self, info: RunInfo | None) -> tuple[RunInfo | None, str, str, list[str]]:
+        """Read what is new: config.toml (once), run.json (unless the caller read it: ``info``),
+        summary.json (until it is there) and the events. (run.json's info, why run.json could not
+        be read, why summary.json could not, every problem met)."""
         self._load_config()
         problems = [self._config_problem] if self._config_problem else []
-        info: RunInfo | None = None
         info_problem = ""
-        if self._given_info is not None:
-            info, self._given_info = self._given_info, None
-        elif self.run_dir.run_json_path.exists():
+        if info is None and self.run_dir.run_json_path.exists():
             try:
                 info = self.run_dir.read_run_info()
             except RunDirError as err:
@@ -360,7 +341,7 @@ class RunObserver:
             now=now,
             launcher_alive=launcher_alive is not False,
             run_status=status if status.final else None,
-            stopped_pids=self.probe.stopped(info.ranks) if live and info else frozenset(),
+            stopped_pids=self._looks.stopped(info.ranks) if live and info else frozenset(),
         )
         if self.measure_usage and live and (info is None or info.slurm is None):
             usage = self.probe.usage([r.pid for r in ranks if r.pid])
@@ -379,16 +360,25 @@ class RunObserver:
             return self.tracker.run_finished.time - started
         return now - started if started is not None and live else None
 
-    def observe(self) -> RunState:
-        """Read what is new and return the run's whole state as of the clock's now."""
+    def observe(
+        self,
+        info: RunInfo | None = None,
+        seen: Mapping[ProcessRef, ProcessState] | None = None,
+    ) -> RunState:
+        """Read what is new and return the run's whole state as of the clock's now. ``info`` and
+        ``seen`` are what the caller's own look at the run holds already (a ``RunHandle``, a
+        /proc scan): run.json as just read and processes just looked up, taken instead of
+        reading and looking again."""
         now = self.clock()
-        info, info_problem, summary_problem, problems = self._read_files()
+        self._looks = ProcessLooks(self.probe, seen)
+        info, info_problem, summary_problem, problems = self._read_files(info)
         status, reason, launcher_alive = self._decide(info, info_problem, summary_problem, now)
         if info is not None and info.slurm is not None and status.final and not self._slurm_read:
             self._slurm_read = True  # its nodes' last word, read once, without asking Slurm
             self._slurm = ended_view(self.run_dir, info)
         ranks = self._rank_states(info, status, launcher_alive, now)
         summary = self._summary or (self._lost if status.final else None)
+        unsettled = self._lost if self._summary is None and status.final else None
         started = self.tracker.run_started or (info.created if info else None)
         epochs = self._config.training.epochs if self._config else 0
         preset = (self._config.name if self._config else info.preset if info else "") or (
@@ -427,7 +417,7 @@ class RunObserver:
             script=self._config.script.label if self._config and self._is_script() else "",
             metrics_reported=self.tracker.metrics_reported,
             problem="; ".join(problems),
-            unsaved=self._settle_problem,
+            unsettled=unsettled,
             slurm=self._slurm,
             step_breakdown=split,
             bottleneck=find_bottleneck(split),

@@ -91,7 +91,7 @@ def snapshot_slurm_run(
     """Every live rank's stack, the culprit named with its node; stored in the run directory.
     None when no node launcher recorded a live rank, or another snapshot is being taken and did
     not end within ``wait_for_other`` seconds."""
-    state = RunObserver(run_dir, settle=False).observe()
+    state = RunObserver(run_dir).observe()
     info = state.info
     if info is None or info.slurm is None:
         return None

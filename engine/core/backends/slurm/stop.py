@@ -31,6 +31,7 @@ from engine.core.runs.placement import (
     read_node_records,
 )
 from engine.core.runs.rundir import RunDir, RunDirError
+from engine.core.runs.settle import settle_observed
 
 # How long the node launchers have to prove their nodes clean after scancel: Slurm's KillWait
 # (30 s by default) bounds them; a node that has not reported by then is named unverified.
@@ -137,7 +138,7 @@ def kill_slurm_run(
     proved themselves clean and those that did not report. RunDirError / KillRefused before
     anything is signalled when the run cannot be read or is another user's."""
     check_run_owner(run_dir, allow_other_users=allow_other_users)
-    observer = RunObserver(run_dir, settle=False)
+    observer = RunObserver(run_dir)
     before = observer.observe()
     info = before.info
     if info is None or info.slurm is None:
@@ -173,7 +174,7 @@ def kill_slurm_run(
         finish_step(run_dir)
     ended = _wait_until_over(run_dir, proof_wait)
     view = ended.slurm or view
-    settled = RunObserver(run_dir, settle=True).observe()  # writes the summary: killed
+    settled = settle_observed(RunObserver(run_dir).observe())  # writes the summary: killed
     unverified = tuple(
         n
         for n in sorted(set(expected) | set(view.nodes))
@@ -200,7 +201,7 @@ def kill_slurm_run(
 def _wait_until_over(run_dir: RunDir, wait: float) -> RunState:
     """The run's state once Slurm says its job is over (or ``wait`` seconds passed)."""
     deadline = time.monotonic() + wait
-    observer = RunObserver(run_dir, settle=False)
+    observer = RunObserver(run_dir)
     while True:
         QUEUE.forget()
         state = observer.observe()
