@@ -254,11 +254,8 @@ class RunCatalog:
         self.runs_dir = runs_dir
         self.clock = clock
         self.probe = probe
-        self._settler: Settler | None = None
-        if settle:
-            from engine.core.runs.settle import Settler  # here: ended runs never need it
-
-            self._settler = Settler()
+        self.settle = settle
+        self._settler: Settler | None = None  # made with the first run observed
         self.cache_file = cache_file
         self._ended: dict[str, tuple[FileIdentity, RunListing]] = (
             load_listing_cache(cache_file, runs_dir) if cache_file is not None else {}
@@ -297,13 +294,20 @@ class RunCatalog:
         listing = RunListing.ended(run_dir) if identity is not None else None
         if listing is None:
             state = self._observer(run_dir).observe()
-            listing = RunListing.of(self._settler.settle(state) if self._settler else state)
+            listing = RunListing.of(self._settled(state) if self.settle else state)
             identity = file_identity(summary_path)  # it may have been written just now
         if listing.status.final and identity is not None:
             self._ended[run_dir.run_id] = (identity, listing)
             self._newly_ended += 1
             self._observers.pop(run_dir.run_id, None)
         return listing
+
+    def _settled(self, state: RunState) -> RunState:
+        if self._settler is None:
+            from engine.core.runs.settle import Settler  # here: ended runs never need it
+
+            self._settler = Settler()
+        return self._settler.settle(state)
 
     def _observer(self, run_dir: RunDir) -> RunObserver:
         """The run's own observer, kept while it goes (it reads only what was appended)."""
