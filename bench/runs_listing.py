@@ -3,6 +3,7 @@
     python bench/runs_listing.py                 # 1,000 runs, 5 timed listings, 20 s of the screen
     python bench/runs_listing.py --runs 465 --seconds 30
     python bench/runs_listing.py --json
+    python bench/runs_listing.py --against ../other-checkout --repeat 15
 
 The runs are copies of the recorded runs the UI tests use (tests/fixtures/recorded-run: a
 completed GPU run and a failed and a lost CPU run, each with its events, logs and summary), under
@@ -21,6 +22,10 @@ on any machine. Nothing of them is going, so an ended run never changes.
   (2 s), for ``--seconds`` after a warm-up; this process's CPU time over the wall time is the
   figure, goal < 2 % of one core. The baseline is a bare Textual app (a header and a footer)
   idling as long.
+- ``--against CHECKOUT``: ``ddptui runs`` only, this checkout's against another's measured in the
+  same run, their listings alternating (each first every other round) so both see the same
+  load: each lists copies of its own recorded runs (made by its own ``make_runs``), warm (from
+  its cache) and cold (its cache removed first), wall and CPU time (user + system) of each.
 """
 
 from __future__ import annotations
@@ -85,6 +90,69 @@ def timed(command: list[str], repeat: int) -> float:
     return statistics.median(times)
 
 
+def listing_cost(command: list[str], env: dict[str, str], cold: bool) -> tuple[float, float]:
+    """(wall, CPU) seconds of one listing; ``cold``: its cache removed first."""
+    if cold:
+        shutil.rmtree(env["DDPTUI_CACHE_DIR"], ignore_errors=True)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = usage.ru_utime + usage.ru_stime
+    start = time.perf_counter()
+    subprocess.run(command, check=True, capture_output=True, env=env)
+    wall = time.perf_counter() - start
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, usage.ru_utime + usage.ru_stime - cpu
+
+
+MAKE_RUNS = """
+import importlib.util, sys
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("runs_listing", sys.argv[1])
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+bench.make_runs(Path(sys.argv[2]), int(sys.argv[3]))
+"""
+
+
+def against(other: Path, runs: int, repeat: int) -> dict[str, dict[str, float]]:
+    """Median wall and CPU seconds of ``ddptui runs``, warm and cold, for this checkout and
+    ``other``, their listings alternating."""
+    ddptui = str(Path(sys.executable).parent / "ddptui")
+    checkouts = {"this": REPO, "against": other.resolve()}
+    with tempfile.TemporaryDirectory(prefix="ddptui-runs-ab-") as tmp:
+        envs, commands = {}, {}
+        for name, checkout in checkouts.items():
+            runs_dir = Path(tmp) / name / "runs"
+            runs_dir.mkdir(parents=True)
+            envs[name] = {
+                **os.environ,
+                "PYTHONPATH": str(checkout),
+                "DDPTUI_CACHE_DIR": str(Path(tmp) / name / "cache"),
+            }
+            bench = str(checkout / "bench" / "runs_listing.py")
+            made = [sys.executable, "-c", MAKE_RUNS, bench, str(runs_dir), str(runs)]
+            subprocess.run(made, check=True, env=envs[name])
+            commands[name] = [ddptui, "runs", "--runs-dir", str(runs_dir)]
+            subprocess.run(commands[name], check=True, capture_output=True, env=envs[name])
+        costs: dict[str, list[tuple[float, float]]] = {
+            f"{name}_{kind}": [] for name in checkouts for kind in ("warm", "cold")
+        }
+        for i in range(repeat):
+            # each goes first every other round: what one listing leaves (a cache written, the
+            # page cache) falls on both alike
+            order = list(checkouts) if i % 2 == 0 else list(reversed(checkouts))
+            for kind in ("warm", "cold"):
+                for name in order:
+                    cost = listing_cost(commands[name], envs[name], cold=kind == "cold")
+                    costs[f"{name}_{kind}"].append(cost)
+    return {
+        key: {
+            "wall_seconds": round(statistics.median(w for w, _ in found), 3),
+            "cpu_seconds": round(statistics.median(c for _, c in found), 3),
+        }
+        for key, found in costs.items()
+    }
+
+
 def cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -134,7 +202,18 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=6.0)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
+    parser.add_argument(
+        "--against", type=Path, help="only ddptui runs, against another checkout's, alternating"
+    )
     args = parser.parse_args()
+    if args.against:
+        compared = against(args.against, args.runs, args.repeat)
+        if args.json:
+            print(json.dumps(compared, indent=2))
+        else:
+            for key, cost in compared.items():
+                print(f"{key}: {cost['wall_seconds']:.3f} s, CPU {cost['cpu_seconds']:.3f} s")
+        return 0
     ddptui = str(Path(sys.executable).parent / "ddptui")
     figures: dict[str, float] = {"runs": float(args.runs)}
     with tempfile.TemporaryDirectory(prefix="ddptui-runs-bench-") as tmp:
@@ -154,7 +233,7 @@ def main() -> int:
         figures["ratio_to_floor"] = figures["ddptui_runs_seconds"] / figures["floor_seconds"]
         start = time.perf_counter()
         for run_dir in list_runs(runs_dir):
-            observe_run(run_dir, settle=False)
+            observe_run(run_dir)
         figures["observe_every_run_seconds"] = time.perf_counter() - start
         percent, shown = asyncio.run(screen_cpu(runs_dir, args.warmup, args.seconds))
         figures["runs_screen_cpu_percent"] = percent

@@ -38,7 +38,8 @@ is stopped.
 
 A run that ends without a launcher summary is settled half the time the way the ``ddptui run``
 follower does it (it knows the launcher's exit status) and half the time the way ``ddptui runs``
-does (``observe_run``), so both writers of ``lost`` summaries are exercised.
+does (``observe_run``, then ``settle_observed``), so both writers of ``lost`` summaries are
+exercised.
 
 After each run (and a grace of ``--grace`` seconds) it counts the processes still carrying the
 run's marker (goal 0), whether summary.json exists (goal 0 missing), its status against the one
@@ -87,6 +88,7 @@ from engine.core.ops.follower import follow_run  # noqa: E402
 from engine.core.runs.events import RankStalled, read_events  # noqa: E402
 from engine.core.runs.observer import LAUNCHER_START_GRACE_SECONDS, observe_run  # noqa: E402
 from engine.core.runs.rundir import RunDir  # noqa: E402
+from engine.core.runs.settle import settle_observed  # noqa: E402
 from engine.train.memory_fault import FAULT_CGROUP_PREFIX, own_memory_cgroup  # noqa: E402
 
 FAULTS = (
@@ -345,7 +347,8 @@ def soak_one(fault: str, runs_dir: Path, rng: random.Random, grace: float) -> Ou
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
                 later = time.time() + LAUNCHER_START_GRACE_SECONDS
-                if observe_run(started.run_dir, now=later).summary is not None:  # and settles it
+                state = settle_observed(observe_run(started.run_dir, now=later))
+                if state.summary is not None:
                     break
                 time.sleep(0.2)
     time.sleep(grace)

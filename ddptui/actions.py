@@ -107,11 +107,13 @@ class EngineActions:
         a scheduler's cancel with every node's proof elsewhere): every process of this run,
         nothing else."""
         from ddptui.kill_report import kill_sentence
-        from engine.core.backends.registry import backend_of
+        from engine.core.backends.registry import backend_for
         from engine.core.common.statuses import StopRequester
+        from engine.core.runs.run_handle import observe_handle
 
-        backend = backend_of(run_dir)
-        result = backend.stop(run_dir, grace, by=StopRequester.UI)
+        handle = observe_handle(run_dir)  # one look, which the run's backend takes too
+        backend = backend_for(handle.info)
+        result = backend.stop(run_dir, grace, by=StopRequester.UI, handle=handle)
         return Outcome(ok=result.ok, report=kill_sentence(result))
 
     def resume_run(self, run_dir: RunDir) -> tuple[StartedRun, str]:
@@ -125,9 +127,11 @@ class EngineActions:
 
     def take_stacks(self, run_dir: RunDir) -> StackSnapshot | None:
         """Every rank's stack now (stored in the run directory); None when no rank is alive."""
-        from engine.core.backends.registry import backend_of
+        from engine.core.backends.registry import backend_for
+        from engine.core.runs.run_handle import observe_handle
 
-        return backend_of(run_dir).snapshot(run_dir, reason="on demand")
+        handle = observe_handle(run_dir)  # one look, which the run's backend takes too
+        return backend_for(handle.info).snapshot(run_dir, reason="on demand", handle=handle)
 
     def scan_processes(self) -> ProcessTable:
         from engine.core.jobs.process_table import ProcessScanner

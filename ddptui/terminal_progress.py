@@ -23,8 +23,8 @@ from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.common.visible_text import visible
 from engine.core.ops.follower import FollowResult, follow_run
 from engine.core.runs.events import EpochEnded, Evaluation, EventTail, RankFailed
-from engine.core.runs.observer import RunState
 from engine.core.runs.rank_states import StepReport
+from engine.core.runs.run_state import RunState
 from engine.core.runs.rundir import RunDir
 from engine.core.runs.summary import RunSummary
 

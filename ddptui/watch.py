@@ -22,9 +22,11 @@ from engine.core.common.config_error import ConfigError
 from engine.core.common.run_files import tail_lines, user_name
 from engine.core.procs.process_identity import ProcessProbe
 from engine.core.runs.node_files import NodeGpus, read_node_gpus
-from engine.core.runs.observer import RunObserver, RunState
+from engine.core.runs.observer import RunObserver
 from engine.core.runs.run_listing import RunCatalog, RunListing
+from engine.core.runs.run_state import RunState
 from engine.core.runs.rundir import RunDir, list_runs
+from engine.core.runs.settle import Settler
 
 if TYPE_CHECKING:  # the queue's modules load with the first read of the line
     from engine.core.queue.line import Verdict
@@ -49,7 +51,8 @@ class RunView:
 
 class RunReader:
     """One run directory for the run screen: a ``RunObserver`` (reading only what was appended
-    since the last poll) and the log tail of the rank on show.
+    since the last poll), the ``Settler`` that writes down the summary of a run it finds lost
+    (a worker thread may write; the observer only reads), and the log tail of the rank on show.
 
     Safe to call from a worker thread: a poll that finds the previous one still running returns
     None (counted in ``busy_polls``) instead of waiting.
@@ -71,9 +74,9 @@ class RunReader:
             clock=clock,
             probe=probe,
             launcher_poll=launcher_poll,
-            settle=True,  # a worker thread: it may write the summary of a run it finds lost
             measure_usage=True,
         )
+        self.settler = Settler()
         self.log_line_count = log_lines
         self.busy_polls = 0
         self._lock = threading.Lock()
@@ -84,7 +87,7 @@ class RunReader:
             self.busy_polls += 1
             return None
         try:
-            run = self.observer.observe()
+            run = self.settler.settle(self.observer.observe())
         finally:
             self._lock.release()
         if log_rank is None:
@@ -139,7 +142,7 @@ def run_is_active(run_dir: RunDir, probe: ProcessProbe, now: float) -> bool:
     without reading its events."""
     if run_dir.summary_path.exists():
         return False
-    observer = RunObserver(run_dir, clock=lambda: now, probe=probe, settle=False)
+    observer = RunObserver(run_dir, clock=lambda: now, probe=probe)
     return observer.observe().active
 
 

@@ -20,9 +20,10 @@ from engine.core.config.schema import RunConfig
 from engine.core.plan.run_plan import RunPlan
 from engine.core.procs.process_identity import ProcessProbe
 from engine.core.procs.stopping import STOP_GRACE_SECONDS
-from engine.core.runs.observer import RunState
 from engine.core.runs.placement import Placement, PlacementVerdict, PlacementView
+from engine.core.runs.run_handle import RunHandle, observe_handle
 from engine.core.runs.run_info import RunInfo
+from engine.core.runs.run_state import RunState
 from engine.core.runs.rundir import RunDir
 from engine.core.runs.settle import bare_summary
 from engine.core.runs.summary import RunSummary
@@ -65,9 +66,11 @@ class FakeBackend:
         self.asked.append(("start", started.run_id))
         return started
 
-    def snapshot(self, run_dir: RunDir, *, reason: str) -> StackSnapshot | None:
+    def snapshot(
+        self, run_dir: RunDir, *, reason: str, handle: RunHandle | None = None
+    ) -> StackSnapshot | None:
         self.asked.append(("snapshot", run_dir.run_id))
-        return snapshot_run(run_dir, reason=reason)
+        return snapshot_run(handle or observe_handle(run_dir), reason=reason)
 
     def stop(
         self,
@@ -76,9 +79,10 @@ class FakeBackend:
         *,
         allow_other_users: bool = False,
         by: StopRequester = StopRequester.KILL,
+        handle: RunHandle | None = None,
     ) -> KillResult:
         self.asked.append(("stop", run_dir.run_id))
-        return kill_run(run_dir, grace, allow_other_users=allow_other_users, by=by)
+        return kill_run(run_dir, grace, allow_other_users=allow_other_users, by=by, handle=handle)
 
     def describe(self, state: RunState) -> tuple[str, ...]:
         return (f"placement  fake, slot {self.slot}",)

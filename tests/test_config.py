@@ -230,7 +230,7 @@ def test_what_is_not_a_described_device_set_is_none(text: str) -> None:
 
 def test_readers_of_a_runs_devices_use_the_parser() -> None:
     from engine.core.common.statuses import RunStatus
-    from engine.core.runs.observer import RunState
+    from engine.core.runs.run_state import RunState
 
     state = RunState(run_id="r", path=Path("r"), status=RunStatus.RUNNING, devices="gpu:1,3")
     assert state.gpu_indices == (1, 3)

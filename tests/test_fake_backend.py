@@ -27,6 +27,7 @@ from engine.core.jobs.process_table import scan_processes
 from engine.core.runs.observer import RunObserver
 from engine.core.runs.placement import Placement, watch_for
 from engine.core.runs.rundir import RunDir, RunInfo
+from engine.core.runs.settle import settle_observed
 from tests.fake_backend import FakeBackend
 from tests.fixtures.live_runs import _ranks_named, run_processes
 from tests.fixtures.waiting import wait_for
@@ -149,16 +150,15 @@ def test_a_backend_that_ends_its_run_settles_it_through_the_observer(
     write_atomic(run_dir.config_path, 'name = "cpu-demo"\n')
     begun = RunInfo.begun(run_dir.run_id, "cpu-demo", world_size=2, devices="cpu:2")
     run_dir.write_run_info(replace(begun, placement=Placement("fake", {"slot": "bench-9"})))
-    observer = RunObserver(run_dir, settle=False)
+    observer = RunObserver(run_dir)
     fake.waiting_for = "slot bench-9"
     assert observer.observe().status == RunStatus.PENDING
     fake.ended_as = (RunStatus.TIMEOUT, "slot bench-9's time ran out")
     ended = observer.observe()
     assert (ended.status, ended.reason) == (RunStatus.TIMEOUT, "slot bench-9's time ran out")
     assert ended.placement is not None and ended.placement.label == "slot bench-9"
-    assert run_dir.read_summary() is None  # decided, not written: the observer asked not to
-    observer.settle = True
-    observer.observe()
+    assert run_dir.read_summary() is None  # decided, not written: the observer never writes
+    settle_observed(observer.observe())  # the caller who asks writes it down
     summary = run_dir.read_summary()
     assert summary is not None and summary.status == RunStatus.TIMEOUT
 

@@ -1,6 +1,7 @@
-"""A run whose launcher died without a summary gets a ``lost`` one from whoever reads it next, and
-a SIGKILL is traced to the OOM killer when the kernel says so (engine.core.runs.observer settling through
-engine.core.runs.settle, engine.core.host.oom_evidence). Hand-made run directories; the real processes are in
+"""A run whose launcher died without a summary gets a ``lost`` one from the next reader that asks
+to settle it, and a SIGKILL is traced to the OOM killer when the kernel says so
+(engine.core.runs.observer builds it, engine.core.runs.settle writes it, engine.core.host
+.oom_evidence). Hand-made run directories; the real processes are in
 tests/test_orphan_proof_runs.py."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from engine.core.procs.process_identity import ProcessRef
 from engine.core.runs import settle
 from engine.core.runs.observer import LAUNCHER_START_GRACE_SECONDS, RunObserver, observe_run
 from engine.core.runs.rundir import RunDir, RunInfo
-from engine.core.runs.settle import launcher_end
+from engine.core.runs.settle import launcher_end, settle_observed
 from engine.core.runs.summary import RunSummary
 from tests.fixtures.made_runs import ProcessPen, make_run, rank_events, ref_of
 
@@ -45,14 +46,16 @@ def no_kernel_evidence(monkeypatch: pytest.MonkeyPatch) -> None:
 def settle_lost_run(
     run_dir: RunDir, *, launcher_exit: int | None = None, now: float | None = None
 ) -> RunSummary | None:
-    """Observe ``run_dir`` as a reader that may settle it (``launcher_exit``: as the launcher's
-    parent, which saw it end); the lost summary this wrote, or None when it wrote nothing."""
+    """Observe ``run_dir`` and settle what it found, as a reader that asks to (``launcher_exit``:
+    as the launcher's parent, which saw it end); the lost summary this wrote, or None when it
+    wrote nothing."""
     had_summary = run_dir.summary_path.exists()
     state = RunObserver(
         run_dir,
         clock=time.time if now is None else (lambda: now),
         launcher_poll=None if launcher_exit is None else (lambda: launcher_exit),
     ).observe()
+    state = settle_observed(state)
     if had_summary or state.status != LOST:
         return None
     return run_dir.read_summary()
@@ -126,7 +129,10 @@ def test_a_run_that_never_named_its_launcher_is_lost_once_the_grace_is_over(
 def test_show_and_runs_settle_a_lost_run(runs_dir: Path, no_kernel_evidence: None) -> None:
     run_dir = make_run(runs_dir, "r", launcher=GONE, events={"rank-0": rank_events(0, 3)})
     progress = observe_run(run_dir)
-    assert progress.status == LOST
+    assert progress.status == LOST and progress.unsettled == progress.summary
+    assert not run_dir.summary_path.exists()  # observing alone writes nothing
+    progress = settle_observed(progress)  # what ddptui show and runs ask for
+    assert progress.status == LOST and progress.unsettled is None
     assert progress.summary is not None
     assert "(pid 999999) ended without writing a summary" in progress.summary.reason
     assert run_dir.read_summary() == progress.summary

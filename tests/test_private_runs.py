@@ -87,7 +87,7 @@ def test_a_linked_event_file_is_skipped_and_named(runs_dir: Path, tmp_path: Path
             writer.write(event)
     run_dir = make_run(runs_dir, "r-events", events={"rank-0": rank_events(0, 3)})
     run_dir.rank_events_path(1).symlink_to(planted)
-    state = RunObserver(run_dir, settle=False).observe()
+    state = RunObserver(run_dir).observe()
     steps = {r.rank: r.step for r in state.ranks}
     assert steps == {0: 3, 1: None}  # the planted events (step 29) were not read
     assert f"{run_dir.rank_events_path(1)} is a symbolic link" in state.problem
@@ -102,7 +102,7 @@ def test_a_file_of_another_user_is_skipped_and_named(runs_dir: Path) -> None:
     shutil.chown(run_dir.rank_log_path(0).parent, user="root")
     run_dir.rank_log_path(0).write_text("mine\n")
     shutil.chown(run_dir.rank_log_path(0), user="nobody")
-    state = RunObserver(run_dir, settle=False).observe()
+    state = RunObserver(run_dir).observe()
     assert {r.rank: r.step for r in state.ranks} == {0: 3, 1: None}
     assert "rank-1.jsonl belongs to nobody, not to root who owns the run directory" in (
         state.problem

@@ -19,6 +19,7 @@ from engine.core.common.statuses import RunStatus
 from engine.core.runs.observer import observe_run
 from engine.core.runs.run_listing import RunCatalog, RunListing, listing_cache_path
 from engine.core.runs.rundir import RunDir, list_runs
+from engine.core.runs.settle import settle_observed
 from engine.core.runs.summarize import build_summary
 from tests.fixtures.made_runs import ProcessPen, make_run, marker_env, ref_of
 from tests.fixtures.repo import REPO_ROOT
@@ -56,7 +57,7 @@ def test_an_ended_run_is_listed_as_the_observer_sees_it(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     shutil.copytree(REPO_ROOT / RECORDED, runs)
     for run_dir in list_runs(runs):
-        observed = RunListing.of(observe_run(run_dir))  # settles the lost one, as any reader
+        observed = RunListing.of(settle_observed(observe_run(run_dir)))  # as `ddptui runs`
         assert RunListing.ended(run_dir) == observed, run_dir.run_id
 
 

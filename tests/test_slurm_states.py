@@ -24,6 +24,7 @@ from engine.core.procs.process_identity import ProcessRef
 from engine.core.runs.events import EventWriter, RankFailed, RankStarted
 from engine.core.runs.observer import RunObserver
 from engine.core.runs.rundir import RunDir
+from engine.core.runs.settle import settle_observed
 from engine.core.runs.stop_request import StopRequest, read_stop_request
 from tests.fixtures.call_counts import count_calls
 from tests.fixtures.slurm_runs import JOB, node_record
@@ -49,7 +50,8 @@ def job(state: JobState, **fields: object) -> SlurmJob:
 
 
 def observe(run_dir: RunDir, found: JobLookup, *, settle: bool = False):  # type: ignore[no-untyped-def]
-    return RunObserver(run_dir, settle=settle, watch=SlurmWatch(lambda _job_id: found)).observe()
+    state = RunObserver(run_dir, watch=SlurmWatch(lambda _job_id: found)).observe()
+    return settle_observed(state) if settle else state  # the caller who asks writes it down
 
 
 def test_pending_says_slurms_reason_and_expected_start(tmp_path: Path) -> None:
@@ -308,7 +310,8 @@ def test_a_slurm_kill_looks_at_the_run_once_and_keeps_one_observer(
 ) -> None:
     """One look at the run (``engine.core.runs.run_handle``) and one observer of it serve the
     whole kill: the stacks, the targets, the wait for the job's end and the summary. Before
-    scancel, run.json is read once and /proc scanned for the marker once."""
+    scancel, run.json is read once, and /proc is never scanned for the marker here (the handle
+    scans only for a stop on this machine; a Slurm run's processes are its nodes')."""
     from engine.core.backends.slurm import state
     from engine.core.backends.slurm import stop as slurm_stop
     from engine.core.runs import run_handle
@@ -345,7 +348,7 @@ def test_a_slurm_kill_looks_at_the_run_once_and_keeps_one_observer(
     monkeypatch.setattr(slurm_stop, "snapshot_slurm_run", snapshot)
     monkeypatch.setattr(slurm_stop, "run_slurm", scancel)
     result = slurm_stop.kill_slurm_run(run_dir, proof_wait=5.0)
-    assert cancelled == [(("scancel", JOB), (1, 1))]
+    assert cancelled == [(("scancel", JOB), (1, 0))]
     assert len(observers) == 1
     assert len(snapshots) == 1 and getattr(snapshots[0], "status", None) == RunStatus.RUNNING
     assert result.ok and result.verified_nodes == ("n1", "n2") and result.summary_written

@@ -175,7 +175,7 @@ def test_a_live_run_shows_its_recent_split_and_its_curves(tmp_path: Path) -> Non
                 step(rank, 4 * (i + 1), loss=2.0 - 0.1 * i),
             ]
     run_dir = make_run(tmp_path / "runs", "20261205-000000-made-0001", events=events)
-    state = observe_run(run_dir, settle=False)
+    state = observe_run(run_dir)
     assert not state.final
     assert [b.rank for b in state.step_breakdown] == [0, 1]
     assert state.step_breakdown[1].steps == 8 * 4  # the recent reports only

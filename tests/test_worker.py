@@ -36,10 +36,9 @@ from engine.core.runs.events import (
 from engine.core.runs.rundir import RunDir
 from engine.train.checkpoint import model_weights
 from engine.train.faults import FaultInjector
+from engine.train.flight_recorder import dump_flight_recorder, flight_recorder_size_variable
 from engine.train.models import build_model
 from engine.train.worker import (
-    dump_flight_recorder,
-    flight_recorder_size_variable,
     launcher_gone,
     main,
     plan_for_world,
@@ -367,10 +366,10 @@ def test_the_flight_recorder_size_goes_by_the_name_its_torch_reads(version: str,
 FLIGHT_RECORDER_PROBE = """
 import os, pickle, sys
 import torch, torch.distributed as dist
-import engine.train.worker as worker
+import engine.train.flight_recorder as flight_recorder
 from engine.core.runs.rundir import RunDir
-worker.FLIGHT_RECORDER_ENTRIES = 3
-worker.enable_flight_recorder(RunDir(sys.argv[1]))
+flight_recorder.FLIGHT_RECORDER_ENTRIES = 3
+flight_recorder.enable_flight_recorder(RunDir(sys.argv[1]))
 dist.init_process_group(
     "gloo", store=dist.FileStore(sys.argv[1] + "/store", 1), rank=0, world_size=1
 )

@@ -20,9 +20,10 @@ from ddptui import exit_codes
 from ddptui.cli_common import confirmed, echo, fail, grace_option, read_runs_dir_option
 from ddptui.kill_report import kill_report
 from engine.core.backends.local.kill import KillResult
-from engine.core.backends.registry import backend_of
+from engine.core.backends.registry import backend_for
 from engine.core.common import strict_json
 from engine.core.procs.stopping import KillRefused
+from engine.core.runs.run_handle import observe_handle
 from engine.core.runs.rundir import RunDirError, find_run, run_dir_owner
 
 
@@ -68,7 +69,10 @@ def kill_command(
                 f"Run {run_dir.run_id} belongs to user {owner}. Stop its processes as root?",
                 err=as_json,
             )
-        result = backend_of(run_dir).stop(run_dir, grace, allow_other_users=all_users)
+        handle = observe_handle(run_dir, allow_other_users=all_users)  # one look, passed down
+        result = backend_for(handle.info).stop(
+            run_dir, grace, allow_other_users=all_users, handle=handle
+        )
     except (RunDirError, KillRefused) as err:
         fail(str(err))
     if as_json:

@@ -66,7 +66,53 @@ def run_config(
     return apply_overrides(base, overrides)
 
 
-@click.command("run")
+# `ddptui run --help`; each backend teaches itself where it says {backends}.
+RUN_HELP = """Launch a preset (a name from `ddptui presets` or a .toml path), or your own training
+script, and follow it.
+
+\b
+Examples:
+  ddptui run cpu-demo
+  ddptui run cpu-demo --devices cpu:4 --epochs 1 --max-steps 50
+  ddptui run seed-ddp --devices 0,2 --set optimizer.lr_scaling=linear
+  ddptui run cpu-demo --fault crash:1:3        # watch a rank fail on purpose
+  ddptui run cpu-demo --epochs 3 --fault crash:1:60 --max-restarts 1
+                                               # fail, then go on from the last checkpoint
+  ddptui run cpu-demo --fault kill-launcher:0:5  # a launcher lost mid-run: summary "lost"
+  ddptui run cpu-demo --devices cpu:16 --oversubscribe   # more than 4 ranks per core
+  ddptui run my.toml --set model.factory=mynets:build   # your model in the engine's loop
+
+\b
+Your own script, as torchrun would start it (one process per device, RANK, LOCAL_RANK,
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT set), its own arguments after --:
+  ddptui run train.py --devices 0,1 -- --epochs 10 --lr 0.1
+  ddptui run -m mypackage.train --devices cpu:2 -- --epochs 1
+Its progress shows with no change to it (optimizer steps, its tqdm bars); calling
+ddptui.report(loss=..., accuracy=..., images_per_s=...) adds those figures.
+
+{backends}
+
+\b
+On a shared machine, queue it: it starts when its devices are free, in order (see
+`ddptui queue`); --devices 2 takes any two free GPUs, 0,2 waits for those:
+  ddptui run train.py --devices 2 --queue -- --epochs 10
+
+\b
+Restarts and resuming: with --max-restarts a failed attempt starts again in the same run
+directory from its newest checkpoint (training.checkpoint_every, and every epoch end); your
+script is started again with TORCHELASTIC_RESTART_COUNT set, and, where the preset names its
+option (script.resume_arg = "--resume"), that option and the newest file it wrote in
+$DDPTUI_CHECKPOINT_DIR. A run that failed, was killed or was lost goes on with
+`ddptui resume RUN`. `ddptui show RUN` lists every attempt.
+
+The run starts in its own session: closing this terminal does not stop it (see `ddptui runs`).
+Ctrl-C stops the run. Exit code 0 when the run completed, 1 when it failed or was killed,
+2 for bad input or a run whose ranks do not fit in this machine's cores, memory or GPUs
+(nothing started).
+"""
+
+
+@click.command("run", help=inspect.cleandoc(RUN_HELP).replace("{backends}", teaching_lines()))
 @click.argument("target", required=False)
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.option(
@@ -139,49 +185,6 @@ def run_command(
     placement: PlacementAsked,
     **shortcuts: Any,
 ) -> None:
-    """Launch a preset (a name from `ddptui presets` or a .toml path), or your own training
-    script, and follow it.
-
-    \b
-    Examples:
-      ddptui run cpu-demo
-      ddptui run cpu-demo --devices cpu:4 --epochs 1 --max-steps 50
-      ddptui run seed-ddp --devices 0,2 --set optimizer.lr_scaling=linear
-      ddptui run cpu-demo --fault crash:1:3        # watch a rank fail on purpose
-      ddptui run cpu-demo --epochs 3 --fault crash:1:60 --max-restarts 1
-                                                   # fail, then go on from the last checkpoint
-      ddptui run cpu-demo --fault kill-launcher:0:5  # a launcher lost mid-run: summary "lost"
-      ddptui run cpu-demo --devices cpu:16 --oversubscribe   # more than 4 ranks per core
-      ddptui run my.toml --set model.factory=mynets:build   # your model in the engine's loop
-
-    \b
-    Your own script, as torchrun would start it (one process per device, RANK, LOCAL_RANK,
-    WORLD_SIZE, MASTER_ADDR, MASTER_PORT set), its own arguments after --:
-      ddptui run train.py --devices 0,1 -- --epochs 10 --lr 0.1
-      ddptui run -m mypackage.train --devices cpu:2 -- --epochs 1
-    Its progress shows with no change to it (optimizer steps, its tqdm bars); calling
-    ddptui.report(loss=..., accuracy=..., images_per_s=...) adds those figures.
-
-    {backends}
-
-    \b
-    On a shared machine, queue it: it starts when its devices are free, in order (see
-    `ddptui queue`); --devices 2 takes any two free GPUs, 0,2 waits for those:
-      ddptui run train.py --devices 2 --queue -- --epochs 10
-
-    \b
-    Restarts and resuming: with --max-restarts a failed attempt starts again in the same run
-    directory from its newest checkpoint (training.checkpoint_every, and every epoch end); your
-    script is started again with TORCHELASTIC_RESTART_COUNT set, and, where the preset names its
-    option (script.resume_arg = "--resume"), that option and the newest file it wrote in
-    $DDPTUI_CHECKPOINT_DIR. A run that failed, was killed or was lost goes on with
-    `ddptui resume RUN`. `ddptui show RUN` lists every attempt.
-
-    The run starts in its own session: closing this terminal does not stop it (see `ddptui runs`).
-    Ctrl-C stops the run. Exit code 0 when the run completed, 1 when it failed or was killed,
-    2 for bad input or a run whose ranks do not fit in this machine's cores, memory or GPUs
-    (nothing started).
-    """
     try:
         config = run_config(base_config(target, module, script_args), set_values, faults, shortcuts)
         placed = placement.overrides()
@@ -207,10 +210,6 @@ def run_command(
         echo(started.run_id)
         return
     sys.exit(follow_to_the_end(started, config, as_json))
-
-
-# each backend teaches itself where the docstring says {backends}
-run_command.help = inspect.cleandoc(run_command.help or "").replace("{backends}", teaching_lines())
 
 
 def queued_line(queued: QueuedRun) -> str:

@@ -148,7 +148,8 @@ def runs_command(
     if all_users and os.getuid() != 0:
         fail("--all-users needs root: only root may remove other users' runs")
     try:
-        runs = RunCatalog(runs_dir, cache_file=listing_cache_path(runs_dir)).list()
+        # a run found lost is written down as such (its summary), as every reader shows it
+        runs = RunCatalog(runs_dir, cache_file=listing_cache_path(runs_dir), settle=True).list()
     except RunDirError as err:
         fail(str(err))
     now = time.time()
@@ -158,7 +159,8 @@ def runs_command(
         wanted = {RunStatus(s) for s in states}
         chosen = prune_selection(runs, now=now, older_than=older_than, states=wanted, keep=keep)
         _remove([RunDir(r.path) for r in chosen], yes=yes, dry_run=dry_run, all_users=all_users,
-                as_json=as_json, what="prune")  # fmt: skip
+                as_json=as_json, what="prune",
+                observed={r.run_id: r.status for r in chosen})  # fmt: skip
         return
     if states:
         runs = [r for r in runs if r.status in states]
@@ -233,9 +235,17 @@ def rm_command(
 
 
 def _remove(
-    run_dirs: list[RunDir], *, yes: bool, dry_run: bool, all_users: bool, as_json: bool, what: str
+    run_dirs: list[RunDir],
+    *,
+    yes: bool,
+    dry_run: bool,
+    all_users: bool,
+    as_json: bool,
+    what: str,
+    observed: dict[str, RunStatus] | None = None,
 ) -> None:
-    """Show what would go and what may not, ask, remove; exit 1 when something stayed."""
+    """Show what would go and what may not, ask, remove; exit 1 when something stayed.
+    ``observed``: the runs' statuses as the caller's listing has them (not observed again)."""
     from engine.core.ops.run_removal import plan_removal, remove_runs
 
     width = terminal_width()
@@ -244,7 +254,7 @@ def _remove(
         if not as_json:
             echo_wrapped(line, width, hang="    ")
 
-    plan = plan_removal(run_dirs, allow_other_users=all_users)
+    plan = plan_removal(run_dirs, allow_other_users=all_users, observed=observed)
     if not plan.remove and not plan.refused:
         say("No run to remove." if what == "rm" else "No run matches; nothing to remove.")
     for run in plan.remove:

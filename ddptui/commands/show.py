@@ -22,8 +22,8 @@ from engine.core.common.formatting import format_duration
 from engine.core.runs.rundir import RunDir, RunDirError, find_run
 
 if TYPE_CHECKING:
-    from engine.core.runs.observer import RunState
     from engine.core.runs.rank_states import RankState
+    from engine.core.runs.run_state import RunState
     from engine.core.runs.step_breakdown import StepBreakdown
     from engine.core.runs.summary import RunSummary
 
@@ -217,13 +217,15 @@ def show_command(run_id: str, runs_dir: Path, as_json: bool) -> None:
     """
     from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
     from engine.core.runs.observer import observe_run
+    from engine.core.runs.settle import settle_observed
 
     try:
         run_dir = find_run(runs_dir, run_id)
     except RunDirError as err:
         fail(str(err))
     now = time.time()
-    progress = observe_run(run_dir, now)
+    # one look at the run; a run found lost is written down as such (its summary)
+    progress = settle_observed(observe_run(run_dir, now))
     if as_json:
         click.echo(strict_json.dumps(progress.to_json(), indent=2))
     else:

@@ -21,10 +21,11 @@ from ddptui.cli_table import (
 )
 from ddptui.stack_report import diagnosis_lines, flight_recorder_lines
 from engine.core.backends.local.snapshot import request_flight_recorder_dumps
-from engine.core.backends.registry import LOCAL, backend_of
+from engine.core.backends.registry import backend_for
 from engine.core.common import strict_json
 from engine.core.procs.process_identity import identify
 from engine.core.runs.observer import observe_run
+from engine.core.runs.run_handle import RunHandle, observe_handle
 from engine.core.runs.rundir import RunDirError, find_run
 from engine.core.stacks.capture import capture_stack
 from engine.core.stacks.diagnosis import read_activity
@@ -119,9 +120,17 @@ def stacks_command(
         run_dir = find_run(runs_dir, run_id)
     except RunDirError as err:
         fail(str(err))
-    state = observe_run(run_dir)
-    backend = backend_of(run_dir) if state.info is not None else LOCAL
-    taken = backend.snapshot(run_dir, reason="on demand") if not state.final else None
+    # One look at the run (run.json, its ranks looked up and proved), taken by its backend too;
+    # without a readable run.json only a stored snapshot can be shown.
+    try:
+        handle: RunHandle | None = observe_handle(run_dir)
+    except RunDirError:
+        handle = None
+    state = handle.state if handle is not None else observe_run(run_dir)
+    taken = None
+    if handle is not None and not state.final:
+        backend = backend_for(handle.info)
+        taken = backend.snapshot(run_dir, reason="on demand", handle=handle)
     if taken is not None and not taken.proved:
         why = "; ".join(r.problem for r in taken.ranks)
         fail(

@@ -41,7 +41,7 @@ from engine.core.common import formatting
 from engine.core.common.statuses import RankStatus, RunStatus
 from engine.core.common.visible_text import visible
 from engine.core.host.gpus import GpuInventory
-from engine.core.runs.observer import RunState
+from engine.core.runs.run_state import RunState
 from engine.core.runs.rundir import RunDir
 from engine.core.runs.step_breakdown import BottleneckKind
 

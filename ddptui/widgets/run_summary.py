@@ -23,7 +23,7 @@ from ddptui import text_figures
 from ddptui.widgets.log_tail import failure_message
 from engine.core.common import formatting
 from engine.core.common.statuses import RunStatus
-from engine.core.runs.observer import RunState
+from engine.core.runs.run_state import RunState
 
 CHART_HEIGHT = 12
 CHARTS_FROM = (100, 40)  # (columns, rows) from which charts replace sparklines

@@ -24,7 +24,6 @@ if __name__ == "__mp_main__":
 import argparse
 import os
 import pickle
-import socket
 import subprocess
 import sys
 import traceback
@@ -36,7 +35,6 @@ import psutil
 from engine.core.common.disk_space import WriteFailed
 from engine.core.common.run_environment import (
     LAUNCHER_PID_ENV,
-    RENDEZVOUS_ENV,
     THREADS_ENV,
 )
 from engine.core.common.run_files import open_private
@@ -68,33 +66,17 @@ from engine.train.attempt import (
 )
 from engine.train.attempt import LauncherEvents as LauncherEvents  # where node_launch finds it
 from engine.train.environment_record import record_environment, record_outside_load
+from engine.train.launch_rendezvous import (
+    LaunchError,
+    prepare_rendezvous_file,
+    rendezvous_environment,
+    rendezvous_port,
+)
 from engine.train.memory_fault import own_memory_cgroup, remove_fault_cgroup
 from engine.train.restarts import run_attempts
 from engine.train.supervisor import supervise
 
 EXIT_BAD_INPUT = 2
-
-
-class LaunchError(Exception):
-    """Bad input found before any rank started: one sentence for the user."""
-
-
-def find_free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def check_port_free(host: str, port: int) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as err:
-            raise LaunchError(
-                f"--master-port {port} on {host} is in use or not bindable ({err.strerror}); "
-                "pick another port or leave it out to get a free one"
-            ) from None
 
 
 def threads_asked() -> int | None:
@@ -134,40 +116,6 @@ def rank_environment(
     return env
 
 
-def loopback_interface() -> str:
-    """The name of the interface holding 127.0.0.1 ("lo" on Linux, "lo0" on macOS)."""
-    for name, addresses in psutil.net_if_addrs().items():
-        if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addresses):
-            return name
-    return "lo"
-
-
-def rendezvous_environment(
-    run_dir: RunDir, nnodes: int, master_addr: str, master_port: int
-) -> dict[str, str]:
-    """Where the ranks meet and which interface they talk over.
-
-    One node: through a file store in the run directory, and gloo and NCCL pinned to loopback, so
-    no process of the run holds a listening socket beyond 127.0.0.1 (torch's TCPStore would
-    listen on every interface). Several nodes: through a TCP store that rank 0 serves on
-    ``master_addr`` only; gloo and NCCL use the interface their own settings pick.
-    """
-    if nnodes > 1:
-        return {RENDEZVOUS_ENV: f"tcp://{master_addr}:{master_port}"}
-    loopback = loopback_interface()
-    return {
-        RENDEZVOUS_ENV: f"file://{run_dir.rendezvous_path.resolve()}",
-        "GLOO_SOCKET_IFNAME": loopback,
-        "NCCL_SOCKET_IFNAME": loopback,
-    }
-
-
-def prepare_rendezvous_file(run_dir: RunDir) -> None:
-    """An empty file store, private whatever the umask (c10d would make it 0644 minus it)."""
-    run_dir.rendezvous_path.unlink(missing_ok=True)
-    os.close(open_private(run_dir.rendezvous_path, "exclusive"))
-
-
 def spawn_error(error_file: str | None) -> str:
     """The error a spawned rank raised, from the file torch.multiprocessing's wrapper pickles
     its traceback into: the way a rank reports when the disk refused its RankFailed event."""
@@ -196,18 +144,6 @@ def plan_this_node(run_dir: RunDir) -> tuple[RunConfig, RunPlan]:
     for warning in resources.warnings:
         print(f"ddptui: warning: {warning}", file=sys.stderr, flush=True)
     return config, plan
-
-
-def rendezvous_port(nnodes: int, node_rank: int, master_addr: str, master_port: int | None) -> int:
-    """The port the ranks meet on: the one given (checked free on node 0), or a free one on a
-    single node; several nodes must name theirs."""
-    if master_port is None:
-        if nnodes > 1:
-            raise LaunchError("--nnodes above 1 needs --master-port (the same on every node)")
-        return find_free_port(master_addr)
-    if node_rank == 0:
-        check_port_free(master_addr, master_port)
-    return master_port
 
 
 def launch(

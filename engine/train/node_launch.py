@@ -79,18 +79,20 @@ from engine.train.environment_record import record_environment, record_outside_l
 from engine.train.launch import (
     EXIT_BAD_INPUT,
     LauncherEvents,
-    LaunchError,
     carry_run_marker,
-    find_free_port,
     node_ranks,
     plan_this_node,
-    prepare_rendezvous_file,
     rank_environment,
     remove_rank_leftovers,
-    rendezvous_environment,
     spawn_engine_ranks,
     spawn_error,
     start_script_ranks,
+)
+from engine.train.launch_rendezvous import (
+    LaunchError,
+    find_free_port,
+    prepare_rendezvous_file,
+    rendezvous_environment,
 )
 from engine.train.supervisor import supervise
 

@@ -468,6 +468,12 @@ def supervise(
     sup.probes.close()
     sup.read_events()
     sup.report_snapshots()
+    return how_it_ended(sup, run_dir)
+
+
+def how_it_ended(sup: Supervisor, run_dir: RunDir) -> tuple[RunStatus, Failure | None, str]:
+    """Once every rank has exited: (status, root cause, reason) of the run, from what the
+    supervision saw (a stop asked for, a stall it stopped, the first failure) and the exit codes."""
     if sup.stop_status == RunStatus.KILLED:
         return RunStatus.KILLED, None, _with_note(sup.stop_reason, sup.culprit_note(None))
     if sup.stall_kill_rank is not None:

@@ -87,6 +87,14 @@ class EpochCheckpoints:
     schedule: CheckpointSchedule
     take: Callable[[TrainingPosition], float]
 
+    def after_step(self, epoch: int, step: int, global_step: int, steps: int) -> float:
+        """The checkpoint due once the epoch's ``step`` (global ``global_step``, both counted
+        after it) is taken, if one is, and the seconds it took (0 when none). The epoch's end
+        takes its own, after the evaluation."""
+        if step >= steps or not self.schedule.due(global_step):
+            return 0.0
+        return self.take(TrainingPosition(epoch, step, global_step, steps))
+
 
 def train_one_epoch(
     setup: RankSetup,
@@ -144,14 +152,8 @@ def train_one_epoch(
                 loss=loss.item(),
                 lr=lr,
             )
-        # The epoch's end takes its own checkpoint, after the evaluation.
-        if (
-            checkpoints is not None
-            and step + 1 < steps
-            and checkpoints.schedule.due(global_step + 1)
-        ):
-            position = TrainingPosition(epoch, step + 1, global_step + 1, steps)
-            seconds = checkpoints.take(position)
+        if checkpoints is not None:
+            seconds = checkpoints.after_step(epoch, step + 1, global_step + 1, steps)
             checkpoint_seconds += seconds
             if taken >= warmup:
                 steady_checkpoint_seconds += seconds

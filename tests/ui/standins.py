@@ -13,7 +13,7 @@ from typing import Any
 
 from ddptui.actions import EngineActions, Outcome
 from ddptui.app import DdptuiApp
-from engine.core.common.statuses import JobKind, JobState, ProcessRole
+from engine.core.common.statuses import JobKind, JobState, ProcessRole, ProcessState
 from engine.core.config.schema import RunConfig
 from engine.core.host.gpus import GpuInventory
 from engine.core.host.host_usage import HostUsage
@@ -53,8 +53,8 @@ class StandInProbe(ProcessProbe):
         self.rss = rss
         self.user_names: dict[int, str] = {}  # users() knows these; every other pid is elsewhere
 
-    def alive(self, ref: ProcessRef | None) -> bool:
-        return ref is not None and ref.pid in self.alive_pids
+    def state(self, ref: ProcessRef) -> ProcessState:
+        return ProcessState.RUNNING if ref.pid in self.alive_pids else ProcessState.GONE
 
     def pid_alive(self, pid: int) -> bool:
         return pid in self.alive_pids

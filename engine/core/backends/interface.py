@@ -18,9 +18,10 @@ from engine.core.config.schema import RunConfig
 from engine.core.plan.run_plan import RunPlan
 from engine.core.procs.process_identity import ProcessRef
 from engine.core.procs.stopping import STOP_GRACE_SECONDS
-from engine.core.runs.observer import RunState
 from engine.core.runs.placement import PlacementWatch
+from engine.core.runs.run_handle import RunHandle
 from engine.core.runs.run_info import RunInfo
+from engine.core.runs.run_state import RunState
 from engine.core.runs.rundir import RunDir
 from engine.core.stacks.snapshot import StackSnapshot
 
@@ -91,8 +92,12 @@ class Backend(Protocol):
         elsewhere goes by its own."""
         ...
 
-    def snapshot(self, run_dir: RunDir, *, reason: str) -> StackSnapshot | None:
-        """Every live rank's stack now, judged and stored; None when none is alive."""
+    def snapshot(
+        self, run_dir: RunDir, *, reason: str, handle: RunHandle | None = None
+    ) -> StackSnapshot | None:
+        """Every live rank's stack now, judged and stored; None when none is alive. ``handle``:
+        the caller's one look at the run (``engine.core.runs.run_handle``), taken instead of
+        reading run.json and looking its processes up again."""
         ...
 
     def stop(
@@ -102,8 +107,10 @@ class Backend(Protocol):
         *,
         allow_other_users: bool = False,
         by: StopRequester = StopRequester.KILL,
+        handle: RunHandle | None = None,
     ) -> KillResult:
-        """Stop exactly the run's processes, verified; the summary says killed."""
+        """Stop exactly the run's processes, verified; the summary says killed. ``handle``: as
+        ``snapshot``'s (made with the same ``allow_other_users``)."""
         ...
 
     def describe(self, state: RunState) -> tuple[str, ...]:

@@ -106,7 +106,7 @@ def unfinished_summary(run_id: str, config: RunConfig, plan: RunPlan, reason: st
 def row_of_run(label: str, run_dir: RunDir, probe: ProcessProbe | None = None) -> RowResult:
     """One row of one run directory, as the run observer sees it (nothing is written)."""
     try:
-        state = RunObserver(run_dir, probe=probe, settle=False).observe()
+        state = RunObserver(run_dir, probe=probe).observe()
     except OSError as err:  # a broken run is a row that says so, not a broken table
         return RowResult(label, "", "", "", 0, "", 0, skipped=f"{run_dir.path}: {err}")
     summary = state.summary

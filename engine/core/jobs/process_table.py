@@ -22,7 +22,7 @@ from typing import Any
 import psutil
 
 from engine.core.common.formatting import format_bytes
-from engine.core.common.statuses import JobKind, JobState, ProcessRole, RankStatus
+from engine.core.common.statuses import JobKind, JobState, ProcessRole, ProcessState, RankStatus
 from engine.core.host.gpus import GpuInventory, sample_gpus
 from engine.core.jobs.gpu_join import GpuHolding, GpuJoin, GpuUse, join_gpus
 from engine.core.jobs.grouping import FoundJob, group_jobs
@@ -33,11 +33,11 @@ from engine.core.procs.device_holders import (
     HolderScan,
     scan_device_holders,
 )
-from engine.core.procs.process_identity import ProcessProbe, ProcessRef
+from engine.core.procs.process_identity import ProcessProbe, ProcessRef, same_start
 from engine.core.procs.process_scan import ProcessInfo, env_int, is_python, snapshot_processes
 from engine.core.procs.run_proof import RunMarker
 from engine.core.runs.observer import RunObserver
-from engine.core.runs.rundir import RunDir
+from engine.core.runs.rundir import RunDir, RunInfo
 
 
 @dataclass(frozen=True)
@@ -195,14 +195,18 @@ class ProcessScanner:
                 result[pid] = proc.cpu_percent(None)
         return result
 
-    def _stalled_ranks(self, run_dir: RunDir, kept: dict[Path, RunObserver]) -> dict[int, str]:
-        """Stalled ranks of one of our runs, as its run observer judges them (a listing settles
-        nothing). The observer of the previous scan goes on from where it read to."""
+    def _stalled_ranks(
+        self, job: FoundJob, run_dir: RunDir, procs: dict[int, ProcessInfo],
+        kept: dict[Path, RunObserver],
+    ) -> dict[int, str]:  # fmt: skip
+        """Stalled ranks of one of our runs, as its run observer judges them. The observer of the
+        previous scan goes on from where it read to; it takes this scan's look at the run
+        (run.json as grouping read it, its processes as the scan saw them), not one of its own."""
         observer = kept.get(run_dir.path) or RunObserver(
-            run_dir, clock=lambda: self._now, probe=self._probe, settle=False
+            run_dir, clock=lambda: self._now, probe=self._probe
         )
         try:
-            state = observer.observe()
+            state = observer.observe(job.info, _scan_looks(job.info, procs))
         except Exception:  # a half-written run directory must not break the table
             return {}
         self._observers[run_dir.path] = observer
@@ -220,7 +224,7 @@ class ProcessScanner:
         launcher_pid, launcher_alive, reason = launcher_state(job, procs)
         stalled: dict[int, str] = {}
         if job.kind == JobKind.DDPTUI and job.run_dir is not None and launcher_alive is not False:
-            stalled = self._stalled_ranks(job.run_dir, observers)
+            stalled = self._stalled_ranks(job, job.run_dir, procs, observers)
         orphaned = launcher_alive is False
         processes = []
         for pid, role in sorted(job.members.items(), key=lambda kv: procs[kv[0]].create_time):
@@ -247,6 +251,24 @@ class ProcessScanner:
             run_dir=str(job.run_dir.path) if job.run_dir else None,
             marker=job.marker,
         )
+
+
+def _scan_looks(
+    info: RunInfo | None, procs: dict[int, ProcessInfo]
+) -> dict[ProcessRef, ProcessState]:
+    """What the scan saw of each process run.json names: its state, or gone, or its pid reused."""
+    if info is None:
+        return {}
+    looks = {}
+    for ref in [*([info.launcher] if info.launcher else []), *info.ranks]:
+        p = procs.get(ref.pid)
+        if p is None:
+            looks[ref] = ProcessState.GONE
+        else:
+            looks[ref] = (
+                p.state if same_start(p.create_time, ref.start_time) else ProcessState.REUSED
+            )
+    return looks
 
 
 def _training_process(

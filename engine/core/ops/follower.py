@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from engine.core.backends.local.start import StartedRun
 from engine.core.common.statuses import RunStatus, StopRequester
 from engine.core.procs.run_proof import RunMarker, marked_processes
-from engine.core.runs.observer import RunObserver, RunState
+from engine.core.runs.observer import RunObserver
+from engine.core.runs.run_state import RunState
+from engine.core.runs.settle import settle_observed
 from engine.core.runs.stop_request import request_stop
 
 # How long ranks may take to end after their launcher did, before the run is left unsettled
@@ -50,7 +52,7 @@ def follow_run(
     The first Ctrl-C sends the launcher SIGTERM and calls ``on_interrupt``; the wait goes on until
     the launcher is done, so the summary it writes is there when this returns.
     """
-    observer = RunObserver(started.run_dir, launcher_poll=started.poll, settle=False)
+    observer = RunObserver(started.run_dir, launcher_poll=started.poll)
     interrupted = False
 
     def stop(_signum: int, _frame: object) -> None:
@@ -77,12 +79,9 @@ def follow_run(
             marked_processes(RunMarker.of_dir(started.run_dir.path)) and time.monotonic() < deadline
         ):
             time.sleep(poll_seconds)
-        over = state.status == RunStatus.LOST or (state.placement is not None and state.final)
-        if over and not started.run_dir.summary_path.exists():
-            # the launcher's exit status (or its scheduler's end of the job) is known here: write
-            # it down
-            observer.settle = True
-            state = observer.observe()
+        # the launcher's exit status (or its scheduler's end of the job) is known here: a run that
+        # ended with no summary (lost) is written down, the one write of following
+        state = settle_observed(state)
         on_state(state)
     finally:
         signal.signal(signal.SIGINT, previous)

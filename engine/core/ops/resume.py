@@ -30,6 +30,7 @@ from engine.core.runs.attempts import RESUMABLE, archive_attempt
 from engine.core.runs.observer import RunObserver
 from engine.core.runs.resume_point import ResumePoint, checkpoint_mismatch, resume_point
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo, run_dir_owner
+from engine.core.runs.settle import settle_observed
 
 
 class ResumeRefused(ValueError):
@@ -64,7 +65,7 @@ class ResumePlan:
 def _status(run_dir: RunDir, info: RunInfo) -> RunStatus:
     """The run's status as the observer decides it (a lost run is settled on the way), refused
     when it is not one that can go on."""
-    state = RunObserver(run_dir, info=info).observe()
+    state = settle_observed(RunObserver(run_dir).observe(info))
     run = f"run {run_dir.run_id}"
     if state.status in RESUMABLE:
         return state.status

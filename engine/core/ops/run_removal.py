@@ -16,7 +16,7 @@ import shutil
 import stat
 import sys
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,15 +58,23 @@ class RemovalResult:
 
 
 def plan_removal(
-    run_dirs: Sequence[RunDir], *, allow_other_users: bool = False, now: float | None = None
+    run_dirs: Sequence[RunDir],
+    *,
+    allow_other_users: bool = False,
+    now: float | None = None,
+    observed: Mapping[str, RunStatus] | None = None,
 ) -> RemovalPlan:
-    """Which of ``run_dirs`` may go, and why each other one may not. Reads and never writes."""
+    """Which of ``run_dirs`` may go, and why each other one may not. Reads and never writes: one
+    scan of the processes for the run markers they carry, and one observation of each run,
+    unless the caller's listing observed it already (``observed``: run id -> its status, as
+    ``ddptui runs --prune`` has them)."""
     markers = live_run_markers()
     now = time.time() if now is None else now
     remove: list[RunToRemove] = []
     refused: list[tuple[str, str]] = []
     for run_dir in run_dirs:
-        why, status = _refusal(run_dir, markers, allow_other_users, now)
+        known = (observed or {}).get(run_dir.run_id)
+        why, status = _refusal(run_dir, markers, allow_other_users, now, known)
         if why:
             refused.append((run_dir.run_id, why))
         else:
@@ -77,16 +85,21 @@ def plan_removal(
 
 
 def _refusal(
-    run_dir: RunDir, markers: dict[RunMarker, list[int]], allow_other_users: bool, now: float
+    run_dir: RunDir,
+    markers: dict[RunMarker, list[int]],
+    allow_other_users: bool,
+    now: float,
+    status: RunStatus | None,
 ) -> tuple[str, RunStatus]:
-    """(why it may not be removed, or "", its status)."""
+    """(why it may not be removed, or "", its status): ``status`` as the caller observed it, else
+    observed here."""
     why = _not_a_plain_directory(run_dir)
     if why:
         return why, RunStatus.UNREADABLE
     owner = run_dir_owner(run_dir)
     if owner is not None and not allow_other_users:
         return f"it is {owner}'s run (as root, --all-users removes it)", RunStatus.UNREADABLE
-    status = observe_run(run_dir, now, settle=False).status
+    status = status or observe_run(run_dir, now).status
     if status.live:
         return f"it is {status}: stop it first (ddptui kill {run_dir.run_id})", status
     return _carried_by_live_processes(run_dir, markers), status

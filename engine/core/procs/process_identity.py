@@ -10,7 +10,7 @@ Plain Python (psutil).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,6 +122,32 @@ class ProcessUsage:
     rss_bytes: int | None
 
 
+class ProcessLooks:
+    """One look at each process for one observation: the first question about a process asks the
+    probe, every later question of the same observation gets that answer (a run's launcher is
+    not looked up once for its status and again for its rank states). ``seen``: looks the caller
+    has made already (a run handle's proofs, a /proc scan), taken as they are."""
+
+    def __init__(
+        self, probe: ProcessProbe, seen: Mapping[ProcessRef, ProcessState] | None = None
+    ) -> None:
+        self.probe = probe
+        self._seen: dict[ProcessRef, ProcessState] = dict(seen or {})
+
+    def state(self, ref: ProcessRef) -> ProcessState:
+        found = self._seen.get(ref)
+        if found is None:
+            found = self._seen[ref] = self.probe.state(ref)
+        return found
+
+    def alive(self, ref: ProcessRef | None) -> bool:
+        return ref is not None and self.state(ref).alive
+
+    def stopped(self, refs: Iterable[ProcessRef]) -> frozenset[int]:
+        """The pids of those of ``refs`` stopped by a signal, as ``ProcessProbe.stopped``."""
+        return frozenset(ref.pid for ref in refs if self.state(ref) == ProcessState.STOPPED)
+
+
 def user_of(proc: psutil.Process) -> str:
     """The name of the process's user, as ``user_name`` names every user (``uid N`` when this
     machine has no name for it: another container's user); "?" when the process is gone."""
@@ -134,22 +160,27 @@ def user_of(proc: psutil.Process) -> str:
 class ProcessProbe:
     """Liveness and CPU / memory of processes: what the run observer asks the OS.
 
-    Tests replace it with a stand-in so that views show fixed figures. ``alive`` is ``ref_alive``;
-    ``usage`` keeps one psutil handle per process between calls, so CPU percentages cover the time
-    since the previous call. Safe to share between threads.
+    Tests replace it with a stand-in so that views show fixed figures (a stand-in answers
+    ``state``). ``state`` is ``lookup``'s answer; ``usage`` keeps one psutil handle per process
+    between calls, so CPU percentages cover the time since the previous call. Safe to share
+    between threads.
     """
 
     def __init__(self) -> None:
         self._procs: dict[int, psutil.Process] = {}
         self._lock = threading.Lock()
 
+    def state(self, ref: ProcessRef) -> ProcessState:
+        """What became of the process ``ref`` names, looked up now (``lookup``)."""
+        return lookup(ref)[0]
+
     def alive(self, ref: ProcessRef | None) -> bool:
-        return ref_alive(ref)
+        return ref is not None and self.state(ref).alive
 
     def stopped(self, refs: Iterable[ProcessRef]) -> frozenset[int]:
         """The pids of those of ``refs`` whose very process is stopped by a signal (``lookup``):
         a pid reused since is never taken for the rank it named."""
-        return frozenset(ref.pid for ref in refs if lookup(ref)[0] == ProcessState.STOPPED)
+        return frozenset(ref.pid for ref in refs if self.state(ref) == ProcessState.STOPPED)
 
     def users(self, pids: Iterable[int]) -> dict[int, str]:
         """The user of each of ``pids`` still running here (NVML's pids of processes in another

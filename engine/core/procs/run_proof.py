@@ -98,12 +98,16 @@ def owner_mismatch(proc: psutil.Process, owner_uid: int | None) -> str | None:
 
 
 def prove(
-    ref: ProcessRef, marker: RunMarker, owner_uid: int | None
+    ref: ProcessRef,
+    marker: RunMarker,
+    owner_uid: int | None,
+    looked: tuple[ProcessState, psutil.Process | None] | None = None,
 ) -> tuple[psutil.Process | None, str]:
     """The live process ``ref`` names, proved to be the run's (see the module docstring), or None
     and why not: "" when it has simply ended, one sentence when something else has the pid, its
-    environment does not carry the marker or another user owns it."""
-    state, proc = lookup(ref)
+    environment does not carry the marker or another user owns it. ``looked``: what ``lookup``
+    said of ``ref`` just now, when the caller looked it up already."""
+    state, proc = looked if looked is not None else lookup(ref)
     if state == ProcessState.REUSED:
         return None, f"pid {ref.pid} now belongs to another process"
     if state == ProcessState.UNREADABLE:

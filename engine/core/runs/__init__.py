@@ -4,7 +4,8 @@
 (``rank_states``), the one throttled step report every rank writes (``step_reporter``), the
 figures of a script run (``script_reporting``), the summary (``summary``, ``summarize``), the one
 settler of a run whose launcher ended without one (``settle``) and the run observer
-(``observer``): the one place that decides a run's and each rank's status; the one look at a
+(``observer``): the one place that decides a run's and each rank's status, into what one
+observation says (``run_state``); the one look at a
 run an operation takes before it acts (``run_handle``). Also: where the
 processes of a run another backend placed are, as the observer asks that backend's watch
 (``placement``), each node's files of a run across nodes (``node_files``), what the ranks ran with

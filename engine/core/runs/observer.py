@@ -6,9 +6,10 @@ rules of ``engine.core.runs.rank_states``), ``ddptui run``'s follower, ``ddptui 
 
 ``RunObserver`` reads one run directory incrementally (its events fed to a ``RankStateTracker``)
 and adds what only the machine can tell: run.json, summary.json, and whether the launcher and
-ranks are alive (through a ``ProcessProbe``, with an injectable clock). It never writes, except to
-settle a ``lost`` run through ``engine.core.runs.settle`` when it was made with ``settle=True``; a disk
-that refuses that write changes nothing of what it returns.
+ranks are alive (through a ``ProcessProbe``, with an injectable clock), each process looked up once
+an observation (``ProcessLooks``). It decides and never writes: the summary of a run it finds lost
+is built and returned (``RunState.unsettled``); writing it down is an explicit operation its
+callers ask for (``engine.core.runs.settle.Settler``).
 
 Run statuses (``RunStatus``): from summary.json when there; else run.json's final state; else
 run.json's ``starting`` / ``running`` while the launcher lives (it writes ``running`` once it has
@@ -24,31 +25,29 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from engine.core.common.config_error import ConfigError
-from engine.core.common.statuses import RankStatus, RunStatus
-from engine.core.config.devices import DevicePlan
+from engine.core.common.statuses import ProcessState, RankStatus, RunStatus
 from engine.core.config.schema import RunConfig
-from engine.core.procs.process_identity import ProcessProbe, ProcessRef
+from engine.core.procs.process_identity import ProcessLooks, ProcessProbe, ProcessRef
 from engine.core.runs.attempt_watch import AttemptWatch
 from engine.core.runs.events import EventTail
 from engine.core.runs.placement import PlacementVerdict, PlacementView, PlacementWatch, watch_for
 from engine.core.runs.rank_states import RankState, RankStateTracker, Thresholds
-from engine.core.runs.run_listing import RunListing
+from engine.core.runs.run_state import RunState
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
-from engine.core.runs.settle import lost_summary, settle_run
+from engine.core.runs.settle import lost_summary
 from engine.core.runs.step_breakdown import (
-    Bottleneck,
     StepBreakdown,
     StepBreakdownFold,
     find_bottleneck,
 )
-from engine.core.runs.step_curves import StepCurveFold, StepCurves
-from engine.core.runs.summary import AttemptRecord, Failure, RunSummary
+from engine.core.runs.step_curves import StepCurveFold
+from engine.core.runs.summary import RunSummary
 from engine.core.stacks.snapshot import StackSnapshot, latest_snapshot, snapshot_paths
 
 # A launcher records itself in run.json within seconds of its start; a run.json that names none
@@ -58,102 +57,12 @@ LAUNCHER_START_GRACE_SECONDS = 30.0
 Clock = Callable[[], float]
 
 
-@dataclass(frozen=True)
-class RunState:
-    """One run at one moment: what ``ddptui runs`` lists, ``ddptui show`` prints, the UI draws and
-    the follower prints."""
-
-    run_id: str
-    path: Path
-    status: RunStatus
-    reason: str = ""  # why that status, one sentence (a final run: its summary's reason)
-    preset: str = ""
-    created: float | None = None
-    devices: str = ""
-    world_size: int = 0
-    info: RunInfo | None = None
-    launcher_alive: bool | None = None  # None: no launcher recorded (yet), or not asked
-    ranks: tuple[RankState, ...] = ()
-    summary: RunSummary | None = None  # summary.json, or the lost one built when it is missing
-    failure: Failure | None = None  # the root cause: the summary's, else the first failed rank
-    started: float | None = None
-    elapsed: float | None = None
-    eta: float | None = None  # seconds, while running and every rank's pace is known
-    now: float = 0.0
-    epochs: int = 0  # from config.toml
-    accuracy: float | None = None
-    notices: tuple[str, ...] = ()
-    events_read: int = 0
-    skipped_lines: int = 0  # event lines this ddptui could not read (counted, never hidden)
-    diagnosis: StackSnapshot | None = None  # the latest stack snapshot of its ranks, if any
-    script: str = ""  # the user's script it runs ("" for the engine's workload)
-    metrics_reported: bool = False  # the script called ddptui.report: loss, accuracy, images/s
-    problem: str = ""  # what could not be read (a corrupt run.json or summary.json)
-    unsaved: str = ""  # the lost summary shown here could not be written (a full disk), and why
-    # Where another backend placed it (engine.core.runs.placement): its job, its nodes, ...
-    placement: PlacementView | None = None
-    # Each rank's step split (recent while it runs, the whole run's once it ended), the cause
-    # it names, and the per-step curves (engine.core.runs.step_breakdown, step_curves).
-    step_breakdown: tuple[StepBreakdown, ...] = ()
-    bottleneck: Bottleneck | None = None
-    curves: StepCurves = field(default_factory=StepCurves)
-    # Its attempt now (a restart or ``ddptui resume`` adds one), and every attempt known: all of
-    # them once it ended (its summary's), the earlier ones while it goes.
-    attempt: int = 1
-    attempts: tuple[AttemptRecord, ...] = ()
-
-    @property
-    def final(self) -> bool:
-        return self.status.final
-
-    @property
-    def active(self) -> bool:
-        return self.status.active
-
-    @property
-    def across_nodes(self) -> bool:
-        """Its ranks are on other machines (a scheduler's nodes), each sampling its own GPUs."""
-        return self.placement is not None and self.placement.across_nodes
-
-    @property
-    def stalled_ranks(self) -> tuple[int, ...]:
-        return tuple(r.rank for r in self.ranks if r.state == RankStatus.STALLED)
-
-    @property
-    def straggler_ranks(self) -> tuple[int, ...]:
-        return tuple(r.rank for r in self.ranks if r.state == RankStatus.STRAGGLER)
-
-    @property
-    def gpu_indices(self) -> tuple[int, ...]:
-        """The NVML indices of the run's GPUs: from its devices, else what its ranks reported."""
-        plan = DevicePlan.from_description(self.devices)
-        if plan is not None and plan.kind == "cuda":
-            return plan.gpu_indices
-        return tuple(sorted({r.gpu_index for r in self.ranks if r.gpu_index is not None}))
-
-    def to_json(self) -> dict[str, Any]:
-        """``ddptui show --json``: the run in the one JSON shape of a run (``RunListing``'s, what
-        ``ddptui runs --json`` lists), then what only an observation holds."""
-        return {
-            **RunListing.of(self).to_json(),
-            "launcher_alive": self.launcher_alive,
-            "ranks": [r.to_json() for r in self.ranks],
-            "summary": self.summary.to_json() if self.summary else None,
-            "diagnosis": self.diagnosis.to_json() if self.diagnosis else None,
-            "step_breakdown": [b.to_json() for b in self.step_breakdown],
-            "bottleneck": self.bottleneck.sentence if self.bottleneck else "",
-            "attempts": [a.to_json() for a in self.attempts],
-        }
-
-
 class RunObserver:
     """Incremental observer of one run directory: ``observe()`` reads only what was appended.
 
     ``launcher_poll`` is given by the process that started the launcher (its ``Popen.poll``): it
-    knows the launcher's exit status, and polling reaps it. ``settle`` lets this observer write
-    the ``lost`` summary of a run it finds lost (never on a UI thread: the UI's quit check passes
-    False); the summary it returns is the same either way. ``measure_usage`` adds each live rank's
-    CPU and memory. Not thread-safe: one caller at a time (the UI wraps it in a lock).
+    knows the launcher's exit status, and polling reaps it. ``measure_usage`` adds each live
+    rank's CPU and memory. Not thread-safe: one caller at a time (the UI wraps it in a lock).
     """
 
     def __init__(
@@ -163,13 +72,10 @@ class RunObserver:
         clock: Clock = time.time,
         probe: ProcessProbe | None = None,
         launcher_poll: Callable[[], int | None] | None = None,
-        settle: bool = True,
         measure_usage: bool = False,
         watch: PlacementWatch | None = None,
-        info: RunInfo | None = None,
     ) -> None:
         self.run_dir = run_dir
-        self._given_info = info  # run.json as the caller just read it: the first observe uses it
         self.watch = watch  # of the run's backend (None: the registered one; a stand-in in tests)
         self._placement: PlacementView | None = None
         self._placement_end: PlacementVerdict | None = None  # once its backend says it is over
@@ -177,7 +83,6 @@ class RunObserver:
         self.clock = clock
         self.probe = probe or ProcessProbe()
         self.launcher_poll = launcher_poll
-        self.settle = settle
         self.measure_usage = measure_usage
         self.tracker = RankStateTracker()
         self.step_split = StepBreakdownFold()
@@ -187,9 +92,8 @@ class RunObserver:
         self._config_problem = ""
         self._summary: RunSummary | None = None  # summary.json, once there
         self._lost: RunSummary | None = None  # the lost summary this observer built
-        self._settle_tried = False
         self._snapshot: tuple[Path, StackSnapshot | None] | None = None
-        self._settle_problem = ""
+        self._looks = ProcessLooks(self.probe)  # this observation's look at each process
         self.attempts = AttemptWatch(run_dir)
         self._polled_launcher: ProcessRef | None = None  # the launcher launcher_poll is of
         self._poll_attempt: int | None = None  # the attempt that launcher began
@@ -203,7 +107,6 @@ class RunObserver:
         self._tails.clear()
         self._summary = self._lost = self._snapshot = None
         self._placement_end = None  # a placed run's end was the earlier attempt's
-        self._settle_tried = False
 
     @property
     def config(self) -> RunConfig | None:
@@ -283,7 +186,7 @@ class RunObserver:
             if self._polls(info) or now - begun < LAUNCHER_START_GRACE_SECONDS:
                 return RunStatus.STARTING, "", None
             return self._gone(info, "no launcher was ever recorded in run.json")
-        if self.probe.alive(info.launcher):  # starting until it has started the ranks
+        if self._looks.alive(info.launcher):  # starting until it has started the ranks
             return info.state, self.attempts.restarting(), True
         return self._gone(info, f"the launcher (pid {info.launcher.pid}) is gone without a summary")
 
@@ -314,8 +217,7 @@ class RunObserver:
         """A run another backend placed: its backend decides from what it asks (a scheduler's
         word on the job, its node launchers' records), and says None where the rules of a
         launcher on this machine decide. While the run goes on, its own launchers judge silence,
-        as a live launcher does; once its backend says it is over, its summary is built (and
-        settled) once."""
+        as a live launcher does; once its backend says it is over, its summary is built once."""
         if self._placement_end is None:
             verdict = watch.observe(self.run_dir, info, now, self.probe)
             self._placement = verdict.view
@@ -326,14 +228,13 @@ class RunObserver:
             self._placement_end = verdict
         if self._lost is None:
             self._lost = watch.summary(self.run_dir, self._placement_end)
-        summary = self._settled(self._lost)
-        return summary.status, summary.reason, False
+        return self._lost.status, self._lost.reason, False
 
     def _gone(
         self, info: RunInfo, why: str, launcher_exit: int | None = None
     ) -> tuple[RunStatus, str, bool | None]:
         """The launcher is gone and left no summary: orphaned while a rank lives, else lost."""
-        if any(self.probe.alive(r) for r in info.ranks):
+        if any(self._looks.alive(r) for r in info.ranks):
             return (
                 RunStatus.ORPHANED,
                 f"{why}; some of its ranks are still alive (ddptui ps / clean, or Processes)",
@@ -345,19 +246,7 @@ class RunObserver:
                 for s in self.tracker.states(now=self.clock(), run_status=RunStatus.LOST)
             )
             self._lost = lost_summary(self.run_dir, info, reached, launcher_exit)
-        summary = self._settled(self._lost)
-        return summary.status, summary.reason, False
-
-    def _settled(self, summary: RunSummary) -> RunSummary:
-        """With ``settle``, write ``summary`` as the run's end, once, and return what is on disk
-        then (another settler may have been first: that is the truth); else ``summary``."""
-        if self.settle and not self._settle_tried:
-            self._settle_tried = True
-            self._settle_problem = settle_run(self.run_dir, summary)
-            with contextlib.suppress(RunDirError):
-                self._summary = self.run_dir.read_summary()
-            return self._summary or summary
-        return summary
+        return self._lost.status, self._lost.reason, False
 
     def _split(self, summary: RunSummary | None, status: RunStatus) -> tuple[StepBreakdown, ...]:
         """The step split shown: the summary's (the whole run), else the whole run's once it
@@ -368,17 +257,14 @@ class RunObserver:
 
     # -- the whole state -------------------------------------------------------------------------
 
-    def _read_files(self) -> tuple[RunInfo | None, str, str, list[str]]:
-        """Read what is new: config.toml (once), run.json, summary.json (until it is there) and
-        the events. (run.json's info, why run.json could not be read, why summary.json could not,
-        every problem met)."""
+    def _read_files(self, info: RunInfo | None) -> tuple[RunInfo | None, str, str, list[str]]:
+        """Read what is new: config.toml (once), run.json (unless the caller read it: ``info``),
+        summary.json (until it is there) and the events. (run.json's info, why run.json could not
+        be read, why summary.json could not, every problem met)."""
         self._load_config()
         problems = [self._config_problem] if self._config_problem else []
-        info: RunInfo | None = None
         info_problem = ""
-        if self._given_info is not None:
-            info, self._given_info = self._given_info, None
-        elif self.run_dir.run_json_path.exists():
+        if info is None and self.run_dir.run_json_path.exists():
             try:
                 info = self.run_dir.read_run_info()
             except RunDirError as err:
@@ -409,7 +295,7 @@ class RunObserver:
             now=now,
             launcher_alive=launcher_alive is not False,
             run_status=status if status.final else None,
-            stopped_pids=self.probe.stopped(info.ranks) if live and info else frozenset(),
+            stopped_pids=self._looks.stopped(info.ranks) if live and info else frozenset(),
         )
         placed = self._placement
         if self.measure_usage and live and (placed is None or not placed.across_nodes):
@@ -428,10 +314,18 @@ class RunObserver:
             return self.tracker.run_finished.time - started
         return now - started if started is not None and live else None
 
-    def observe(self) -> RunState:
-        """Read what is new and return the run's whole state as of the clock's now."""
+    def observe(
+        self,
+        info: RunInfo | None = None,
+        seen: Mapping[ProcessRef, ProcessState] | None = None,
+    ) -> RunState:
+        """Read what is new and return the run's whole state as of the clock's now. ``info`` and
+        ``seen`` are what the caller's own look at the run holds already (a ``RunHandle``, a
+        /proc scan): run.json as just read and processes just looked up, taken instead of
+        reading and looking again."""
         now = self.clock()
-        info, info_problem, summary_problem, problems = self._read_files()
+        self._looks = ProcessLooks(self.probe, seen)
+        info, info_problem, summary_problem, problems = self._read_files(info)
         status, reason, launcher_alive = self._decide(info, info_problem, summary_problem, now)
         watch = self._watch_of(info)
         if watch is not None and info is not None and status.final and not self._placement_read:
@@ -439,6 +333,7 @@ class RunObserver:
             self._placement = watch.recorded(self.run_dir, info)
         ranks = self._rank_states(info, status, launcher_alive, now)
         summary = self._summary or (self._lost if status.final else None)
+        unsettled = self._lost if self._summary is None and status.final else None
         started = self.tracker.run_started or (info.created if info else None)
         epochs = self._config.training.epochs if self._config else 0
         preset = (self._config.name if self._config else info.preset if info else "") or (
@@ -477,7 +372,7 @@ class RunObserver:
             script=self._config.script.label if self._config and self._is_script() else "",
             metrics_reported=self.tracker.metrics_reported,
             problem="; ".join(problems),
-            unsaved=self._settle_problem,
+            unsettled=unsettled,
             placement=self._placement,
             step_breakdown=split,
             bottleneck=find_bottleneck(split),

@@ -34,7 +34,9 @@ from engine.core.runs.rundir import RunDir, RunDirError, RunInfo, run_names
 
 if TYPE_CHECKING:
     from engine.core.procs.process_identity import ProcessProbe
-    from engine.core.runs.observer import RunObserver, RunState
+    from engine.core.runs.observer import RunObserver
+    from engine.core.runs.run_state import RunState
+    from engine.core.runs.settle import Settler
 
 Clock = Callable[[], float]
 FileIdentity = tuple[int, int, int, int]
@@ -250,8 +252,9 @@ def save_listing_cache(
 class RunCatalog:
     """The runs of one runs directory, listed again and again at the cost of what changed.
 
-    ``settle`` lets the observers write the summary of a run they find lost (never on a UI
-    thread). ``cache_file`` (``listing_cache_path``) keeps the ended runs between processes, so
+    ``settle``: the catalog writes down the summary of a run its observers find lost (the
+    explicit ``engine.core.runs.settle.Settler``; the observers only read), for ``ddptui runs``
+    and the UI's Runs screen (from its worker thread). ``cache_file`` (``listing_cache_path``) keeps the ended runs between processes, so
     a command run again reads none of them. Safe to call from one thread at a time; a lock makes a
     second caller wait."""
 
@@ -261,13 +264,14 @@ class RunCatalog:
         *,
         clock: Clock = time.time,
         probe: ProcessProbe | None = None,
-        settle: bool = True,
+        settle: bool = False,
         cache_file: Path | None = None,
     ) -> None:
         self.runs_dir = runs_dir
         self.clock = clock
         self.probe = probe
         self.settle = settle
+        self._settler: Settler | None = None  # made with the first run observed
         self.cache_file = cache_file
         self._ended: dict[str, tuple[FileIdentity, RunListing]] = (
             load_listing_cache(cache_file, runs_dir) if cache_file is not None else {}
@@ -305,13 +309,21 @@ class RunCatalog:
         run_dir = RunDir(self.runs_dir / name)
         listing = RunListing.ended(run_dir) if identity is not None else None
         if listing is None:
-            listing = RunListing.of(self._observer(run_dir).observe())
+            state = self._observer(run_dir).observe()
+            listing = RunListing.of(self._settled(state) if self.settle else state)
             identity = file_identity(summary_path)  # it may have been written just now
         if listing.status.final and identity is not None:
             self._ended[run_dir.run_id] = (identity, listing)
             self._newly_ended += 1
             self._observers.pop(run_dir.run_id, None)
         return listing
+
+    def _settled(self, state: RunState) -> RunState:
+        if self._settler is None:
+            from engine.core.runs.settle import Settler  # here: ended runs never need it
+
+            self._settler = Settler()
+        return self._settler.settle(state)
 
     def _observer(self, run_dir: RunDir) -> RunObserver:
         """The run's own observer, kept while it goes (it reads only what was appended)."""
@@ -323,6 +335,6 @@ class RunCatalog:
                 from engine.core.procs.process_identity import ProcessProbe
 
                 self.probe = ProcessProbe()
-            observer = RunObserver(run_dir, clock=self.clock, probe=self.probe, settle=self.settle)
+            observer = RunObserver(run_dir, clock=self.clock, probe=self.probe)
             self._observers[run_dir.run_id] = observer
         return observer

@@ -14,6 +14,11 @@ Building a summary only reads; ``settle_run`` writes it and run.json's final sta
 summary is already there (the launcher or another settler was quicker). A disk that refuses the
 write (full, read-only) is reported to the caller, never raised: readers still show the summary
 they built.
+
+The run observer only reads: a lost run it finds comes with the summary it built
+(``RunState.unsettled``), and a ``Settler`` writes that down for the callers that ask for it
+(the follower of ``ddptui run``, ``ddptui show`` and ``runs``, the UI's Run and Runs screens,
+from their worker threads).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import contextlib
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.core.common.disk_space import write_failure
 from engine.core.common.run_files import SpaceReserve, refuse_writing
@@ -31,6 +37,9 @@ from engine.core.host.oom_evidence import sigkill_cause
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
 from engine.core.runs.summarize import build_summary
 from engine.core.runs.summary import Failure, RankReached, RunSummary, exit_status
+
+if TYPE_CHECKING:  # the observer builds its lost summary here: only its type is needed
+    from engine.core.runs.run_state import RunState
 
 
 def launcher_end(info: RunInfo, launcher_exit: int | None) -> Failure:
@@ -56,12 +65,16 @@ def launcher_end(info: RunInfo, launcher_exit: int | None) -> Failure:
     return Failure(rank=None, exitcode=exitcode, signal=signal_name, error=error)
 
 
-def bare_summary(run_dir: RunDir, status: RunStatus, reason: str) -> RunSummary:
-    """A summary with what run.json says, for a run whose config cannot be read."""
-    try:
-        info: RunInfo | None = run_dir.read_run_info()
-    except RunDirError:
-        info = None
+def bare_summary(
+    run_dir: RunDir, status: RunStatus, reason: str, info: RunInfo | None = None
+) -> RunSummary:
+    """A summary with what run.json says, for a run whose config cannot be read (``info``:
+    run.json as the caller has read it)."""
+    if info is None:
+        try:
+            info = run_dir.read_run_info()
+        except RunDirError:
+            info = None
     now = time.time()
     return RunSummary(
         run_id=run_dir.run_id,
@@ -90,9 +103,9 @@ def lost_summary(
     failure = launcher_end(info, launcher_exit)
     status = info.state if info.state.final else RunStatus.LOST
     try:
-        summary = build_summary(run_dir, status, failure, failure.error)
+        summary = build_summary(run_dir, status, failure, failure.error, info=info)
     except (ConfigError, RunDirError, OSError):
-        summary = replace(bare_summary(run_dir, status, failure.error), failure=failure)
+        summary = replace(bare_summary(run_dir, status, failure.error, info), failure=failure)
     described = ", ".join(r.describe() for r in reached)
     return replace(
         summary,
@@ -157,3 +170,46 @@ def record_killed(run_dir: RunDir, reason: str) -> bool:
     return not settle_run(run_dir, killed_summary(run_dir, reason)) and (
         run_dir.summary_path.exists()
     )
+
+
+class Settler:
+    """The explicit operation that writes down what observations found and no one wrote: a lost
+    run's summary, or that of a placed run its backend says is over (``RunState.unsettled``; the
+    observer never writes).
+
+    Tries each run once: a disk that refuses the write is not asked again, and every later
+    observation of that run handed to ``settle`` says why (``RunState.unsaved``). After writing, a
+    state is what the run directory holds then (another settler may have been first: that is the
+    truth), read back once, by design a look after acting. One caller at a time."""
+
+    def __init__(self) -> None:
+        self._refused: dict[Path, str] = {}  # run directory -> why its summary was not written
+
+    def settle(self, state: RunState) -> RunState:
+        if state.unsettled is None:
+            return state
+        refused = self._refused.get(state.path)
+        if refused is None:
+            run_dir = RunDir(state.path)
+            refused = settle_run(run_dir, state.unsettled)
+            try:
+                written = run_dir.read_summary()
+            except RunDirError:
+                written = None
+            if written is not None:
+                return replace(
+                    state,
+                    status=written.status,
+                    reason=written.reason,
+                    summary=written,
+                    failure=written.failure or state.failure,
+                    unsettled=None,
+                )
+            self._refused[state.path] = refused
+        return replace(state, unsaved=refused)
+
+
+def settle_observed(state: RunState) -> RunState:
+    """``Settler().settle``: one observation of one run, written down where it found an end
+    no one wrote (a one-shot command's)."""
+    return Settler().settle(state)

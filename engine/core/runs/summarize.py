@@ -149,18 +149,25 @@ def step_split_of(run_dir: RunDir) -> tuple[tuple[StepBreakdown, ...], str]:
 
 
 def build_summary(
-    run_dir: RunDir, status: RunStatus, failure: Failure | None = None, reason: str = ""
+    run_dir: RunDir,
+    status: RunStatus,
+    failure: Failure | None = None,
+    reason: str = "",
+    *,
+    info: RunInfo | None = None,
 ) -> RunSummary:
     """The summary of a run from its config, run.json (when there) and rank 0's events.
 
     Works on whatever the run left: a run killed before rank 0 wrote anything gets a summary with
     no epochs. ``failure`` defaults to the root cause the events show when ``status`` is failed.
+    ``info``: run.json as the caller has just read it (the run observer), not read again.
     """
     config = run_dir.load_config()
-    try:
-        info: RunInfo | None = run_dir.read_run_info()
-    except RunDirError:  # a summary must be written even next to a broken run.json
-        info = None
+    if info is None:
+        try:
+            info = run_dir.read_run_info()
+        except RunDirError:  # a summary must be written even next to a broken run.json
+            info = None
     events = RunEvents.read(run_dir)  # each file once, for every figure below
     rank0 = events.rank0
     started = events.started_time(info) if info else _first_time(rank0)

@@ -14,9 +14,10 @@ from engine.core.common.statuses import StopRequester
 from engine.core.config.schema import RunConfig
 from engine.core.plan.run_plan import RunPlan
 from engine.core.procs.stopping import STOP_GRACE_SECONDS
-from engine.core.runs.observer import RunState
 from engine.core.runs.placement import PlacementWatch
+from engine.core.runs.run_handle import RunHandle, observe_handle
 from engine.core.runs.run_info import RunInfo
+from engine.core.runs.run_state import RunState
 from engine.core.runs.rundir import RunDir
 from engine.core.stacks.snapshot import StackSnapshot
 
@@ -53,8 +54,10 @@ class LocalBackend:
     ) -> StartedRun:
         return start_run(config, runs_dir, run_id=run_id, gpu_count=gpu_count)
 
-    def snapshot(self, run_dir: RunDir, *, reason: str) -> StackSnapshot | None:
-        return snapshot_run(run_dir, reason=reason)
+    def snapshot(
+        self, run_dir: RunDir, *, reason: str, handle: RunHandle | None = None
+    ) -> StackSnapshot | None:
+        return snapshot_run(handle or observe_handle(run_dir), reason=reason)
 
     def stop(
         self,
@@ -63,8 +66,9 @@ class LocalBackend:
         *,
         allow_other_users: bool = False,
         by: StopRequester = StopRequester.KILL,
+        handle: RunHandle | None = None,
     ) -> KillResult:
-        return kill_run(run_dir, grace, allow_other_users=allow_other_users, by=by)
+        return kill_run(run_dir, grace, allow_other_users=allow_other_users, by=by, handle=handle)
 
     def describe(self, state: RunState) -> tuple[str, ...]:
         return ()  # this machine: the devices line says where

@@ -33,7 +33,6 @@ from engine.core.procs.stopping import (
     StopResult,
     descendants,
     gpu_memory_left,
-    protected_pids,
     refusal,
     signal_process,
     stop_processes,
@@ -114,8 +113,8 @@ def run_targets(
 ) -> tuple[list[tuple[psutil.Process, str]], list[str]]:
     """The live processes that are provably the run's (not yet descendants), each with its role,
     and a sentence for each pid run.json names that is left alone (``observe_handle``)."""
-    protected = protected_pids() if protected is None else protected
-    handle = observe_handle(run_dir, frozenset(protected), allow_other_users=allow_other_users)
+    kept = None if protected is None else frozenset(protected)
+    handle = observe_handle(run_dir, kept, allow_other_users=allow_other_users)
     return list(handle.processes), list(handle.skipped)
 
 
@@ -243,11 +242,14 @@ def kill_run(
     allow_other_users: bool = False,
     check_gpu: bool = True,
     by: StopRequester = StopRequester.KILL,
+    handle: RunHandle | None = None,
 ) -> KillResult:
     """Stop exactly the processes of one run: the launcher and ranks run.json names (pid and start
     time), every process carrying its run marker, and all their descendants carrying it too; a
     live launcher is asked to stop its ranks itself (see the module docstring), ``grace`` is the
-    grace period when the killer stops them.
+    grace period when the killer stops them. ``handle``: the caller's one look at the run (made
+    with the same ``allow_other_users``), else this looks (``observe_handle``); either way nothing
+    reads run.json or proves a process again before the first signal.
 
     Raises RunDirError (run.json missing or corrupt) or KillRefused (the run directory or a
     target is another user's, or a target is this process's own ancestor) before signalling
@@ -257,9 +259,9 @@ def kill_run(
     launcher could not write it.
     """
     check_run_owner(run_dir, allow_other_users=allow_other_users)
-    protected = protected_pids()
     # RunDirError (run.json missing or corrupt): the caller says so and stops
-    handle = observe_handle(run_dir, frozenset(protected), allow_other_users=allow_other_users)
+    handle = handle or observe_handle(run_dir, allow_other_users=allow_other_users)
+    protected = set(handle.protected)
     status_before = _status_before(handle)
     found, skipped = list(handle.processes), list(handle.skipped)
     if not found:
@@ -271,11 +273,7 @@ def kill_run(
     targets = tuple(Target(p.pid, p.create_time(), role, user_of(p)) for p, role in found)
     finished = status_before.final
     # The evidence of why the run was stuck dies with it: take every rank's stack first.
-    stacks = (
-        None
-        if finished
-        else snapshot_run(run_dir, reason="before kill", all_users=allow_other_users, handle=handle)
-    )
+    stacks = None if finished else snapshot_run(handle, reason="before kill")
     result, by_launcher, given = _stop_run(
         handle, grace, allow_other_users=allow_other_users, by=by
     )

@@ -2,7 +2,8 @@
 ``ddptui stacks`` and the UI's stacks view. Plain Python.
 
 The ranks are the ones run.json names (pid + start time) that prove to be the run's, each with
-when it last reported, as the run observer reads them; the snapshot itself is
+when it last reported, as the run observer reads them, all from the operation's one look at the
+run (``engine.core.runs.run_handle``); the snapshot itself is
 ``engine.core.stacks.diagnosis.take_snapshot``.
 """
 
@@ -14,9 +15,6 @@ import stat
 
 from engine.core.common.run_files import refuse_writing
 from engine.core.common.statuses import RankStatus
-from engine.core.procs.process_identity import ProcessProbe
-from engine.core.procs.run_proof import RunMarker, directory_owner, prove
-from engine.core.runs.observer import RunObserver
 from engine.core.runs.rank_states import RankState
 from engine.core.runs.run_handle import RunHandle
 from engine.core.runs.rundir import RunDir
@@ -24,36 +22,24 @@ from engine.core.stacks.diagnosis import RankTarget, take_snapshot
 from engine.core.stacks.snapshot import StackSnapshot
 
 
-def snapshot_run(
-    run_dir: RunDir,
-    *,
-    reason: str,
-    probe: ProcessProbe | None = None,
-    save: bool = True,
-    all_users: bool = False,
-    handle: RunHandle | None = None,
-) -> StackSnapshot | None:
+def snapshot_run(handle: RunHandle, *, reason: str, save: bool = True) -> StackSnapshot | None:
     """Every rank's stack now, what each was doing and the culprit; stored in the run directory
     (where this user may write it). None when run.json names no rank or none of them is alive.
 
-    Only a rank proved to be the run's (``engine.core.procs.run_proof.prove``: its marker and
-    this run directory in its own environment, its pid and start time, and the run directory's
-    owner unless ``all_users``) is asked for its stack; any other is in the snapshot with why
-    not, and neither signalled nor read (``StackSnapshot.proved`` counts the ranks that were).
-    With ``handle`` (a kill's one look at the run), its run.json and proofs are used, not read
-    and proved again."""
-    probe = probe or ProcessProbe()
-    observer = RunObserver(run_dir, probe=probe, settle=False, info=handle.info if handle else None)
-    state = observer.observe()
-    info = state.info
-    if info is None or not info.ranks or not any(probe.alive(r) for r in info.ranks):
+    ``handle`` is the operation's one look at the run (``engine.core.runs.run_handle``): its
+    run.json, which of its ranks were alive and proved to be the run's (``engine.core.procs
+    .run_proof.prove``: its marker and this run directory in its own environment, its pid and
+    start time, and the run directory's owner unless root asked for every user's), and its
+    observation (when each rank last reported). Only a proved rank is asked for its stack; any
+    other is in the snapshot with why not, and neither signalled nor read
+    (``StackSnapshot.proved`` counts the ranks that were)."""
+    info = handle.info
+    if not info.ranks or not any(handle.alive(r) for r in info.ranks):
         return None
-    ranks = {r.rank: r for r in state.ranks}
-    marker = RunMarker.of_dir(run_dir.path)
-    owner = None if all_users else directory_owner(run_dir.path)
+    ranks = {r.rank: r for r in handle.state.ranks}
     targets = []
     for rank, ref in info.ranked():
-        why = handle.rank_refusals.get(rank, "") if handle else prove(ref, marker, owner)[1]
+        why = handle.rank_refusals.get(rank, "")
         seen = ranks.get(rank)
         targets.append(
             RankTarget(
@@ -66,7 +52,7 @@ def snapshot_run(
             )
         )
     return take_snapshot(
-        run_dir.path,
+        handle.run_dir.path,
         targets,
         reason=reason,
         distributed=info.world_size > 1,

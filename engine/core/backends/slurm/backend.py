@@ -21,8 +21,9 @@ from engine.core.common.statuses import StopRequester
 from engine.core.config.schema import RunConfig
 from engine.core.plan.run_plan import RunPlan
 from engine.core.procs.stopping import STOP_GRACE_SECONDS
-from engine.core.runs.observer import RunState
+from engine.core.runs.run_handle import RunHandle
 from engine.core.runs.run_info import RunInfo
+from engine.core.runs.run_state import RunState
 from engine.core.runs.rundir import RunDir
 from engine.core.stacks.snapshot import StackSnapshot
 
@@ -60,7 +61,11 @@ class SlurmBackend:
         run_dir, plan, handle = submit_run(config, runs_dir, run_id=run_id)
         return StartedRun(run_dir=run_dir, plan=plan, process=handle)
 
-    def snapshot(self, run_dir: RunDir, *, reason: str) -> StackSnapshot | None:
+    # The handle is this machine's look at the run; a Slurm run's ranks are looked at through
+    # its node launchers' records, which these read themselves.
+    def snapshot(
+        self, run_dir: RunDir, *, reason: str, handle: RunHandle | None = None
+    ) -> StackSnapshot | None:
         return snapshot_slurm_run(run_dir, reason=reason)
 
     def stop(
@@ -70,8 +75,9 @@ class SlurmBackend:
         *,
         allow_other_users: bool = False,
         by: StopRequester = StopRequester.KILL,
+        handle: RunHandle | None = None,
     ) -> KillResult:
-        return kill_slurm_run(run_dir, allow_other_users=allow_other_users, by=by)
+        return kill_slurm_run(run_dir, allow_other_users=allow_other_users, by=by, handle=handle)
 
     def describe(self, state: RunState) -> tuple[str, ...]:
         """Its job, and each node with its ranks and whether it proved itself clean at its end."""

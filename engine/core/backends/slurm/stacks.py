@@ -21,7 +21,8 @@ from engine.core.backends.slurm.records import NodeRecord, SlurmPlacement
 from engine.core.backends.slurm.state import view_of
 from engine.core.common.run_environment import STACK_DUMP_SIGNAL, faulthandler_file_name
 from engine.core.common.run_files import open_private
-from engine.core.runs.observer import RunObserver, RunState
+from engine.core.runs.observer import RunObserver
+from engine.core.runs.run_state import RunState
 from engine.core.runs.rundir import RunDir
 from engine.core.stacks.capture import ProcessStack, capture_by_signal
 from engine.core.stacks.diagnosis import RankTarget, take_snapshot
@@ -97,7 +98,7 @@ def snapshot_slurm_run(
     ``state``: the run as the caller just observed it (a kill's one observation); else it is
     observed here. None when no node launcher recorded a live rank, or another snapshot is being
     taken and did not end within ``wait_for_other`` seconds."""
-    state = state or RunObserver(run_dir, settle=False).observe()
+    state = state or RunObserver(run_dir).observe()
     placement = SlurmPlacement.of(state.info) if state.info else None
     view = view_of(state.placement)
     if placement is None or view is None:

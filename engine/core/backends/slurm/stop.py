@@ -28,9 +28,11 @@ from engine.core.backends.slurm.stacks import snapshot_slurm_run, step_of
 from engine.core.backends.slurm.state import SlurmView, verification, view_of
 from engine.core.common.statuses import KillOutcome, RunStatus, StopRequester
 from engine.core.procs.stopping import StopResult
-from engine.core.runs.observer import RunObserver, RunState
-from engine.core.runs.run_handle import observe_handle
+from engine.core.runs.observer import RunObserver
+from engine.core.runs.run_handle import RunHandle, observe_handle
+from engine.core.runs.run_state import RunState
 from engine.core.runs.rundir import RunDir, RunDirError
+from engine.core.runs.settle import settle_observed
 from engine.core.runs.stop_request import request_stop
 
 # How long the node launchers have to prove their nodes clean after scancel: Slurm's KillWait
@@ -135,17 +137,20 @@ def kill_slurm_run(
     allow_other_users: bool = False,
     by: StopRequester = StopRequester.KILL,
     proof_wait: float = PROOF_WAIT_SECONDS,
+    handle: RunHandle | None = None,
 ) -> KillResult:
     """Stop a run on Slurm as the module docstring says; the KillResult names the nodes that
     proved themselves clean and those that did not report. RunDirError / KillRefused before
-    anything is signalled when the run cannot be read or is another user's."""
+    anything is signalled when the run cannot be read or is another user's. ``handle``: the
+    caller's one look at the run, taken instead of looking again."""
     check_run_owner(run_dir, allow_other_users=allow_other_users)
-    handle = observe_handle(run_dir, allow_other_users=allow_other_users)  # run.json, once
+    if handle is None:
+        handle = observe_handle(run_dir, allow_other_users=allow_other_users)  # run.json, once
     placement = SlurmPlacement.of(handle.info)
     if placement is None:
         raise RunDirError(f"{run_dir.run_json_path}: not a run on Slurm")
-    observer = RunObserver(run_dir, settle=False, info=handle.info)  # the kill's one observer
-    before = observer.observe()
+    observer = RunObserver(run_dir)  # the kill's one observer
+    before = observer.observe(handle.info)
     view = view_of(before.placement)
     where = f"Slurm job {placement.job_id}" if placement.job_id else "its Slurm job"
     if before.final or view is None:
@@ -180,8 +185,7 @@ def kill_slurm_run(
         finish_step(run_dir, placement)
     ended = _wait_until_over(observer, proof_wait)
     view = view_of(ended.placement) or view
-    observer.settle = True
-    settled = observer.observe()  # writes the summary: killed
+    settled = settle_observed(observer.observe())  # writes the summary: killed
     unverified = tuple(
         n
         for n in sorted(set(expected) | set(view.nodes))
