@@ -99,3 +99,22 @@ grace_option = click.option(
     show_default=True,
     help="Seconds between SIGTERM and SIGKILL.",
 )
+
+
+def follow_options(started: str) -> Callable[[Any], Any]:
+    """``--json`` and ``--detach`` of the commands that start a run and follow it to its end
+    (run, resume); ``started``: what ``--detach`` starts, in its help."""
+
+    def add(command: Any) -> Any:
+        detach = click.option(
+            "--detach", is_flag=True, help=f"Start {started}, print the run's id and return."
+        )
+        as_json = click.option(
+            "--json",
+            "as_json",
+            is_flag=True,
+            help="Print summary.json at the end instead of the progress and result line.",
+        )
+        return as_json(detach(command))
+
+    return add

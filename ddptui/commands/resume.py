@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ddptui.cli_common import echo, fail, read_runs_dir_option
+from ddptui.cli_common import echo, fail, follow_options, read_runs_dir_option
 from ddptui.terminal_progress import ProgressPrinter, follow_with_progress, followed_to_the_end
 from engine.core.ops.resume import ResumeRefused, resume_run
 from engine.core.runs.rundir import RunDirError, find_run
@@ -17,15 +17,7 @@ from engine.core.runs.rundir import RunDirError, find_run
 @click.command("resume")
 @click.argument("run_id")
 @read_runs_dir_option
-@click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="Print summary.json at the end instead of the progress and result line.",
-)
-@click.option(
-    "--detach", is_flag=True, help="Start the next attempt, print the run's id and return."
-)
+@follow_options("the next attempt")
 def resume_command(run_id: str, runs_dir: Path, as_json: bool, detach: bool) -> None:
     """Go on with run RUN_ID (its id or any unique part of one, or a preset's name for that
     preset's newest run) after it failed, was killed (ddptui kill, Ctrl-C) or was lost (its

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from ddptui.backend_options import PlacementAsked, backend_options, teaching_lines
-from ddptui.cli_common import echo, fail
+from ddptui.cli_common import echo, fail, follow_options
 from ddptui.run_options import collect_overrides, override_options
 from ddptui.script_target import script_config
 from ddptui.terminal_progress import (
@@ -141,15 +141,7 @@ Ctrl-C stops the run. Exit code 0 when the run completed, 1 when it failed or wa
     "waiting longer before each (supervision.max_restarts, restart_backoff_seconds); the same "
     "error at the same step twice stops restarting.",
 )
-@click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="Print summary.json instead of the progress and result line.",
-)
-@click.option(
-    "--detach", is_flag=True, help="Start the run, print its id and return; it keeps running."
-)
+@follow_options("the run (it keeps running)")
 @click.option(
     "--queue",
     "queue",
