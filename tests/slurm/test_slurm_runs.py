@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from engine.core.backends.slurm.records import SlurmPlacement, read_node_records
+from engine.core.runs.checkpoint_record import CheckpointRecord, read_checkpoint_record
 from engine.core.runs.events import RankStalled, StepProgress, read_events
 from engine.core.runs.node_files import read_node_gpus
 from engine.core.runs.recorded_environment import read_environment
@@ -29,6 +30,7 @@ pytestmark = pytest.mark.slow
 
 SHORT = ["--epochs", "1", "--max-steps", "10"]
 SCRIPT = str(REPO_ROOT / "tests" / "fixtures" / "tutorial_ddp.py")
+NO_CHECKPOINT = CheckpointRecord(0, 0, 0, 0, 0, "", 0, 0.0)
 # A script that steps for as long as it is let: 5 steps a second, little CPU.
 ENDLESS = ["--", "--epochs", "1000", "--steps", "20", "--step-seconds", "0.2"]
 
@@ -275,6 +277,122 @@ def test_a_node_whose_slurmd_dies_ends_the_run_as_a_node_failure_naming_it(
     summary = run_dir.read_summary()
     assert summary is not None and summary.status == "node-failure"
     # the rank the dead slurmd left behind ends once its peer is gone; nothing is left
+    assert wait_for(lambda: not marked(run_dir.run_id), timeout=30)
+
+
+def test_a_lost_node_with_a_restart_left_requeues_the_job_and_the_run_completes(
+    slurm: SlurmTestCluster, runs_dir: Path
+) -> None:
+    """Issue 29's done-when on Slurm: a killed slurmd and --max-restarts 1. Slurm requeues the
+    job; on two nodes its next run waits for the lost one to answer again, as it would for any
+    two free nodes of a larger cluster; the test brings n2's slurmd back and lets the job go
+    without Slurm's two-minute hold of a requeued job (its owner may: ``scontrol update
+    StartTime=now``). Attempt 1 steps slowly (the slow fault: 2 steps a second, attempt 1
+    only) so that it is still going when Slurm counts n2 down."""
+    started = ddptui(
+        "run", "cpu-demo", "--slurm", "--nodes", "2", "--devices", "cpu:1", "--epochs", "1",
+        "--batch-size", "32", "--max-steps", "140", "--max-restarts", "1",
+        "--fault", "slow:0:0", "--set", "training.checkpoint_every=10",
+        "--runs-dir", str(runs_dir), "--detach",
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    run_dir = RunDir(runs_dir / started.stdout.strip())
+    placement = SlurmPlacement.of(run_dir.read_run_info())
+    assert placement is not None
+    job_id = placement.job_id
+    checkpointed = wait_for(
+        lambda: (read_checkpoint_record(run_dir.path) or NO_CHECKPOINT).global_step >= 10,
+        timeout=120,
+    )
+    assert checkpointed, "attempt 1 never wrote a checkpoint"
+    slurm.kill_slurmd("n2")
+    states: list[dict[str, object]] = []
+    try:
+
+        def restarting() -> bool:
+            shown = ddptui("show", run_dir.run_id, "--runs-dir", str(runs_dir), "--json")
+            states.append(json.loads(shown.stdout))
+            return states[-1]["state"] != "running" and states[-1]["state"] != "starting"
+
+        assert wait_for(restarting, timeout=120, interval=2.0), states[-1:]
+    finally:
+        slurm.start_slurmd("n2")
+    pending = states[-1]
+    assert pending["state"] == "pending", pending  # never settled as over while requeued
+    assert str(pending["reason"]).startswith("restarting: attempt 1 ended, node n2 (down"), pending
+    assert f"Slurm requeued job {job_id}" in str(pending["reason"])
+    slurm.run("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+
+    def over() -> bool:
+        shown = ddptui("show", run_dir.run_id, "--runs-dir", str(runs_dir), "--json")
+        states.append(json.loads(shown.stdout))
+        return states[-1]["state"] not in ("pending", "starting", "running")
+
+    assert wait_for(over, timeout=180, interval=2.0), states[-1:]
+    summary = run_dir.read_summary()
+    assert summary is not None and summary.status == "completed", states[-1]
+    first, second = summary.attempts
+    assert (first.status, second.status) == ("node-failure", "completed")
+    assert first.failure is not None and first.failure.who == "node n2"
+    assert first.reason.startswith("node n2 (its slurmd started again at "), first.reason
+    assert first.reason.endswith(f"failed: Slurm requeued job {job_id} (NODE_FAIL)")
+    assert first.where == second.where == f"n1, n2 (job {job_id})"  # requeued: the same job
+    assert second.start == "restart" and second.from_step is not None and second.from_step >= 10
+    assert first.reached_step is not None and first.reached_step > second.from_step
+    # the earlier attempt's records below attempts/1/, the job that ran it named there
+    earlier = RunDir(run_dir.layout.attempt(1).path)
+    placed = SlurmPlacement.of(earlier.read_run_info())
+    assert placed is not None and placed.job_id == job_id and placed.requeues == 0
+    assert sorted(read_node_records(earlier.path)[0]) == ["n1", "n2"]
+    placed = SlurmPlacement.of(run_dir.read_run_info())
+    assert placed is not None and (placed.job_id, placed.requeues) == (job_id, 1)
+    records, _ = read_node_records(run_dir.path)
+    assert {n: (r.attempt, str(r.state)) for n, r in records.items()} == {
+        "n1": (2, "completed"),
+        "n2": (2, "completed"),
+    }
+    shown = ddptui("show", run_dir.run_id, "--runs-dir", str(runs_dir)).stdout
+    assert f"attempt 1 on n1, n2 (job {job_id}), node-failure after step" in shown, shown
+    assert f"attempt 2 resumed from step {second.from_step:,} (restart) on n1, n2" in shown
+    assert wait_for(lambda: not marked(run_dir.run_id), timeout=30)
+
+
+def test_resume_of_a_killed_run_on_slurm_submits_it_again_as_its_next_attempt(
+    slurm: SlurmTestCluster, runs_dir: Path
+) -> None:
+    started = ddptui(
+        "run", "cpu-demo", "--slurm", "--nodes", "2", "--devices", "cpu:1", "--epochs", "1",
+        "--batch-size", "32", "--max-steps", "60", "--fault", "slow:0:0",
+        "--set", "training.checkpoint_every=10", "--runs-dir", str(runs_dir), "--detach",
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    run_dir = RunDir(runs_dir / started.stdout.strip())
+    first = SlurmPlacement.of(run_dir.read_run_info())
+    assert first is not None
+    checkpointed = wait_for(
+        lambda: (read_checkpoint_record(run_dir.path) or NO_CHECKPOINT).global_step >= 10,
+        timeout=120,
+    )
+    assert checkpointed, "attempt 1 never wrote a checkpoint"
+    killed = ddptui("kill", run_dir.run_id, "--runs-dir", str(runs_dir), timeout=60)
+    assert killed.returncode == 0, killed.stdout + killed.stderr
+    resumed = ddptui("resume", run_dir.run_id, "--runs-dir", str(runs_dir), "--json", timeout=180)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert resumed.stderr.startswith(f"run {run_dir.run_id}: going on as attempt 2 (it was killed)")
+    summary = run_dir.read_summary()
+    assert summary is not None and summary.status == "completed"
+    assert json.loads(resumed.stdout)["status"] == "completed"
+    earlier, later = summary.attempts
+    assert (earlier.status, later.status, later.start) == ("killed", "completed", "resume")
+    assert later.from_step is not None and later.from_step >= 10
+    # a new job: run.json names it, the earlier attempt's run.json the one before
+    second = SlurmPlacement.of(run_dir.read_run_info())
+    assert second is not None and second.job_id not in ("", first.job_id)
+    assert second.attempt_start == "resume"
+    archived = SlurmPlacement.of(RunDir(run_dir.layout.attempt(1).path).read_run_info())
+    assert archived is not None and archived.job_id == first.job_id
+    assert earlier.where == f"n1, n2 (job {first.job_id})"
+    assert later.where == f"n1, n2 (job {second.job_id})"
     assert wait_for(lambda: not marked(run_dir.run_id), timeout=30)
 
 
