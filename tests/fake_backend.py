@@ -20,6 +20,7 @@ from engine.core.backends.local.start import (
     start_next_attempt,
     start_run,
 )
+from engine.core.backends.registry import LOCAL
 from engine.core.common.statuses import RunStatus, StopRequester
 from engine.core.config.schema import RunConfig
 from engine.core.plan.run_plan import RunPlan
@@ -72,8 +73,7 @@ class FakeBackend:
         return started
 
     def plan_attempt(self, config: RunConfig, run_dir: RunDir) -> AttemptPlan:
-        plan, resources = check_run(config)
-        return AttemptPlan(plan, plan.world_size, resources)
+        return LOCAL.plan_attempt(config, run_dir)  # its ranks run here
 
     def start_attempt(
         self, run_dir: RunDir, config: RunConfig, planned: AttemptPlan, *, attempt: int,

@@ -93,7 +93,8 @@ def run_config(
     help="On a rank failure, or a rank stalled past the stall rule (its stacks taken first), stop "
     "every rank and start again from the last checkpoint (step 0 without one), up to N times, "
     "waiting longer before each (supervision.max_restarts, restart_backoff_seconds); the same "
-    "error at the same step twice stops restarting.",
+    "error at the same step twice stops restarting. On a scheduler's nodes a lost node restarts "
+    "it too.",
 )
 @click.option(
     "--json",

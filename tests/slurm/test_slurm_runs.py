@@ -79,6 +79,32 @@ def timeout_run(
         wait_for(lambda: not marked(kept.run_id), timeout=15)
 
 
+def shown(run_dir: RunDir, runs_dir: Path) -> dict[str, object]:
+    """What ``ddptui show RUN --json`` says of the run now."""
+    said = ddptui("show", run_dir.run_id, "--runs-dir", str(runs_dir), "--json")
+    return json.loads(said.stdout)  # type: ignore[no-any-return]
+
+
+def state_once_n2_is_lost(
+    slurm: SlurmTestCluster, run_dir: RunDir, runs_dir: Path
+) -> dict[str, object]:
+    """Kill n2's slurmd (a node lost, as Slurm sees it) and follow ``ddptui show`` until the run
+    neither starts nor runs; n2's slurmd is started again then, whatever happened. The state
+    ``ddptui show`` said last."""
+    slurm.kill_slurmd("n2")
+    states: list[dict[str, object]] = []
+    try:
+
+        def moved_on() -> bool:
+            states.append(shown(run_dir, runs_dir))
+            return states[-1]["state"] not in ("running", "starting")
+
+        assert wait_for(moved_on, timeout=120, interval=2.0), states[-1:]
+    finally:
+        slurm.start_slurmd("n2")
+    return states[-1]
+
+
 def only_run(runs_dir: Path) -> RunDir:
     runs = list_runs(runs_dir)
     assert len(runs) == 1, runs
@@ -260,20 +286,9 @@ def test_a_node_whose_slurmd_dies_ends_the_run_as_a_node_failure_naming_it(
         timeout=90,
     )
     assert stepping, "the ranks never stepped"
-    slurm.kill_slurmd("n2")
-    states: list[dict[str, object]] = []
-    try:
-
-        def over() -> bool:
-            shown = ddptui("show", run_dir.run_id, "--runs-dir", str(runs_dir), "--json")
-            states.append(json.loads(shown.stdout))
-            return states[-1]["state"] not in ("running", "starting")
-
-        assert wait_for(over, timeout=120, interval=2.0), states[-1:]
-    finally:
-        slurm.start_slurmd("n2")
-    assert states[-1]["state"] == "node-failure", states[-1]
-    assert str(states[-1]["reason"]).startswith("node n2 (down"), states[-1]["reason"]
+    last = state_once_n2_is_lost(slurm, run_dir, runs_dir)
+    assert last["state"] == "node-failure", last
+    assert str(last["reason"]).startswith("node n2 (down"), last["reason"]
     summary = run_dir.read_summary()
     assert summary is not None and summary.status == "node-failure"
     # the rank the dead slurmd left behind ends once its peer is gone; nothing is left
@@ -285,10 +300,12 @@ def test_a_lost_node_with_a_restart_left_requeues_the_job_and_the_run_completes(
 ) -> None:
     """Issue 29's done-when on Slurm: a killed slurmd and --max-restarts 1. Slurm requeues the
     job; on two nodes its next run waits for the lost one to answer again, as it would for any
-    two free nodes of a larger cluster; the test brings n2's slurmd back and lets the job go
-    without Slurm's two-minute hold of a requeued job (its owner may: ``scontrol update
-    StartTime=now``). Attempt 1 steps slowly (the slow fault: 2 steps a second, attempt 1
-    only) so that it is still going when Slurm counts n2 down."""
+    two free nodes of a larger cluster; the test brings n2's slurmd back and, once nothing of
+    attempt 1 is left on n2 (a crashed node leaves nothing; a killed slurmd leaves its job
+    steps until they end, which Slurm's two-minute hold of a requeued job waits out), lets the
+    job go at once (its owner may: ``scontrol update StartTime=now``). Attempt 1 steps slowly
+    (the slow fault: 2 steps a second, attempt 1 only) so that it is still going when Slurm
+    counts n2 down."""
     started = ddptui(
         "run", "cpu-demo", "--slurm", "--nodes", "2", "--devices", "cpu:1", "--epochs", "1",
         "--batch-size", "32", "--max-steps", "140", "--max-restarts", "1",
@@ -305,27 +322,20 @@ def test_a_lost_node_with_a_restart_left_requeues_the_job_and_the_run_completes(
         timeout=120,
     )
     assert checkpointed, "attempt 1 never wrote a checkpoint"
-    slurm.kill_slurmd("n2")
-    states: list[dict[str, object]] = []
-    try:
-
-        def restarting() -> bool:
-            shown = ddptui("show", run_dir.run_id, "--runs-dir", str(runs_dir), "--json")
-            states.append(json.loads(shown.stdout))
-            return states[-1]["state"] != "running" and states[-1]["state"] != "starting"
-
-        assert wait_for(restarting, timeout=120, interval=2.0), states[-1:]
-    finally:
-        slurm.start_slurmd("n2")
-    pending = states[-1]
+    pending = state_once_n2_is_lost(slurm, run_dir, runs_dir)
     assert pending["state"] == "pending", pending  # never settled as over while requeued
     assert str(pending["reason"]).startswith("restarting: attempt 1 ended, node n2 (down"), pending
     assert f"Slurm requeued job {job_id}" in str(pending["reason"])
+    left = wait_for(
+        lambda: not marked(run_dir.run_id) and not slurm.job_processes(job_id, "n2"), timeout=60
+    )
+    assert left, f"attempt 1 still runs on n2: {slurm.job_processes(job_id, 'n2')}"
     slurm.run("scontrol", "update", f"JobId={job_id}", "StartTime=now")
 
+    states = [pending]
+
     def over() -> bool:
-        shown = ddptui("show", run_dir.run_id, "--runs-dir", str(runs_dir), "--json")
-        states.append(json.loads(shown.stdout))
+        states.append(shown(run_dir, runs_dir))
         return states[-1]["state"] not in ("pending", "starting", "running")
 
     assert wait_for(over, timeout=180, interval=2.0), states[-1:]
@@ -357,42 +367,47 @@ def test_a_lost_node_with_a_restart_left_requeues_the_job_and_the_run_completes(
     assert wait_for(lambda: not marked(run_dir.run_id), timeout=30)
 
 
-def test_resume_of_a_killed_run_on_slurm_submits_it_again_as_its_next_attempt(
+def test_a_failed_rank_restarts_in_the_allocation_and_resume_submits_the_run_again(
     slurm: SlurmTestCluster, runs_dir: Path
 ) -> None:
-    started = ddptui(
+    """Rank 1 fails at step 15 in the first two attempts: restarted once in the job's own
+    allocation (--max-restarts 1), it fails again and the run ends failed, saying why it did
+    not go on; ``ddptui resume`` then submits it as a new job, which completes."""
+    done = ddptui(
         "run", "cpu-demo", "--slurm", "--nodes", "2", "--devices", "cpu:1", "--epochs", "1",
-        "--batch-size", "32", "--max-steps", "60", "--fault", "slow:0:0",
-        "--set", "training.checkpoint_every=10", "--runs-dir", str(runs_dir), "--detach",
+        "--batch-size", "32", "--max-steps", "30", "--max-restarts", "1",
+        "--fault", "crash:1:15:2", "--set", "training.checkpoint_every=10",
+        "--runs-dir", str(runs_dir), "--json", timeout=240,
     )  # fmt: skip
-    assert started.returncode == 0, started.stderr
-    run_dir = RunDir(runs_dir / started.stdout.strip())
-    first = SlurmPlacement.of(run_dir.read_run_info())
-    assert first is not None
-    checkpointed = wait_for(
-        lambda: (read_checkpoint_record(run_dir.path) or NO_CHECKPOINT).global_step >= 10,
-        timeout=120,
+    assert done.returncode == 1, done.stdout + done.stderr
+    run_dir = only_run(runs_dir)
+    failed = run_dir.read_summary()
+    assert failed is not None and failed.status == "failed"
+    assert failed.reason.endswith(
+        "it failed again after 1 restart, all that --max-restarts 1 allows"
     )
-    assert checkpointed, "attempt 1 never wrote a checkpoint"
-    killed = ddptui("kill", run_dir.run_id, "--runs-dir", str(runs_dir), timeout=60)
-    assert killed.returncode == 0, killed.stdout + killed.stderr
+    first, second = failed.attempts
+    assert (first.status, second.status, second.start) == ("failed", "failed", "restart")
+    assert (first.reached_step, second.from_step, second.reached_step) == (15, 10, 15)
+    assert first.failure is not None and first.failure.who == "rank 1 on n2"
+    job = SlurmPlacement.of(run_dir.read_run_info())
+    assert job is not None and first.where == second.where == f"n1, n2 (job {job.job_id})"
+
     resumed = ddptui("resume", run_dir.run_id, "--runs-dir", str(runs_dir), "--json", timeout=180)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert resumed.stderr.startswith(f"run {run_dir.run_id}: going on as attempt 2 (it was killed)")
+    assert resumed.stderr.startswith(
+        f"run {run_dir.run_id}: going on as attempt 3 (it failed), from step 10"
+    ), resumed.stderr
     summary = run_dir.read_summary()
     assert summary is not None and summary.status == "completed"
-    assert json.loads(resumed.stdout)["status"] == "completed"
-    earlier, later = summary.attempts
-    assert (earlier.status, later.status, later.start) == ("killed", "completed", "resume")
-    assert later.from_step is not None and later.from_step >= 10
-    # a new job: run.json names it, the earlier attempt's run.json the one before
-    second = SlurmPlacement.of(run_dir.read_run_info())
-    assert second is not None and second.job_id not in ("", first.job_id)
-    assert second.attempt_start == "resume"
-    archived = SlurmPlacement.of(RunDir(run_dir.layout.attempt(1).path).read_run_info())
-    assert archived is not None and archived.job_id == first.job_id
-    assert earlier.where == f"n1, n2 (job {first.job_id})"
-    assert later.where == f"n1, n2 (job {second.job_id})"
+    third = summary.attempts[-1]
+    assert (len(summary.attempts), third.start, third.from_step) == (3, "resume", 10)
+    # a new job: run.json names it; the earlier attempts' run.json the one before
+    again = SlurmPlacement.of(run_dir.read_run_info())
+    assert again is not None and again.job_id not in ("", job.job_id)
+    assert again.attempt_start == "resume" and third.where == f"n1, n2 (job {again.job_id})"
+    archived = SlurmPlacement.of(RunDir(run_dir.layout.attempt(2).path).read_run_info())
+    assert archived is not None and archived.job_id == job.job_id
     assert wait_for(lambda: not marked(run_dir.run_id), timeout=30)
 
 
