@@ -10,11 +10,17 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from engine.core.backends.interface import RecordedProcess, RunOptions
+from engine.core.backends.interface import AttemptPlan, RecordedProcess, RunOptions
 from engine.core.backends.local.backend import recorded_here
 from engine.core.backends.local.kill import KillResult, kill_run
 from engine.core.backends.local.snapshot import snapshot_run
-from engine.core.backends.local.start import StartedRun, check_run, start_run
+from engine.core.backends.local.start import (
+    StartedRun,
+    check_run,
+    start_next_attempt,
+    start_run,
+)
+from engine.core.backends.registry import LOCAL
 from engine.core.common.statuses import RunStatus, StopRequester
 from engine.core.config.schema import RunConfig
 from engine.core.plan.run_plan import RunPlan
@@ -34,6 +40,7 @@ class FakeBackend:
     name = "fake"
     title = "the fake"
     run_options: RunOptions | None = None
+    attempt_files: tuple[str, ...] = ("fake/slot.json",)  # its own file of one attempt
 
     def __init__(self, slot: str = "bench-7") -> None:
         self.slot = slot  # the fake's own key in run.json: where it "placed" the run
@@ -65,6 +72,20 @@ class FakeBackend:
         )
         self.asked.append(("start", started.run_id))
         return started
+
+    def plan_attempt(self, config: RunConfig, run_dir: RunDir) -> AttemptPlan:
+        return LOCAL.plan_attempt(config, run_dir)  # its ranks run here
+
+    def start_attempt(
+        self, run_dir: RunDir, config: RunConfig, planned: AttemptPlan, *, attempt: int,
+        created: float,
+    ) -> StartedRun:  # fmt: skip
+        self.asked.append(("start attempt", run_dir.run_id))
+        placement = Placement(self.name, {"slot": self.slot})
+        return start_next_attempt(
+            run_dir, config, planned.plan, planned.resources, attempt=attempt, created=created,
+            placement=placement,
+        )  # fmt: skip
 
     def snapshot(
         self, run_dir: RunDir, *, reason: str, handle: RunHandle | None = None

@@ -5,6 +5,7 @@ restarted script is given."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,9 +20,10 @@ from engine.core.runs.restart_policy import (
     SAME_FAILURE,
     backoff,
     decide_restart,
+    restarts_made,
 )
 from engine.core.runs.resume_point import ResumePoint
-from engine.core.runs.summary import AttemptRecord, Failure
+from engine.core.runs.summary import AttemptRecord, AttemptStart, Failure
 from engine.train.script_rank import script_args
 
 CRASH = Failure(rank=1, error="RuntimeError: injected crash at step 60")
@@ -68,7 +70,10 @@ def test_the_back_off_doubles_and_is_capped() -> None:
     assert (second.restart, second.number, second.delay) == (True, 2, 4.0)
 
 
-@pytest.mark.parametrize("status", [RunStatus.COMPLETED, RunStatus.KILLED, RunStatus.LOST])
+@pytest.mark.parametrize(
+    "status",
+    [RunStatus.COMPLETED, RunStatus.KILLED, RunStatus.LOST, RunStatus.TIMEOUT, RunStatus.CANCELLED],
+)
 def test_only_a_failed_attempt_restarts(status: RunStatus) -> None:
     ended = AttemptRecord(1, status, 0.0, 1.0)
     decision = decide_restart(
@@ -76,6 +81,29 @@ def test_only_a_failed_attempt_restarts(status: RunStatus) -> None:
     )
     assert not decision.restart
     assert decision.why == f"attempt 1 {status}"
+
+
+def test_a_lost_node_restarts_and_never_counts_as_the_same_error_twice() -> None:
+    lost = Failure(rank=None, node="n2", error="node n2 (down: Not responding) failed")
+    node_failure = AttemptRecord(1, RunStatus.NODE_FAILURE, 0.0, 1.0, reached_step=75, failure=lost)
+    again = replace(node_failure, attempt=2, start=AttemptStart.RESTART)
+    decision = decide_restart(
+        [node_failure, again], max_restarts=3, restarts_done=1, backoff_seconds=2.0,
+        resume_from=POINT,
+    )  # fmt: skip
+    assert decision.restart and decision.number == 2  # its step is no failing rank's step
+
+
+def test_the_restarts_of_one_start_of_the_run_are_counted_from_its_records() -> None:
+    first, restart, resume = AttemptStart.FIRST, AttemptStart.RESTART, AttemptStart.RESUME
+    records = [
+        replace(failed(n), start=start)
+        for n, start in enumerate((first, restart, restart, resume, restart), 1)
+    ]
+    assert restarts_made(records[:1]) == 0
+    assert restarts_made(records[:3]) == 2
+    assert restarts_made(records[:4]) == 0  # ddptui resume starts the count again
+    assert restarts_made(records) == 1
 
 
 def test_no_restart_without_max_restarts_nor_past_it() -> None:

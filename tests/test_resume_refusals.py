@@ -1,7 +1,8 @@
 """``ddptui resume`` refuses what cannot go on in one sentence, exit 2, with nothing started and
 nothing in the run directory changed: a running run, another user's run (both ways: root
-resuming a user's, a user resuming root's), a completed run, a run on Slurm, a run whose
-config.toml no longer loads, and a checkpoint of another model or another number of ranks."""
+resuming a user's, a user resuming root's), a completed run, a run on Slurm that Slurm cannot
+take, a run whose config.toml no longer loads, and a checkpoint of another model or another
+number of ranks."""
 
 from __future__ import annotations
 
@@ -82,7 +83,8 @@ def test_a_running_run_is_refused(runs_dir: Path, pen: ProcessPen) -> None:
     said = refused(runs_dir, run_dir)
     assert said == (
         f"ddptui: run {run_id} is running (launcher pid {launcher.pid}): only a run that failed, "
-        f"was killed or was lost goes on; stop it first with `ddptui kill {run_id}`"
+        f"was killed, was lost or was ended by its scheduler goes on; stop it first with "
+        f"`ddptui kill {run_id}`"
     )
 
 
@@ -118,13 +120,20 @@ def test_a_checkpoint_of_another_model_or_world_is_refused(runs_dir: Path, pen: 
     assert "was taken with 4 rank(s) and the run now has 2" in refused(runs_dir, run_dir)
 
 
-def test_a_run_on_slurm_is_refused(runs_dir: Path, pen: ProcessPen) -> None:
+def test_a_run_on_slurm_is_checked_against_slurm_first(
+    runs_dir: Path, pen: ProcessPen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Resumed as a new job of its own; where Slurm cannot take it, refused as ``ddptui run
+    --slurm`` would be, before anything moves (the real resubmission: tests/slurm)."""
     run_dir = ended_run(runs_dir, "20260101-000000-cpu-demo-slurm", RunStatus.FAILED, pen)
     run_dir.write_run_info(
         replace(run_dir.read_run_info(), placement=SlurmPlacement(job_id="42").placement())
     )
+    monkeypatch.setenv("PATH", str(runs_dir))  # no sbatch on this PATH
+    monkeypatch.setenv("SLURM_CONF", "/nonexistent/slurm.conf")
     said = refused(runs_dir, run_dir)
-    assert said.endswith("runs on slurm: ddptui resume goes on with runs of this machine only")
+    assert said.startswith(f"ddptui: run {run_dir.run_id} cannot start on Slurm now: --slurm: ")
+    assert "sbatch" in said
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="makes a user: root only")

@@ -93,8 +93,18 @@ def test_the_batch_script_starts_one_node_launcher_per_node_then_settles(tmp_pat
     marker = f"DDPTUI_RUN_ID={run_dir.run_id},DDPTUI_RUN_DIR={run_dir.path.resolve()}"
     assert f"--export=ALL,{marker},PYTHONUNBUFFERED=1" in step
     assert step[-3:] == ["-m", "engine.train.node_launch", str(run_dir.path.resolve())]
-    assert script[-2].endswith(f"engine.train.node_launch --finish {run_dir.path}")
-    assert script[-4:-2] == [" ".join(step), "code=$?"] and script[-1] == "exit $code"
+    # the job's own steps around its node launchers: a requeued job's next attempt first, then
+    # the run's end or its next attempt in this allocation after each step
+    job_steps = "-m engine.core.backends.slurm.job_steps"
+    assert script[-6].endswith(f"{job_steps} begin {run_dir.path} || exit 1")
+    assert script[-5:-2] == ["while :; do", "    " + " ".join(step), "    code=$?"]
+    assert script[-2].endswith(f"{job_steps} finish {run_dir.path} || exit $code")
+    assert script[-1] == "done"
+    assert "--open-mode=append" in options  # a requeued job's output goes on after the first's
+    assert "--requeue" not in options  # no restarts: Slurm ends the job when a node fails
+    restarting = apply_overrides(config, {"supervision.max_restarts": 1})
+    script = batch_script(run_dir, restarting, request).splitlines()
+    assert "#SBATCH --requeue" in script  # restarts: Slurm requeues it instead
     with pytest.raises(ConfigError, match="give a count per node"):
         node_plan(apply_overrides(config, {"devices.spec": "0,1"}))
 

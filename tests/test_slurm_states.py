@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.core.backends.slurm import node_loss
 from engine.core.backends.slurm import state as slurm_state
 from engine.core.backends.slurm.cluster import SlurmUnavailable, expand_hostlist
 from engine.core.backends.slurm.jobs import JobLookup, JobState, SlurmJob, _from_sacct, _from_squeue
@@ -38,7 +39,7 @@ def no_sinfo(monkeypatch: pytest.MonkeyPatch) -> None:
     def unavailable() -> None:
         raise SlurmUnavailable("no Slurm in this test")
 
-    monkeypatch.setattr(slurm_state, "read_cluster", unavailable)
+    monkeypatch.setattr(node_loss, "read_cluster", unavailable)
 
 
 def slurm_run(tmp_path: Path, *, created: float | None = None) -> RunDir:
@@ -132,7 +133,12 @@ def test_the_ends_only_slurm_can_tell(
     state = observe(run_dir, JobLookup(job(slurm_end, time_limit_minutes=1)), settle=True)
     assert (state.status, state.reason) == (status, reason)
     summary = run_dir.read_summary()
-    assert summary is not None and summary.status == status and summary.failure is None
+    assert summary is not None and summary.status == status
+    if slurm_end == JobState.NODE_FAIL:  # the root cause is the node, named as the reason says
+        assert summary.failure is not None and summary.failure.who == "node n2"
+        assert summary.failure.error == reason and summary.failure.rank is None
+    else:
+        assert summary.failure is None
 
 
 def test_a_kill_request_makes_the_end_killed_with_each_node_verified_or_named(

@@ -40,11 +40,13 @@ def resume_command(run_id: str, runs_dir: Path, as_json: bool, detach: bool) -> 
       ddptui resume cpu-demo            # the newest cpu-demo run
       ddptui resume 3f9a --detach       # start it and return
 
+    A run on a scheduler's nodes is submitted to it again as a new job, also
+    after it lost a node, reached its time limit or was cancelled.
+
     Refused, with nothing started or changed: a run that is going (or still has a process
-    carrying its marker), another user's run, a completed run, a run on another backend (a scheduler's), a run whose
-    config.toml no longer loads or no longer fits this machine, and a checkpoint of another
-    model or another number of ranks. Exit codes: 0 completed, 1 failed or killed again,
-    2 refused (bad input).
+    carrying its marker), another user's run, a completed run, a run whose config.toml no
+    longer loads or no longer fits where it runs, and a checkpoint of another model or another
+    number of ranks. Exit codes: 0 completed, 1 failed or killed again, 2 refused (bad input).
     """
     try:
         started, planned = resume_run(find_run(runs_dir, run_id))

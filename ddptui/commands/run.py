@@ -102,7 +102,8 @@ Restarts and resuming: with --max-restarts a failed attempt starts again in the 
 directory from its newest checkpoint (training.checkpoint_every, and every epoch end); your
 script is started again with TORCHELASTIC_RESTART_COUNT set, and, where the preset names its
 option (script.resume_arg = "--resume"), that option and the newest file it wrote in
-$DDPTUI_CHECKPOINT_DIR. A run that failed, was killed or was lost goes on with
+$DDPTUI_CHECKPOINT_DIR. A run that failed, was killed, was lost or was ended by its
+scheduler goes on with
 `ddptui resume RUN`. `ddptui show RUN` lists every attempt.
 
 The run starts in its own session: closing this terminal does not stop it (see `ddptui runs`).
@@ -139,7 +140,8 @@ Ctrl-C stops the run. Exit code 0 when the run completed, 1 when it failed or wa
     help="On a rank failure, or a rank stalled past the stall rule (its stacks taken first), stop "
     "every rank and start again from the last checkpoint (step 0 without one), up to N times, "
     "waiting longer before each (supervision.max_restarts, restart_backoff_seconds); the same "
-    "error at the same step twice stops restarting.",
+    "error at the same step twice stops restarting. On a scheduler's nodes a lost node restarts "
+    "it too.",
 )
 @follow_options("the run (it keeps running)")
 @click.option(

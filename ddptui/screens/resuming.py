@@ -10,12 +10,12 @@ from ddptui.messages import RunResumed
 from ddptui.screens.base import PollingScreen
 from engine.core.common.statuses import RunStatus
 from engine.core.common.visible_text import visible
-from engine.core.runs.attempts import RESUMABLE
+from engine.core.runs.attempts import RESUMABLE, RESUMABLE_SAID
 from engine.core.runs.rundir import RunDir
 
 
 def resumable(status: RunStatus) -> bool:
-    """A run that can go on as a next attempt: it failed, was killed or was lost."""
+    """A run that can go on as a next attempt (``RESUMABLE``)."""
     return status in RESUMABLE
 
 
@@ -31,8 +31,7 @@ class ResumingScreen(PollingScreen):
             return
         if not resumable(status):
             self.notify(
-                f"{visible(run_dir.run_id, one_line=True)} is {status}: only a run that failed, "
-                "was killed or was lost goes on.",
+                f"{visible(run_dir.run_id, one_line=True)} is {status}: {RESUMABLE_SAID}.",
                 severity="warning",
             )
             return

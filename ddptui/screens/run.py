@@ -152,7 +152,7 @@ class RunScreen(ResumingScreen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "kill":  # gone from the footer once nothing of the run can be running
             return self.view is None or stoppable(self.view.run.status)
-        if action == "resume":  # shown once it failed, was killed or was lost
+        if action == "resume":  # shown once it can go on (RESUMABLE)
             return self.view is not None and resumable(self.view.run.status)
         return True
 

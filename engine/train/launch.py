@@ -164,7 +164,11 @@ def launch(
             f"strategy {config.strategy.name} runs on one machine; use ddp with --nnodes"
         )
     if nnodes > 1 and config.supervision.max_restarts > 0:
-        raise LaunchError("supervision.max_restarts restarts a run on one machine, not --nnodes")
+        # across machines, only a scheduler's backend (its batch job) starts every node again
+        raise LaunchError(
+            "supervision.max_restarts restarts a run on one machine or a scheduler's job, not "
+            "launchers started by hand with --nnodes"
+        )
     master_port = rendezvous_port(nnodes, node_rank, master_addr, master_port)
     os.environ.update(rank_environment(run_dir, plan, master_addr, master_port, nproc))
     os.environ.update(rendezvous_environment(run_dir, nnodes, master_addr, master_port))

@@ -17,13 +17,20 @@ judged on its ranks, stacks of the whole run when one stalls), and its own part 
   own ranks, and is never ended by it;
 - it samples its node's GPUs (NVML) into ``gpus/<node>.json`` while its ranks run;
 - on SIGTERM (``scancel``, a time limit, a node failure elsewhere) it stops its ranks within
-  Slurm's grace and, at its end whatever happened, proves its node clean: every process carrying
-  the run's marker on this node is gone, a double-forked daemon of a rank found and stopped and
-  named; that proof is in its record, which ``ddptui kill`` waits for.
+  Slurm's grace and, at its end whatever happened, proves its node clean: every process of its
+  attempt carrying the run's marker on this node is gone, a double-forked daemon of a rank found
+  and stopped and named; that proof is in its record, which ``ddptui kill`` waits for;
+- it runs the attempt run.json names (a restart after a failure or a lost node:
+  ``engine.core.backends.slurm.restarts``; ``ddptui resume``): its ranks get the attempt's
+  environment (``engine.train.attempt``: its number, the checkpoint they go on from), and a
+  launcher of an earlier attempt that outlived its job (a node cut off, then back) never writes
+  into the later attempt's records nor stops its processes.
 
 The run's summary is written once, from every node's record and Slurm's own word on the job
-(``engine.core.backends.slurm.state``): by ``--finish`` when every node said how its share ended, else
-by the first reader that finds the job over (``ddptui run``'s follower, ``kill``, ``show``).
+(``engine.core.backends.slurm.state``): by the batch script's last step when every node said how
+its share ended (``engine.core.backends.slurm.job_steps finish``; ``--finish`` here does the same
+for a batch script written before it), else by the first reader that finds the job over
+(``ddptui run``'s follower, ``kill``, ``show``).
 """
 
 from __future__ import annotations
@@ -50,31 +57,33 @@ from pathlib import Path
 
 import psutil
 
+from engine.core.backends.slurm.node_proof import prove_node_clean
 from engine.core.backends.slurm.records import (
     NODE_STOP_GRACE_SECONDS,
-    NodeProof,
     NodeRecord,
     node_events_path,
     node_log_path,
     store_address_path,
     write_node_record,
 )
+from engine.core.backends.slurm.restarts import attempt_start
 from engine.core.common.disk_space import WriteFailed
 from engine.core.common.run_environment import NODE_ENV, STACK_DUMP_SIGNAL
 from engine.core.common.run_files import open_private, write_json_atomic
 from engine.core.common.statuses import RunStatus
-from engine.core.config.schema import ConfigError
+from engine.core.config.schema import ConfigError, RunConfig
 from engine.core.host.capacity import usable_cores
 from engine.core.host.gpus import sample_gpus
 from engine.core.host.outside_load import OutsideLoad
 from engine.core.procs.process_identity import ref_of
-from engine.core.procs.run_proof import RunMarker, marked_processes
-from engine.core.procs.stopping import protected_pids, stop_processes
-from engine.core.runs.events import NodeFinished, RunStarted, StopSignalled, read_events
+from engine.core.procs.stopping import stop_processes
+from engine.core.runs.events import NodeFinished, RunStarted
 from engine.core.runs.node_files import NodeGpus, check_node_name, read_json_file, write_node_gpus
 from engine.core.runs.recorded_environment import RecordedEnvironment
+from engine.core.runs.resume_point import resume_point
 from engine.core.runs.rundir import RunDir, RunDirError, this_host
 from engine.core.stacks.snapshot import StackSnapshot
+from engine.train.attempt import AttemptBegin, begin_attempt
 from engine.train.environment_record import record_environment, record_outside_load
 from engine.train.launch import (
     EXIT_BAD_INPUT,
@@ -98,7 +107,6 @@ from engine.train.supervisor import supervise
 
 RENDEZVOUS_WAIT_SECONDS = 120.0  # for node 0 to publish where its rank 0 serves the store
 GPU_SAMPLE_SECONDS = 2.0
-PROOF_GRACE_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -209,59 +217,6 @@ def pass_stack_signal_to(processes: dict[int, psutil.Process]) -> None:
     signal.signal(STACK_DUMP_SIGNAL, forward)
 
 
-def _on_this_node(proc: psutil.Process, node: str) -> bool:
-    """A process of the run started on this node (two nodes may share one machine, as Slurm's
-    test set-ups do): its node launcher set the node in its environment."""
-    try:
-        env = proc.environ()
-    except (psutil.Error, OSError):
-        return False
-    return node in (env.get(NODE_ENV), env.get("SLURMD_NODENAME"))
-
-
-def _own_helpers(ranks: dict[int, psutil.Process]) -> set[int]:
-    rank_pids = {p.pid for p in ranks.values()}
-    try:
-        return {c.pid for c in psutil.Process().children() if c.pid not in rank_pids}
-    except psutil.Error:
-        return set()
-
-
-def prove_node_clean(run_dir: RunDir, node: str, ranks: dict[int, psutil.Process]) -> NodeProof:
-    """Once this node's ranks are gone: every other process of the run on this node (one that
-    carries the run's marker: a DataLoader worker, a rank's double-forked daemon) is stopped and
-    named, and what is left after that is the proof's ``left``."""
-    # This launcher and its own helpers (multiprocessing's resource tracker, a child of it that
-    # no rank started): they end with it, and are not what the proof is about.
-    protected = frozenset(protected_pids() | _own_helpers(ranks))
-    rank_pids = {p.pid for p in ranks.values()}
-    marker = RunMarker.of_dir(run_dir.path)
-    others = [
-        p
-        for p in marked_processes(marker, exclude=protected)
-        if _on_this_node(p, node) and p.pid not in rank_pids
-    ]
-    daemons = []
-    for p in others:
-        with contextlib.suppress(psutil.Error):
-            daemons.append(f"pid {p.pid} ({p.name()}, parent {p.ppid()}) outlived its rank")
-    stop = stop_processes(others, PROOF_GRACE_SECONDS, run_marker=marker)
-    left = [p.pid for p in marked_processes(marker, exclude=protected) if _on_this_node(p, node)]
-    killed_by_launcher = {
-        pid
-        for e in read_events(node_events_path(run_dir.path, node), run_dir.path)
-        if isinstance(e, StopSignalled) and e.signal == "SIGKILL"
-        for pid in e.pids
-    }
-    ranks_ended = sorted(rank_pids)
-    return NodeProof(
-        terminated=tuple(p for p in ranks_ended if p not in killed_by_launcher) + stop.terminated,
-        killed=tuple(p for p in ranks_ended if p in killed_by_launcher) + stop.killed,
-        left=tuple(sorted(left)),
-        daemons=tuple(daemons),
-    )
-
-
 # ---- one node's share of the run --------------------------------------------------------------
 
 
@@ -272,8 +227,17 @@ def _stacks_of_the_run(run_dir: RunDir) -> Callable[[str], StackSnapshot | None]
     return lambda reason: snapshot_slurm_run(run_dir, reason=reason, wait_for_other=0.0)
 
 
+def this_attempt(run_dir: RunDir, config: RunConfig) -> AttemptBegin:
+    """The attempt run.json names, as it began (a later one goes on from the newest
+    checkpoint)."""
+    info = run_dir.read_run_info()
+    if info.attempt <= 1:
+        return AttemptBegin(1)
+    return AttemptBegin(info.attempt, attempt_start(info), resume_point(run_dir, config))
+
+
 def record_node_start(
-    run_dir: RunDir, node: SlurmNode, devices: str, world_size: int
+    run_dir: RunDir, node: SlurmNode, devices: str, world_size: int, attempt: AttemptBegin
 ) -> tuple[NodeRecord, LauncherEvents]:
     """This node launcher's record (no ranks yet) and its RunStarted event, in its own events."""
     me = psutil.Process()
@@ -285,10 +249,12 @@ def record_node_start(
         step_id=node.step_id,
         launcher=ref_of(me),
         state=RunStatus.RUNNING,
+        attempt=attempt.number,
     )
     run_dir.make_missing_dirs()
     write_node_record(run_dir.path, record)
     events = LauncherEvents(node_events_path(run_dir.path, node.name))
+    resumed = attempt.resume_from
     events.write(
         RunStarted(
             run_id=run_dir.run_id,
@@ -296,9 +262,27 @@ def record_node_start(
             launcher_pid=me.pid,
             devices=devices,
             stops_recorded=True,
+            attempt=attempt.number,
+            started_by="" if attempt.number == 1 else attempt.start.value,
+            resumed_from_step=resumed.global_step if resumed else None,
+            resumed_from_epoch=resumed.epoch if resumed else None,
         )
     )
     return record, events
+
+
+def write_final_record(run_dir: RunDir, record: NodeRecord) -> None:
+    """This launcher's record at its end, where its attempt's records are: the run directory's
+    top, or, once a later attempt began (this launcher outlived its job), below attempts/."""
+    try:
+        current = run_dir.read_run_info().attempt
+    except RunDirError:
+        current = record.attempt
+    where = (
+        run_dir.path if current == record.attempt else run_dir.layout.attempt(record.attempt).path
+    )
+    if where.is_dir():
+        write_node_record(where, record)
 
 
 def launch_node(run_dir: RunDir, node: SlurmNode) -> RunStatus:
@@ -318,13 +302,16 @@ def launch_node(run_dir: RunDir, node: SlurmNode) -> RunStatus:
     os.environ.update(rank_environment(run_dir, plan, address, port, nproc, slurm_cores()))
     os.environ.update(rendezvous_environment(run_dir, node.count, address, port))
     os.environ[NODE_ENV] = node.name
-    record, events = record_node_start(run_dir, node, plan.devices.describe(), world_size)
+    ranks = node_ranks(node.index, nproc)
+    attempt = this_attempt(run_dir, config)
+    begin_attempt(run_dir, attempt, ranks, script=config.script.given)
+    devices = plan.devices.describe()
+    record, events = record_node_start(run_dir, node, devices, world_size, attempt)
     processes: dict[int, psutil.Process] = {}
     pass_stack_signal_to(processes)
     sampler = GpuSampler(run_dir, node.name)
     sampler.start()
     error_files: list[str | None] = []
-    ranks = node_ranks(node.index, nproc)
     status, reason = RunStatus.FAILED, ""
     outside_load = OutsideLoad()
     environment: RecordedEnvironment | None = None
@@ -350,6 +337,7 @@ def launch_node(run_dir: RunDir, node: SlurmNode) -> RunStatus:
             ),
             take_stacks=_stacks_of_the_run(run_dir),
             signal_stop_grace=NODE_STOP_GRACE_SECONDS,
+            stop_stalled=config.supervision.max_restarts > 0,  # a stall ends it, to restart
         )
     except BaseException as err:  # the record is written whatever happened
         reason = f"the node launcher failed: {type(err).__name__}: {err}"
@@ -360,10 +348,10 @@ def launch_node(run_dir: RunDir, node: SlurmNode) -> RunStatus:
         sampler.done.set()
         remove_rank_leftovers(run_dir, processes, error_files)
         record_outside_load(run_dir, environment, outside_load)
-        proof = prove_node_clean(run_dir, node.name, processes)
+        proof = prove_node_clean(run_dir, node.name, processes, attempt.number)
         final = replace(record, state=status, reason=reason, finished=time.time(), proof=proof)
         with contextlib.suppress(WriteFailed, OSError):
-            write_node_record(run_dir.path, final)
+            write_final_record(run_dir, final)
         events.write(NodeFinished(node=node.name, status=status, reason=reason))
         events.close()
     return status
@@ -403,14 +391,12 @@ def run_node(run_dir: RunDir) -> int:
 
 
 def finish_run(run_dir: RunDir) -> int:
-    """The batch script's last step: settle the run once every node launcher said how its share
-    ended (completed, or failed with the root cause); a run some node could not finish is left to
-    the first reader that finds the job over, which has Slurm's word on it."""
-    from engine.core.backends.slurm.state import settle_from_nodes
+    """The last step of a batch script written before ``job_steps``: settle the run once every
+    node launcher said how its share ended, as ``job_steps finish`` does (a restart it decides
+    on would not be started by such a script: its runs have no restarts)."""
+    from engine.core.backends.slurm.job_steps import main as job_step
 
-    problem = settle_from_nodes(run_dir)
-    if problem:
-        print(f"ddptui: {problem}", file=sys.stderr)
+    job_step(["finish", str(run_dir.path)])
     return 0
 
 

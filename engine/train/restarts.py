@@ -29,7 +29,7 @@ from engine.core.procs.run_leftovers import outliving_now
 from engine.core.procs.run_proof import RunMarker
 from engine.core.runs.attempts import archive_attempt
 from engine.core.runs.events import RestartScheduled
-from engine.core.runs.restart_policy import RestartDecision, decide_restart
+from engine.core.runs.restart_policy import RESTARTABLE, RestartDecision, decide_restart
 from engine.core.runs.resume_point import resume_point
 from engine.core.runs.rundir import RunDir, RunDirError
 from engine.core.runs.stop_request import read_stop_request
@@ -132,7 +132,7 @@ def run_attempts(
         end = attempt(current, stop_requests)
         decision = proved_gone(run_dir, decide(run_dir, config, end, restarts), current.number)
         if not decision.restart or stop_requests:
-            restartable = end.status == RunStatus.FAILED and config.supervision.max_restarts > 0
+            restartable = end.status in RESTARTABLE and config.supervision.max_restarts > 0
             finish(said(end, decision.why) if restartable else end)
             return end.status
         end.events.write(scheduled(end, decision, config.supervision.max_restarts))

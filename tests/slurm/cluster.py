@@ -364,6 +364,21 @@ class SlurmTestCluster:
         own_namespace = os.readlink("/proc/self/ns/mnt")
         return [] if self.namespace == own_namespace else found
 
+    def job_processes(self, job_id: str, node: str) -> list[int]:
+        """The processes of job ``job_id`` left on ``node`` (its slurmstepd and what they run),
+        by the freezer cgroup proctrack/cgroup put them in. A node whose slurmd was killed keeps
+        them until they end; a job Slurm requeued must not start there before (Slurm holds it
+        two minutes for that)."""
+        found = []
+        for pid in self.stray_processes():
+            try:
+                groups = Path(f"/proc/{pid}/cgroup").read_text()
+            except OSError:
+                continue
+            if f"freezer:/slurm_{node}/" in groups and f"/job_{job_id}" in groups:
+                found.append(pid)
+        return found
+
     def stop(self) -> None:
         """End everything of the cluster, by pid; safe to call twice and after a failed start."""
         holder = self._namespace_holder()

@@ -67,5 +67,12 @@ def test_what_only_the_cluster_can_refuse(slurm: SlurmTestCluster, tmp_path: Pat
     )
     said = refused(runs, "--slurm", "--nodes", "1", "--devices", "cpu:1", "--sbatch", "mem=99T")
     assert said.startswith("Slurm refused the job: "), said
+    in_allocation = {**os.environ, "SLURM_JOB_ID": "77", "SLURM_JOB_NUM_NODES": "2"}
+    said = refused(runs, "--slurm", "--max-restarts", "1", env=in_allocation)
+    assert said == (
+        "--max-restarts 1: inside your allocation (job 77, SLURM_JOB_ID) the run is a step of "
+        "it, which ddptui does not start again; submit it from outside the allocation (a batch "
+        "job of its own restarts)"
+    )
     assert set(slurm.active_jobs()) == before  # nothing submitted
     assert ddptui  # the shared CLI runner stays the one these tests mirror

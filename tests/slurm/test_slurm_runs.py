@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from engine.core.backends.slurm.records import SlurmPlacement, read_node_records
+from engine.core.runs.checkpoint_record import CheckpointRecord, read_checkpoint_record
 from engine.core.runs.events import RankStalled, StepProgress, read_events
 from engine.core.runs.node_files import read_node_gpus
 from engine.core.runs.recorded_environment import read_environment
@@ -29,6 +30,7 @@ pytestmark = pytest.mark.slow
 
 SHORT = ["--epochs", "1", "--max-steps", "10"]
 SCRIPT = str(REPO_ROOT / "tests" / "fixtures" / "tutorial_ddp.py")
+NO_CHECKPOINT = CheckpointRecord(0, 0, 0, 0, 0, "", 0, 0.0)
 # A script that steps for as long as it is let: 5 steps a second, little CPU.
 ENDLESS = ["--", "--epochs", "1000", "--steps", "20", "--step-seconds", "0.2"]
 
@@ -75,6 +77,32 @@ def timeout_run(
         slurm_cluster.run("scancel", kept.job_id, check=False)
         wait_for(lambda: kept.job_id not in slurm_cluster.active_jobs(), timeout=30)
         wait_for(lambda: not marked(kept.run_id), timeout=15)
+
+
+def show_json(run_dir: RunDir, runs_dir: Path) -> dict[str, object]:
+    """What ``ddptui show RUN --json`` says of the run now."""
+    said = ddptui("show", run_dir.run_id, "--runs-dir", str(runs_dir), "--json")
+    return json.loads(said.stdout)  # type: ignore[no-any-return]
+
+
+def state_once_n2_is_lost(
+    slurm: SlurmTestCluster, run_dir: RunDir, runs_dir: Path
+) -> dict[str, object]:
+    """Kill n2's slurmd (a node lost, as Slurm sees it) and follow ``ddptui show`` until the run
+    neither starts nor runs; n2's slurmd is started again then, whatever happened. The state
+    ``ddptui show`` said last."""
+    slurm.kill_slurmd("n2")
+    states: list[dict[str, object]] = []
+    try:
+
+        def moved_on() -> bool:
+            states.append(show_json(run_dir, runs_dir))
+            return states[-1]["state"] not in ("running", "starting")
+
+        assert wait_for(moved_on, timeout=120, interval=2.0), states[-1:]
+    finally:
+        slurm.start_slurmd("n2")
+    return states[-1]
 
 
 def only_run(runs_dir: Path) -> RunDir:
@@ -258,23 +286,128 @@ def test_a_node_whose_slurmd_dies_ends_the_run_as_a_node_failure_naming_it(
         timeout=90,
     )
     assert stepping, "the ranks never stepped"
-    slurm.kill_slurmd("n2")
-    states: list[dict[str, object]] = []
-    try:
-
-        def over() -> bool:
-            shown = ddptui("show", run_dir.run_id, "--runs-dir", str(runs_dir), "--json")
-            states.append(json.loads(shown.stdout))
-            return states[-1]["state"] not in ("running", "starting")
-
-        assert wait_for(over, timeout=120, interval=2.0), states[-1:]
-    finally:
-        slurm.start_slurmd("n2")
-    assert states[-1]["state"] == "node-failure", states[-1]
-    assert str(states[-1]["reason"]).startswith("node n2 (down"), states[-1]["reason"]
+    last = state_once_n2_is_lost(slurm, run_dir, runs_dir)
+    assert last["state"] == "node-failure", last
+    assert str(last["reason"]).startswith("node n2 (down"), last["reason"]
     summary = run_dir.read_summary()
     assert summary is not None and summary.status == "node-failure"
     # the rank the dead slurmd left behind ends once its peer is gone; nothing is left
+    assert wait_for(lambda: not marked(run_dir.run_id), timeout=30)
+
+
+def test_a_lost_node_with_a_restart_left_requeues_the_job_and_the_run_completes(
+    slurm: SlurmTestCluster, runs_dir: Path
+) -> None:
+    """Issue 29's done-when on Slurm: a killed slurmd and --max-restarts 1. Slurm requeues the
+    job; on two nodes its next run waits for the lost one to answer again, as it would for any
+    two free nodes of a larger cluster; the test brings n2's slurmd back and, once nothing of
+    attempt 1 is left on n2 (a crashed node leaves nothing; a killed slurmd leaves its job
+    steps until they end, which Slurm's two-minute hold of a requeued job waits out), lets the
+    job go at once (its owner may: ``scontrol update StartTime=now``). Attempt 1 steps slowly
+    (the slow fault: 2 steps a second, attempt 1 only) so that it is still going when Slurm
+    counts n2 down."""
+    started = ddptui(
+        "run", "cpu-demo", "--slurm", "--nodes", "2", "--devices", "cpu:1", "--epochs", "1",
+        "--batch-size", "32", "--max-steps", "140", "--max-restarts", "1",
+        "--fault", "slow:0:0", "--set", "training.checkpoint_every=10",
+        "--runs-dir", str(runs_dir), "--detach",
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    run_dir = RunDir(runs_dir / started.stdout.strip())
+    placement = SlurmPlacement.of(run_dir.read_run_info())
+    assert placement is not None
+    job_id = placement.job_id
+    checkpointed = wait_for(
+        lambda: (read_checkpoint_record(run_dir.path) or NO_CHECKPOINT).global_step >= 10,
+        timeout=120,
+    )
+    assert checkpointed, "attempt 1 never wrote a checkpoint"
+    pending = state_once_n2_is_lost(slurm, run_dir, runs_dir)
+    assert pending["state"] == "pending", pending  # never settled as over while requeued
+    assert str(pending["reason"]).startswith("restarting: attempt 1 ended, node n2 (down"), pending
+    assert f"Slurm requeued job {job_id}" in str(pending["reason"])
+    left = wait_for(
+        lambda: not marked(run_dir.run_id) and not slurm.job_processes(job_id, "n2"), timeout=60
+    )
+    assert left, f"attempt 1 still runs on n2: {slurm.job_processes(job_id, 'n2')}"
+    slurm.run("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+
+    states = [pending]
+
+    def over() -> bool:
+        states.append(show_json(run_dir, runs_dir))
+        return states[-1]["state"] not in ("pending", "starting", "running")
+
+    assert wait_for(over, timeout=180, interval=2.0), states[-1:]
+    summary = run_dir.read_summary()
+    assert summary is not None and summary.status == "completed", states[-1]
+    first, second = summary.attempts
+    assert (first.status, second.status) == ("node-failure", "completed")
+    assert first.failure is not None and first.failure.who == "node n2"
+    assert first.reason.startswith("node n2 (its slurmd started again at "), first.reason
+    assert first.reason.endswith(f"failed: Slurm requeued job {job_id} (NODE_FAIL)")
+    assert first.where == second.where == f"n1, n2 (job {job_id})"  # requeued: the same job
+    assert second.start == "restart" and second.from_step is not None and second.from_step >= 10
+    assert first.reached_step is not None and first.reached_step >= second.from_step
+    # the earlier attempt's records below attempts/1/, the job that ran it named there
+    earlier = RunDir(run_dir.layout.attempt(1).path)
+    placed = SlurmPlacement.of(earlier.read_run_info())
+    assert placed is not None and placed.job_id == job_id and placed.requeues == 0
+    assert sorted(read_node_records(earlier.path)[0]) == ["n1", "n2"]
+    placed = SlurmPlacement.of(run_dir.read_run_info())
+    assert placed is not None and (placed.job_id, placed.requeues) == (job_id, 1)
+    records, _ = read_node_records(run_dir.path)
+    assert {n: (r.attempt, str(r.state)) for n, r in records.items()} == {
+        "n1": (2, "completed"),
+        "n2": (2, "completed"),
+    }
+    listed = ddptui("show", run_dir.run_id, "--runs-dir", str(runs_dir)).stdout
+    assert f"attempt 1 on n1, n2 (job {job_id}), node-failure after step" in listed, listed
+    assert f"attempt 2 resumed from step {second.from_step:,} (restart) on n1, n2" in listed
+    assert wait_for(lambda: not marked(run_dir.run_id), timeout=30)
+
+
+def test_a_failed_rank_restarts_in_the_allocation_and_resume_submits_the_run_again(
+    slurm: SlurmTestCluster, runs_dir: Path
+) -> None:
+    """Rank 1 fails at step 15 in the first two attempts: restarted once in the job's own
+    allocation (--max-restarts 1), it fails again and the run ends failed, saying why it did
+    not go on; ``ddptui resume`` then submits it as a new job, which completes."""
+    done = ddptui(
+        "run", "cpu-demo", "--slurm", "--nodes", "2", "--devices", "cpu:1", "--epochs", "1",
+        "--batch-size", "32", "--max-steps", "30", "--max-restarts", "1",
+        "--fault", "crash:1:15:2", "--set", "training.checkpoint_every=10",
+        "--runs-dir", str(runs_dir), "--json", timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    run_dir = only_run(runs_dir)
+    failed = run_dir.read_summary()
+    assert failed is not None and failed.status == "failed"
+    assert failed.reason.endswith(
+        "it failed again after 1 restart, all that --max-restarts 1 allows"
+    )
+    first, second = failed.attempts
+    assert (first.status, second.status, second.start) == ("failed", "failed", "restart")
+    assert (first.reached_step, second.from_step, second.reached_step) == (15, 10, 15)
+    assert first.failure is not None and first.failure.who == "rank 1 on n2"
+    job = SlurmPlacement.of(run_dir.read_run_info())
+    assert job is not None and first.where == second.where == f"n1, n2 (job {job.job_id})"
+
+    resumed = ddptui("resume", run_dir.run_id, "--runs-dir", str(runs_dir), "--json", timeout=180)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert resumed.stderr.startswith(
+        f"run {run_dir.run_id}: going on as attempt 3 (it failed), from step 10"
+    ), resumed.stderr
+    summary = run_dir.read_summary()
+    assert summary is not None and summary.status == "completed"
+    third = summary.attempts[-1]
+    assert (len(summary.attempts), third.start, third.from_step) == (3, "resume", 10)
+    # a new job: run.json names it; the earlier attempts' run.json the one before
+    again = SlurmPlacement.of(run_dir.read_run_info())
+    assert again is not None and again.job_id not in ("", job.job_id)
+    assert again.attempt_start == "resume" and third.where == f"n1, n2 (job {again.job_id})"
+    archived = SlurmPlacement.of(RunDir(run_dir.layout.attempt(2).path).read_run_info())
+    assert archived is not None and archived.job_id == job.job_id
     assert wait_for(lambda: not marked(run_dir.run_id), timeout=30)
 
 

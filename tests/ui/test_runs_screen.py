@@ -122,7 +122,8 @@ async def test_r_resumes_an_ended_run_and_opens_it_refusing_a_going_one(
         await settle(pilot)
         assert actions.resumed == []
         assert [n.message for n in app._notifications][-1] == (
-            f"{LIVE_RUN} is running: only a run that failed, was killed or was lost goes on."
+            f"{LIVE_RUN} is running: only a run that failed, was killed, was lost or was ended by "
+            "its scheduler goes on."
         )
         actions.refuse_resume = f"run {FAILED_RUN}'s config.toml no longer loads: ..."
         await pilot.press("down", "R")  # the failed run: the engine's refusal is said

@@ -1,13 +1,13 @@
 """The one interface over where a run's ranks live (``engine.core.backends``): say whether a run
-is its own, locate its processes, check and start it, observe where it is, take its stacks, stop
-it, and describe where it runs; and what a backend adds to ``ddptui run`` (``RunOptions``),
-declared as plain data. Plain Python.
+is its own, locate its processes, check and start it, start an ended run's next attempt
+(``ddptui resume``), observe where it is, take its stacks, stop it, and describe where it runs;
+and what a backend adds to ``ddptui run`` (``RunOptions``), declared as plain data. Plain Python.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -15,6 +15,7 @@ from engine.core.backends.local.kill import KillResult
 from engine.core.backends.local.start import StartedRun
 from engine.core.common.statuses import StopRequester
 from engine.core.config.schema import RunConfig
+from engine.core.plan.resource_guard import ResourceCheck
 from engine.core.plan.run_plan import RunPlan
 from engine.core.procs.process_identity import ProcessRef
 from engine.core.procs.stopping import STOP_GRACE_SECONDS
@@ -55,6 +56,18 @@ class RunOptions:
     teaching: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class AttemptPlan:
+    """The next attempt of an ended run, checked where its backend would start it: one node's
+    plan, the ranks of the whole run (0: each node decides its devices, as it starts), what the
+    resource guard found (this machine's), and what the backend keeps for ``start_attempt``."""
+
+    plan: RunPlan
+    world_size: int
+    resources: ResourceCheck | None = None
+    detail: object = field(default=None, compare=False)
+
+
 class Backend(Protocol):
     name: str  # run.json's placement.backend of its runs; the registry's key
     title: str  # how a sentence names where it runs ("this machine", a scheduler's name)
@@ -90,6 +103,21 @@ class Backend(Protocol):
         sentence, nothing started) when it cannot. ``gpu_count``: the GPUs this machine has, as
         the caller already counted them (None: counted here); a backend that places the ranks
         elsewhere goes by its own."""
+        ...
+
+    def plan_attempt(self, config: RunConfig, run_dir: RunDir) -> AttemptPlan:
+        """The next attempt of the ended run in ``run_dir`` (its ``config``), checked as
+        ``start`` would check a new run, nothing started or changed; ConfigError (one sentence)
+        when it cannot run there now."""
+        ...
+
+    def start_attempt(
+        self, run_dir: RunDir, config: RunConfig, planned: AttemptPlan, *, attempt: int,
+        created: float,
+    ) -> StartedRun:  # fmt: skip
+        """Start attempt ``attempt`` of the run in its own run directory, the attempt before it
+        moved below attempts/ already: run.json for it (``starting``, the run ``created`` then)
+        and its launcher(s). OSError / RunDirError / ConfigError when it could not start."""
         ...
 
     def snapshot(

@@ -1,32 +1,33 @@
-"""``ddptui resume RUN`` and the UI's resume: go on with a failed, killed or lost run of this
-machine in its own run directory, as its next attempt, from its newest checkpoint.
+"""``ddptui resume RUN`` and the UI's resume: go on with a run that failed, was killed or lost
+(or that its scheduler ended: a node lost, its time limit, a cancel) in its own run directory,
+as its next attempt, from its newest checkpoint, where its backend runs it: this machine's
+launcher, or a new job of its scheduler (``Backend.plan_attempt`` / ``start_attempt``).
 
 Every check comes first, and a refusal (``ResumeRefused``, one sentence) starts nothing and
 changes nothing: a run that is going (or has any process left that carries its marker), another
-user's run, a run another backend placed (a scheduler's), a completed one, one whose config.toml no longer loads or no longer
-fits this machine, and one whose checkpoint is of another model or another number of ranks (as
+user's run, a completed one, one whose config.toml no longer loads or no longer fits where its
+backend runs it, and one whose checkpoint is of another model or another number of ranks (as
 its checkpoint.json says; the ranks check the checkpoint itself again). Then the attempt that
 ended is moved below ``attempts/<n>/`` (``engine.core.runs.attempts``: a second ddptui resuming
-the same run at the same moment finds that folder made and is refused), run.json names attempt
-n+1 (``starting``), and the launcher starts as ``ddptui run`` starts it; it goes on from the
-checkpoint (``engine.core.runs.resume_point``; step 0 where there is none). Plain Python.
+the same run at the same moment finds that folder made and is refused), and the backend starts
+attempt n+1: run.json names it (``starting``), and its launchers go on from the checkpoint
+(``engine.core.runs.resume_point``; step 0 where there is none). Plain Python.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from engine.core.backends.local.start import StartedRun, check_run, start_launcher
+from engine.core.backends.interface import AttemptPlan, Backend
+from engine.core.backends.local.start import StartedRun
 from engine.core.backends.registry import LOCAL, backend_for
 from engine.core.common.config_error import ConfigError
-from engine.core.common.run_files import SpaceReserve
 from engine.core.common.statuses import RunStatus
 from engine.core.config.schema import RunConfig
 from engine.core.plan.resource_guard import ResourceCheck
 from engine.core.plan.run_plan import RunPlan
 from engine.core.procs.run_proof import RunMarker, marked_processes
-from engine.core.runs.attempts import RESUMABLE, archive_attempt
+from engine.core.runs.attempts import RESUMABLE, RESUMABLE_SAID, archive_attempt
 from engine.core.runs.observer import RunObserver
 from engine.core.runs.resume_point import ResumePoint, checkpoint_mismatch, resume_point
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo, run_dir_owner
@@ -39,16 +40,24 @@ class ResumeRefused(ValueError):
 
 @dataclass(frozen=True)
 class ResumePlan:
-    """What a resume of one run starts: its config and plan here, the attempt it ended with, and
-    the checkpoint the next goes on from (None: step 0)."""
+    """What a resume of one run starts: its config, the backend that starts it and its plan
+    there, the attempt it ended with, and the checkpoint the next goes on from (None: step 0)."""
 
     run_dir: RunDir
     config: RunConfig
-    plan: RunPlan
-    resources: ResourceCheck
+    backend: Backend
+    planned: AttemptPlan
     info: RunInfo
     status: RunStatus
     resume_from: ResumePoint | None
+
+    @property
+    def plan(self) -> RunPlan:
+        return self.planned.plan
+
+    @property
+    def resources(self) -> ResourceCheck | None:
+        return self.planned.resources
 
     @property
     def attempt(self) -> int:
@@ -58,8 +67,16 @@ class ResumePlan:
     def describe(self) -> str:
         """ "attempt 2 (it was killed), from step 4,800 (epoch 3, step 12 of 1,600)"."""
         where = self.resume_from.describe() if self.resume_from else "step 0 (no checkpoint)"
-        how = "failed" if self.status == RunStatus.FAILED else f"was {self.status}"
+        how = _ENDED_HOW.get(self.status, f"was {self.status}")
         return f"attempt {self.attempt} (it {how}), from {where}"
+
+
+# How the attempt a resume goes on after ended, in "it ..." words (else "it was <status>").
+_ENDED_HOW = {
+    RunStatus.FAILED: "failed",
+    RunStatus.NODE_FAILURE: "lost a node",
+    RunStatus.TIMEOUT: "reached its time limit",
+}
 
 
 def _status(run_dir: RunDir, info: RunInfo) -> RunStatus:
@@ -79,8 +96,8 @@ def _status(run_dir: RunDir, info: RunInfo) -> RunStatus:
     if state.status.live:
         launcher = f" (launcher pid {info.launcher.pid})" if info.launcher else ""
         raise ResumeRefused(
-            f"{run} is {state.status}{launcher}: only a run that failed, was killed or was lost "
-            f"goes on; stop it first with `ddptui kill {run_dir.run_id}`"
+            f"{run} is {state.status}{launcher}: {RESUMABLE_SAID}; stop it first with "
+            f"`ddptui kill {run_dir.run_id}`"
         )
     why = f": {state.problem}" if state.problem else ""
     raise ResumeRefused(f"{run} is {state.status}{why}; it cannot be resumed")
@@ -99,11 +116,7 @@ def check_resume(run_dir: RunDir) -> ResumePlan:
         info = run_dir.read_run_info()
     except RunDirError as err:
         raise ResumeRefused(f"{run} cannot be resumed: {err}") from None
-    if backend_for(info) is not LOCAL:
-        raise ResumeRefused(
-            f"{run} runs on {backend_for(info).name}: ddptui resume goes on with runs of this "
-            "machine only"
-        )
+    backend = backend_for(info)
     status = _status(run_dir, info)
     alive = marked_processes(RunMarker.of_dir(run_dir.path))
     if alive:
@@ -117,38 +130,38 @@ def check_resume(run_dir: RunDir) -> ResumePlan:
     except ConfigError as err:
         raise ResumeRefused(f"{run}'s config.toml no longer loads: {err}") from None
     try:
-        plan, resources = check_run(config)
+        planned = backend.plan_attempt(config, run_dir)
     except ConfigError as err:
-        raise ResumeRefused(f"{run} cannot start here now: {err}") from None
+        where = "here" if backend is LOCAL else f"on {backend.title}"
+        raise ResumeRefused(f"{run} cannot start {where} now: {err}") from None
     point = resume_point(run_dir, config)
-    mismatch = checkpoint_mismatch(point, config, plan.world_size) if point else ""
+    # a world each node decides as it starts (0) is checked by the ranks as they load it
+    known = point is not None and planned.world_size > 0
+    mismatch = checkpoint_mismatch(point, config, planned.world_size) if known and point else ""
     if mismatch:
         raise ResumeRefused(f"{run} cannot go on from its checkpoint: {mismatch}")
-    return ResumePlan(run_dir, config, plan, resources, info, status, point)
+    return ResumePlan(run_dir, config, backend, planned, info, status, point)
 
 
 def resume_run(run_dir: RunDir) -> tuple[StartedRun, ResumePlan]:
-    """Check, move the attempt that ended below attempts/, and start the launcher of the next
-    (ResumeRefused, one sentence, when it cannot be: then nothing was started or changed)."""
+    """Check, move the attempt that ended below attempts/, and start the next where its backend
+    runs it (ResumeRefused, one sentence, when it cannot be: then nothing was started or
+    changed)."""
     planned = check_resume(run_dir)
     try:
         archive_attempt(run_dir, planned.info.attempt)
     except RunDirError as err:
         raise ResumeRefused(f"run {run_dir.run_id} cannot be resumed: {err}") from None
-    begun = RunInfo.begun(
-        run_dir.run_id,
-        planned.config.name,
-        world_size=planned.plan.world_size,
-        devices=planned.plan.devices.describe(),
-        created=planned.info.created,
-    )
     try:
-        run_dir.write_run_info(replace(begun, attempt=planned.attempt, attempt_started=time.time()))
-        SpaceReserve(run_dir.path).make()
-        process = start_launcher(run_dir)
-    except (OSError, RunDirError) as err:  # the attempt moved away stays: nothing of it is lost
+        started = planned.backend.start_attempt(
+            run_dir,
+            planned.config,
+            planned.planned,
+            attempt=planned.attempt,
+            created=planned.info.created,
+        )
+    except (OSError, RunDirError, ConfigError) as err:  # the attempt moved away stays
         raise RunDirError(
             f"run {run_dir.run_id}'s attempt {planned.attempt} did not start: {err}"
         ) from None
-    started = StartedRun(run_dir, planned.plan, process, planned.resources)
     return started, planned

@@ -36,22 +36,40 @@ from engine.core.common.run_layout import (
     ENVIRONMENT_NAME,
     EVENTS_DIR,
     FLIGHT_RECORDER_DIR,
+    GPUS_DIR,
+    NODES_DIR,
     STOP_REQUEST_NAME,
     SUMMARY_NAME,
 )
 from engine.core.common.statuses import RunStatus
 from engine.core.runs.events import Event, RankFailed, RunStarted, StepProgress
+from engine.core.runs.placement import watch_for
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
 from engine.core.runs.summary import AttemptRecord, AttemptStart, EpochFigures, RunSummary
 
 # What an attempt leaves at the top of the run directory that the next one must not mix with its
-# own: moved below attempts/<n>/ as the next begins.
+# own: moved below attempts/<n>/ as the next begins (with the files of its own that the backend
+# placing the run names: its watch's ``attempt_files``). nodes/ and gpus/: a run across nodes.
 ARCHIVED = (EVENTS_DIR, STACKS_DIR, FLIGHT_RECORDER_DIR, SUMMARY_NAME, ENVIRONMENT_NAME,
-            STOP_REQUEST_NAME)  # fmt: skip
+            STOP_REQUEST_NAME, NODES_DIR, GPUS_DIR)  # fmt: skip
 
 
-# How a run ends that a next attempt may go on from (``ddptui resume``, the UI's R).
-RESUMABLE = frozenset({RunStatus.FAILED, RunStatus.KILLED, RunStatus.LOST})
+# How a run ends that a next attempt may go on from (``ddptui resume``, the UI's R): failed,
+# killed, lost, and the ends a scheduler gives a run (a node lost, its time limit, a cancel).
+RESUMABLE = frozenset(
+    {
+        RunStatus.FAILED,
+        RunStatus.KILLED,
+        RunStatus.LOST,
+        RunStatus.NODE_FAILURE,
+        RunStatus.TIMEOUT,
+        RunStatus.CANCELLED,
+    }
+)
+# What every surface that refuses a resume says of RESUMABLE.
+RESUMABLE_SAID = (
+    "only a run that failed, was killed, was lost or was ended by its scheduler goes on"
+)
 
 
 class AttemptTaken(RunDirError):
@@ -98,12 +116,20 @@ def archive_attempt(
             )
         if summary is not None:
             archived.write_summary(summary)
-        for name in ARCHIVED:
+        for name in (*ARCHIVED, *_placement_files(info or run_dir.read_run_info())):
+            if "/" in name:  # a backend's own file in its own folder: the folder made first
+                make_dirs((target / name).parent, DIR_MODE)
             with contextlib.suppress(FileNotFoundError):
                 os.rename(run_dir.path / name, target / name)
         run_dir.make_missing_dirs()
     except OSError as err:
         raise RunDirError(f"attempt {number} could not be moved to {target} ({err})") from None
+
+
+def _placement_files(info: RunInfo) -> tuple[str, ...]:
+    """The files of one attempt that the backend placing the run keeps (none on this machine)."""
+    watch = watch_for(info)
+    return watch.attempt_files if watch is not None else ()
 
 
 def archived_attempts(run_dir: RunDir) -> list[int]:
@@ -167,9 +193,13 @@ def reached_step(summary: RunSummary, ranks: dict[int, list[Event]]) -> tuple[in
 
 
 def this_attempt(
-    summary: RunSummary, started: RunStarted | None, ranks: dict[int, list[Event]], attempt: int
+    summary: RunSummary,
+    started: RunStarted | None,
+    ranks: dict[int, list[Event]],
+    attempt: int,
+    where: str = "",
 ) -> AttemptRecord:
-    """The record of the attempt ``summary`` ends."""
+    """The record of the attempt ``summary`` ends (``where``: its nodes, placed elsewhere)."""
     step, exact = reached_step(summary, ranks)
     start = AttemptStart(started.started_by) if started and started.started_by else None
     return AttemptRecord(
@@ -183,6 +213,7 @@ def this_attempt(
         step_exact=exact,
         reason=summary.reason if summary.status != RunStatus.COMPLETED else "",
         failure=summary.failure,
+        where=where,
     )
 
 
@@ -202,9 +233,11 @@ def with_attempts(
     launcher_events: Sequence[Event],
     ranks: dict[int, list[Event]],
     attempt: int,
+    where: str = "",
 ) -> RunSummary:
     """``summary`` (of attempt ``attempt``, built from its own events) as the whole run's: every
-    attempt's record, the earlier attempts' epochs it kept, and the run's start."""
+    attempt's record, the earlier attempts' epochs it kept, and the run's start. ``where``: the
+    nodes it ran on, when a backend placed it elsewhere."""
     started = attempt_started(launcher_events)
     earlier = earlier_records(run_dir, attempt)
     previous = earlier_summary(run_dir, attempt)
@@ -213,7 +246,7 @@ def with_attempts(
     return replace(
         summary,
         attempt=attempt,
-        attempts=(*earlier, this_attempt(summary, started, ranks, attempt)),
+        attempts=(*earlier, this_attempt(summary, started, ranks, attempt, where)),
         epochs=(*kept_epochs(previous, started), *mine),
         started=first,
         elapsed_seconds=max(0.0, summary.finished - first),

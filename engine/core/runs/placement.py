@@ -71,6 +71,14 @@ class PlacementView:
     across_nodes: bool = False  # its ranks are elsewhere: each node's GPUs, no usage read here
     detail: object = field(default=None, compare=False)
 
+    @property
+    def where(self) -> str:
+        """Its nodes and its label, for a record of where an attempt ran: "n1, n2 (job 4242)"."""
+        nodes = ", ".join(sorted(set(self.rank_nodes.values())))
+        if nodes and self.label:
+            return f"{nodes} ({self.label})"
+        return nodes or self.label
+
     def to_json(self) -> dict[str, Any]:
         return {
             **self.keys,
@@ -110,6 +118,9 @@ class PlacementWatch(Protocol):
     """What a backend that places runs elsewhere tells the run observer of one of them."""
 
     name: str  # the backend's: run.json's placement.backend of its runs
+    # Its own files of one attempt (paths below the run directory): moved below attempts/<n>/
+    # with the attempt's events as the next attempt begins (engine.core.runs.attempts)
+    attempt_files: tuple[str, ...]
 
     def observe(
         self, run_dir: RunDir, info: RunInfo, now: float, probe: ProcessProbe

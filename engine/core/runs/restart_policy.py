@@ -10,7 +10,8 @@ the same question with the same records.
 The rules, in order:
 
 - only a failed attempt restarts (a failing rank, a rank stalled past the stall rule, a rank the
-  OOM killer ended); a completed run is done, and a killed one was stopped on purpose;
+  OOM killer ended) or one that lost a node (``node-failure``: its scheduler counted a node of
+  it down); a completed run is done, and a killed one was stopped on purpose;
 - at most ``max_restarts`` restarts per start of the run (``ddptui run`` or ``ddptui resume``);
 - a failure that repeats the previous attempt's, the same error at the same step (known
   exactly: the step the failing rank was taking), stops restarting: it would only fail again;
@@ -25,10 +26,12 @@ from dataclasses import dataclass, replace
 
 from engine.core.common.statuses import RunStatus
 from engine.core.runs.resume_point import ResumePoint
-from engine.core.runs.summary import AttemptRecord
+from engine.core.runs.summary import AttemptRecord, AttemptStart
 
 MAX_BACKOFF_SECONDS = 300.0
 SAME_FAILURE = "the same error at the same step twice"
+# How an attempt may end and be started again.
+RESTARTABLE = frozenset({RunStatus.FAILED, RunStatus.NODE_FAILURE})
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,17 @@ def same_failure(earlier: AttemptRecord, later: AttemptRecord) -> bool:
     )
 
 
+def restarts_made(attempts: Sequence[AttemptRecord]) -> int:
+    """The restarts this start of the run made so far: the attempts a restart began since the
+    last one that ``ddptui run`` or ``ddptui resume`` began."""
+    made = 0
+    for record in reversed(attempts):
+        if record.start != AttemptStart.RESTART:
+            break
+        made += 1
+    return made
+
+
 def backoff(restarts_done: int, backoff_seconds: float) -> float:
     """The wait before restart number ``restarts_done + 1``."""
     return min(MAX_BACKOFF_SECONDS, backoff_seconds * 2**restarts_done)
@@ -84,7 +98,7 @@ def decide_restart(
     """The decision after the last of ``attempts`` ended; ``restarts_done``: the restarts this
     start of the run already made."""
     last = attempts[-1]
-    if last.status != RunStatus.FAILED:
+    if last.status not in RESTARTABLE:
         return RestartDecision(False, f"attempt {last.attempt} {last.status}")
     if max_restarts <= 0:
         return RestartDecision(False, "supervision.max_restarts is 0: a failure ends the run")

@@ -24,6 +24,7 @@ from engine.core.runs.events import (
     StepProgress,
     read_events,
 )
+from engine.core.runs.placement import watch_for
 from engine.core.runs.rank_states import RankStateTracker
 from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
 from engine.core.runs.step_breakdown import StepBreakdown, StepBreakdownFold, find_bottleneck
@@ -208,7 +209,9 @@ def build_summary(
     )
     attempt = info.attempt if info else 1
     launchers = [e for events_of in events.launchers for e in events_of]
-    return with_attempts(run_dir, summary, launchers, events.ranks, attempt)
+    watch = watch_for(info)  # a run placed elsewhere: its attempt records where it ran
+    where = watch.recorded(run_dir, info).where if watch is not None and info else ""
+    return with_attempts(run_dir, summary, launchers, events.ranks, attempt, where)
 
 
 def _first_loss(rank0_events: list[Event]) -> tuple[float, int] | None:

@@ -50,7 +50,8 @@ class EpochFigures:
 class Failure:
     """The root cause of a failed run: the first rank to fail; ``rank`` None with
     ``every_rank``: every rank failed with the same error (the run's configuration or code, no
-    one rank's fault), else the launcher."""
+    one rank's fault), with ``node``: that node was lost (its scheduler counted it down), else
+    the launcher."""
 
     rank: int | None
     exitcode: int | None = None
@@ -63,10 +64,12 @@ class Failure:
     @property
     def who(self) -> str:
         """Whose failure it is, in words: "rank 1", "rank 1 on n2" across nodes, "every rank",
-        "the launcher"."""
+        "node n2" (a node lost), "the launcher"."""
         if self.rank is not None:
             return f"rank {self.rank} on {self.node}" if self.node else f"rank {self.rank}"
-        return "every rank" if self.every_rank else "the launcher"
+        if self.every_rank:
+            return "every rank"
+        return f"node {self.node}" if self.node else "the launcher"
 
 
 class AttemptStart(str, Enum):
@@ -94,6 +97,8 @@ class AttemptRecord:
     step_exact: bool = False  # reached_step is the step it failed at (not its last report)
     reason: str = ""  # why it ended so (a failed or killed attempt)
     failure: Failure | None = None
+    # where it ran, when a backend placed it elsewhere: "n1, n2 (job 4242)"; "" on this machine
+    where: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", RunStatus(self.status))
@@ -101,12 +106,15 @@ class AttemptRecord:
 
     def describe(self) -> str:
         """ "attempt 1 failed at step 4,812: rank 3: CUDA error ...", "attempt 2 resumed from step
-        4,800 (ddptui resume): completed"."""
+        4,800 (ddptui resume), completed"; on a scheduler's nodes, where: "attempt 2 resumed from
+        step 40 (restart) on n1, n2 (job 4243), completed"."""
         began = ""
         if self.start != AttemptStart.FIRST:
             how = "restart" if self.start == AttemptStart.RESTART else "ddptui resume"
             where = f"from step {self.from_step:,}" if self.from_step else "from step 0"
             began = f" resumed {where} ({how})"
+        if self.where:
+            began += f" on {self.where}"
         ended = f" {self.status}"
         if self.status != RunStatus.COMPLETED and self.reached_step is not None:
             ended += f" {'at' if self.step_exact else 'after'} step {self.reached_step:,}"

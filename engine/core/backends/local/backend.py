@@ -6,10 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.core.backends.interface import RecordedProcess, RunOptions
+from engine.core.backends.interface import AttemptPlan, RecordedProcess, RunOptions
 from engine.core.backends.local.kill import KillResult, kill_run
 from engine.core.backends.local.snapshot import snapshot_run
-from engine.core.backends.local.start import StartedRun, check_run, start_run
+from engine.core.backends.local.start import (
+    StartedRun,
+    check_run,
+    start_next_attempt,
+    start_run,
+)
 from engine.core.common.statuses import StopRequester
 from engine.core.config.schema import RunConfig
 from engine.core.plan.run_plan import RunPlan
@@ -53,6 +58,19 @@ class LocalBackend:
         gpu_count: int | None = None,
     ) -> StartedRun:
         return start_run(config, runs_dir, run_id=run_id, gpu_count=gpu_count)
+
+    def plan_attempt(self, config: RunConfig, run_dir: RunDir) -> AttemptPlan:
+        """The plan here, with the resource guard ``start`` applies."""
+        plan, resources = check_run(config)
+        return AttemptPlan(plan, plan.world_size, resources)
+
+    def start_attempt(
+        self, run_dir: RunDir, config: RunConfig, planned: AttemptPlan, *, attempt: int,
+        created: float,
+    ) -> StartedRun:  # fmt: skip
+        return start_next_attempt(
+            run_dir, config, planned.plan, planned.resources, attempt=attempt, created=created
+        )
 
     def snapshot(
         self, run_dir: RunDir, *, reason: str, handle: RunHandle | None = None

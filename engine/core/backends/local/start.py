@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -170,6 +171,35 @@ def start_run(
         shutil.rmtree(run_dir.path, ignore_errors=True)
         raise
     return StartedRun(run_dir=run_dir, plan=plan, process=process, resources=resources)
+
+
+def start_next_attempt(
+    run_dir: RunDir,
+    config: RunConfig,
+    plan: RunPlan,
+    resources: ResourceCheck | None,
+    *,
+    attempt: int,
+    created: float,
+    placement: Placement | None = None,
+) -> StartedRun:
+    """Start attempt ``attempt`` of the ended run in ``run_dir`` (``ddptui resume``; the attempt
+    before it moved below attempts/ already): run.json names it (``starting``; its launcher has
+    30 s from ``attempt_started`` to record itself), the space reserve is set aside again, and
+    its launcher starts as a new run's does, reading the attempt from run.json. OSError or
+    RunDirError when that cannot be done."""
+    begun = RunInfo.begun(
+        run_dir.run_id,
+        config.name,
+        world_size=plan.world_size,
+        devices=plan.devices.describe(),
+        created=created,
+    )
+    run_dir.write_run_info(
+        replace(begun, attempt=attempt, attempt_started=time.time(), placement=placement)
+    )
+    SpaceReserve(run_dir.path).make()
+    return StartedRun(run_dir, plan, start_launcher(run_dir), resources)
 
 
 def start_launcher(run_dir: RunDir, *launcher_args: str) -> subprocess.Popen[bytes]:

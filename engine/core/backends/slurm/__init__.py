@@ -6,8 +6,13 @@
 - ``cluster``: running Slurm's programs (squeue, sacct, sinfo, scancel) and reading the cluster.
 - ``jobs``: Slurm's word on one job, cached briefly (``QUEUE``, ``read_job``).
 - ``submit``: writing the batch script and submitting it (or ``srun`` inside an allocation).
+- ``node_loss``: which node of a job Slurm ended NODE_FAIL (or requeued) was lost.
 - ``state``: what a run on Slurm is, from its job and its node launchers' records.
 - ``watch``: what the run observer asks of a run on Slurm, answered by ``state``.
+- ``restarts``: a run going on as its next attempt after a failure or a lost node (Slurm's
+  requeue), as ``supervision.max_restarts`` allows.
+- ``job_steps``: the batch job's own steps around its node launchers (``begin``, ``finish``).
+- ``node_proof``: what a node launcher proves at its end: nothing of its attempt left on its node.
 - ``options``: ``ddptui run``'s options for Slurm and the help lines that teach them.
 - ``stacks``: the ranks' stacks, the signal delivered through Slurm.
 - ``stop``: cancelling the job and the proof that nothing of the run is left on any node.

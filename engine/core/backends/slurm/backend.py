@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.core.backends.interface import RecordedProcess, RunOptions
+from engine.core.backends.interface import AttemptPlan, RecordedProcess, RunOptions
 from engine.core.backends.local.backend import recorded_here
 from engine.core.backends.local.kill import KillResult
 from engine.core.backends.local.start import StartedRun
@@ -15,7 +15,12 @@ from engine.core.backends.slurm.records import SlurmPlacement, read_node_records
 from engine.core.backends.slurm.stacks import snapshot_slurm_run
 from engine.core.backends.slurm.state import view_of
 from engine.core.backends.slurm.stop import kill_slurm_run
-from engine.core.backends.slurm.submit import check_request, submit_run
+from engine.core.backends.slurm.submit import (
+    SlurmRequest,
+    check_request,
+    resubmit_run,
+    submit_run,
+)
 from engine.core.backends.slurm.watch import SLURM, SLURM_WATCH
 from engine.core.common.statuses import StopRequester
 from engine.core.config.schema import RunConfig
@@ -60,6 +65,23 @@ class SlurmBackend:
     ) -> StartedRun:
         run_dir, plan, handle = submit_run(config, runs_dir, run_id=run_id)
         return StartedRun(run_dir=run_dir, plan=plan, process=handle)
+
+    def plan_attempt(self, config: RunConfig, run_dir: RunDir) -> AttemptPlan:
+        """As ``ddptui run --slurm`` checks a new run, for its run directory's storage."""
+        request = check_request(config, run_dir.path.parent)
+        return AttemptPlan(request.plan, request.world_size, detail=request)
+
+    def start_attempt(
+        self, run_dir: RunDir, config: RunConfig, planned: AttemptPlan, *, attempt: int,
+        created: float,
+    ) -> StartedRun:  # fmt: skip
+        """Submitted again as a new job (the earlier job's id stays in the earlier attempt's
+        run.json, below attempts/<n>/), which begins the attempt run.json names."""
+        request = planned.detail
+        if not isinstance(request, SlurmRequest):
+            request = check_request(config, run_dir.path.parent)
+        handle = resubmit_run(run_dir, config, request, attempt=attempt, created=created)
+        return StartedRun(run_dir=run_dir, plan=request.plan, process=handle)
 
     # The handle is this machine's look at the run; a Slurm run's ranks are looked at through
     # its node launchers' records, which these read themselves.

@@ -141,6 +141,7 @@ class SlurmNode:
     partitions: tuple[str, ...] = ()
     cpus: int | None = None
     gres: str = ""
+    slurmd_started: float | None = None  # when its slurmd last started (a node back from a loss)
 
     @property
     def down(self) -> bool:
@@ -181,6 +182,7 @@ def _node(raw: dict[str, Any]) -> SlurmNode:
     words = [str(state).lower()] if state else []
     words += [str(f).lower() for f in flags if isinstance(f, str)]
     cpus = raw.get("cpus")
+    started = raw.get("slurmd_start_time")
     return SlurmNode(
         name=str(raw.get("name", "")),
         hostname=str(raw.get("hostname") or ""),
@@ -190,6 +192,7 @@ def _node(raw: dict[str, Any]) -> SlurmNode:
         partitions=tuple(str(p) for p in raw.get("partitions") or ()),
         cpus=cpus if isinstance(cpus, int) else None,
         gres=str(raw.get("gres") or ""),
+        slurmd_started=float(started) if isinstance(started, int) and started > 0 else None,
     )
 
 

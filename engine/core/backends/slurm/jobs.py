@@ -98,6 +98,9 @@ class SlurmJob:
     time_limit_minutes: int | None = None  # None: no limit (or not said)
     exit_code: str = ""  # "0:0" (code:signal), from the final record
     source: str = "squeue"  # squeue | sacct | sacct -c
+    # the times Slurm requeued it (a node failure of a job submitted with --requeue): squeue's
+    # restart count, which the job's batch script sees as SLURM_RESTART_COUNT
+    restarts: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -110,6 +113,7 @@ class SlurmJob:
             "time_limit_minutes": self.time_limit_minutes,
             "exit_code": self.exit_code,
             "source": self.source,
+            "restarts": self.restarts,
         }
 
 
@@ -129,6 +133,7 @@ def _time(value: object) -> float | None:
 def _from_squeue(raw: dict[str, Any]) -> SlurmJob:
     reason = str(raw.get("state_reason") or "")
     limit = raw.get("time_limit")
+    restarts = raw.get("restart_cnt")
     return SlurmJob(
         job_id=str(raw.get("job_id")),
         state=JobState.of(raw.get("job_state")),
@@ -138,6 +143,7 @@ def _from_squeue(raw: dict[str, Any]) -> SlurmJob:
         end_time=_time(raw.get("end_time")),
         time_limit_minutes=limit if isinstance(limit, int) and limit > 0 else None,
         source="squeue",
+        restarts=restarts if isinstance(restarts, int) and restarts > 0 else 0,
     )
 
 
@@ -207,7 +213,8 @@ def _sacct_time(text: str) -> float | None:
 
 def final_record(job_id: str) -> JobLookup:
     """The job's record once it left the queue: ``sacct`` (accounting), else ``sacct -c`` (job
-    completion files); None when neither has it."""
+    completion files); None when neither has it. A job Slurm requeued has a record of each
+    time it ran: the last is how it ended."""
     problems = []
     for source, extra in (("sacct", ["-X"]), ("sacct -c", ["-c"])):
         try:
@@ -215,11 +222,9 @@ def final_record(job_id: str) -> JobLookup:
         except SlurmUnavailable as err:
             problems.append(str(err))
             continue
-        for line in done.stdout.splitlines():
-            job = _from_sacct(line, source)
-            if job is not None and job.job_id == job_id:
-                return JobLookup(job)
-        return JobLookup(None)  # Slurm was asked and has no record
+        found = [_from_sacct(line, source) for line in done.stdout.splitlines()]
+        mine = [job for job in found if job is not None and job.job_id == job_id]
+        return JobLookup(mine[-1] if mine else None)  # None: Slurm was asked and has no record
     return JobLookup(None, "; ".join(problems))
 
 

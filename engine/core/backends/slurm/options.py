@@ -37,5 +37,6 @@ RUN_OPTIONS = RunOptions(
         "      --sbatch constraint=a100 -- --epochs 10",
         "The run directory must be on storage every node sees. Inside an allocation (salloc) the",
         "run is a step of it. Its state shows pending with Slurm's reason until the job starts.",
+        "With --max-restarts a lost node restarts it too: Slurm requeues its job (--requeue).",
     ),
 )

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.core.backends.slurm.watch import SLURM
+from engine.core.backends.slurm.watch import RENDEZVOUS_NAME, SLURM, SLURM_DIR
 from engine.core.common.run_files import make_dirs, write_json_atomic
 from engine.core.common.run_layout import RunLayout
 from engine.core.common.statuses import RunStatus
@@ -27,7 +27,6 @@ from engine.core.procs.process_identity import ProcessRef
 from engine.core.runs.node_files import check_node_name, read_each_node
 from engine.core.runs.run_info import Placement, RunInfo
 
-SLURM_DIR = "slurm"  # its own records, in the run directory (RunLayout.placement_dir)
 # Slurm sends SIGKILL KillWait seconds (30 by default) after its SIGTERM: a node launcher gives
 # its ranks less than that, so its proof is written before it.
 NODE_STOP_GRACE_SECONDS = 2.0
@@ -46,6 +45,12 @@ class SlurmPlacement:
     # A step of the user's own allocation (salloc): the run is that step, never the whole job.
     in_allocation: bool = False
     submitted: float = 0.0
+    # Slurm's restart count of the job (SLURM_RESTART_COUNT) the current attempt began under:
+    # a count above it says Slurm requeued the job after that attempt began (a node failure)
+    requeues: int = 0
+    # how the current attempt began, for its node launchers: "" (the run's first), "restart"
+    # (after a failure, engine.core.backends.slurm.restarts), "resume" (ddptui resume)
+    attempt_start: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -55,6 +60,8 @@ class SlurmPlacement:
             "time_limit": self.time_limit,
             "in_allocation": self.in_allocation,
             "submitted": self.submitted,
+            "requeues": self.requeues,
+            "attempt_start": self.attempt_start,
         }
 
     def placement(self) -> Placement:
@@ -82,6 +89,8 @@ class SlurmPlacement:
             time_limit=str(data.get("time_limit") or ""),
             in_allocation=bool(data.get("in_allocation", False)),
             submitted=float(data.get("submitted") or 0.0),
+            requeues=int(data.get("requeues") or 0),
+            attempt_start=str(data.get("attempt_start") or ""),
         )
 
 
@@ -140,6 +149,7 @@ class NodeRecord:
     started: float = field(default_factory=time.time)
     finished: float | None = None
     proof: NodeProof | None = None
+    attempt: int = 1  # the run's attempt this launcher ran (run.json's when it started)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", RunStatus(self.state))
@@ -168,6 +178,7 @@ class NodeRecord:
             "started": self.started,
             "finished": self.finished,
             "proof": self.proof.to_json() if self.proof else None,
+            "attempt": self.attempt,
         }
 
     @classmethod
@@ -188,6 +199,7 @@ class NodeRecord:
             started=float(data.get("started") or 0.0),
             finished=float(data["finished"]) if data.get("finished") is not None else None,
             proof=NodeProof.from_json(data.get("proof")),
+            attempt=int(data.get("attempt") or 1),
         )
 
 
@@ -223,10 +235,12 @@ def job_output_path(run_path: Path) -> Path:
 
 def store_address_path(run_path: Path) -> Path:
     """Where node 0's launcher publishes the address and port its rank 0 serves the store on."""
-    return _slurm_dir(run_path) / "rendezvous.json"
+    return _slurm_dir(run_path) / RENDEZVOUS_NAME
 
 
 def write_node_record(run_path: Path, record: NodeRecord) -> None:
+    """``record`` as ``nodes/<node>.json`` of ``run_path`` (the run directory, or the folder of
+    an earlier attempt below its attempts/)."""
     path = node_record_path(run_path, record.node)
     make_dirs(path.parent)
     write_json_atomic(path, record.to_json())

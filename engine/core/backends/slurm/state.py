@@ -10,7 +10,10 @@ and ``ddptui kill``.
 - once the job is over (or, inside an allocation, its step): ``completed``, ``failed`` (the root
   cause names its rank and node), ``killed`` (ddptui asked first: the run's ``stop-request``,
   ``engine.core.runs.stop_request``), ``cancelled``
-  (scancel from elsewhere), ``timeout`` (the time limit), ``node-failure`` naming the node;
+  (scancel from elsewhere), ``timeout`` (the time limit), ``node-failure`` naming the node
+  (``engine.core.backends.slurm.node_loss``);
+- ``pending``, restarting, while Slurm holds the job it requeued after a node failure (a run with
+  restarts left: ``engine.core.backends.slurm.restarts``) until its next attempt begins;
 - ``lost`` only when Slurm has no record of the job at all and no node said how it ended: never
   while Slurm says the job is alive.
 
@@ -25,8 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from engine.core.backends.slurm.cluster import SlurmUnavailable, read_cluster
 from engine.core.backends.slurm.jobs import JobLookup, JobState, SlurmJob, read_job
+from engine.core.backends.slurm.node_loss import LostNodes, lost_nodes, which_failed
 from engine.core.backends.slurm.records import (
     NodeRecord,
     SlurmPlacement,
@@ -42,7 +45,7 @@ from engine.core.runs.rundir import RunDir, RunDirError, RunInfo
 from engine.core.runs.settle import bare_summary, settle_run
 from engine.core.runs.stop_request import StopRequest, read_stop_record
 from engine.core.runs.summarize import build_summary, root_failure_of
-from engine.core.runs.summary import RunSummary
+from engine.core.runs.summary import Failure, RunSummary
 
 # Slurm lists a job within moments of sbatch; a job it never listed this long after is not coming.
 LISTING_GRACE_SECONDS = 60.0
@@ -60,6 +63,10 @@ class SlurmView:
     nodes: dict[str, NodeRecord]
     kill: StopRequest | None  # ddptui asked for its end (the run's stop-request)
     in_allocation: bool = False
+    # Slurm requeued the job after the current attempt began (its restart count is above the
+    # one run.json's placement began with)
+    requeued: bool = False
+    lost: LostNodes | None = None  # the nodes a job NODE_FAIL ended (or requeued) lost
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -67,6 +74,8 @@ class SlurmView:
             "job": self.job.to_json() if self.job else None,
             "problem": self.problem,
             "in_allocation": self.in_allocation,
+            "requeued": self.requeued,
+            "lost_nodes": list(self.lost.names) if self.lost else [],
             "nodes": {
                 name: {
                     "node_rank": r.node_rank,
@@ -97,13 +106,20 @@ def read_view(run_dir: RunDir, info: RunInfo, jobs: JobReader = read_job) -> Slu
     placement = _placement(info)
     nodes, _ = read_node_records(run_dir.path)
     found = jobs(placement.job_id) if placement.job_id else JobLookup(None)
+    job = found.job
+    requeued = job is not None and job.restarts > placement.requeues
+    lost = None
+    if job is not None and (requeued or job.state == JobState.NODE_FAIL):
+        lost = lost_nodes(job.nodes, nodes)
     return SlurmView(
         job_id=placement.job_id,
-        job=found.job,
+        job=job,
         problem=found.problem,
         nodes=nodes,
         kill=read_stop_record(run_dir),
         in_allocation=placement.in_allocation,
+        requeued=requeued,
+        lost=lost,
     )
 
 
@@ -202,20 +218,18 @@ def _killed_reason(view: SlurmView) -> str:
     return f"{asked} (job {view.job_id} cancelled); {verification(view, expected)}"
 
 
-def failed_node(view: SlurmView, job: SlurmJob) -> str:
-    """The node of a NODE_FAIL job that failed: one Slurm now counts down, else one whose
-    launcher never said how its share ended; "" when that cannot be told."""
-    try:
-        cluster = read_cluster()
-        down = [n for n in job.nodes if (node := cluster.node(n)) and node.down]
-        if down:
-            node = cluster.node(down[0])
-            why = f": {node.reason}" if node and node.reason else ""
-            return f"{', '.join(down)} ({'down' if len(down) == 1 else 'all down'}{why})"
-    except SlurmUnavailable:
-        pass
-    silent = [n for n in job.nodes if n not in view.nodes or not view.nodes[n].final]
-    return ", ".join(silent)
+def requeued_reason(view: SlurmView, info: RunInfo, job: SlurmJob) -> str:
+    """Why a run whose job Slurm requeued is not over: its attempt ended, and Slurm holds the
+    job to start it again (its next attempt begins as the job runs again)."""
+    waits = ""
+    if job.state == JobState.PENDING:
+        waits = f"; waiting for Slurm: {job.reason or 'not scheduled yet'}"
+        if job.start_time:
+            waits += f", expected to start {time.strftime('%H:%M', time.localtime(job.start_time))}"
+    return (
+        f"restarting: attempt {info.attempt} ended, {which_failed(view.lost)} failed; Slurm requeued "
+        f"job {job.job_id}{waits}"
+    )
 
 
 def _ended(view: SlurmView, job: SlurmJob, nodes_expected: int) -> SlurmVerdict:
@@ -229,10 +243,9 @@ def _ended(view: SlurmView, job: SlurmJob, nodes_expected: int) -> SlurmVerdict:
             RunStatus.TIMEOUT, f"job {job.job_id} reached its time limit{limit}", ended=True
         )
     if state == JobState.NODE_FAIL:
-        node = failed_node(view, job) or "a node of it"
         return SlurmVerdict(
             RunStatus.NODE_FAILURE,
-            f"node {node} failed: Slurm ended job {job.job_id} (NODE_FAIL)",
+            f"{which_failed(view.lost)} failed: Slurm ended job {job.job_id} (NODE_FAIL)",
             ended=True,
         )
     if state in (JobState.CANCELLED, JobState.PREEMPTED):
@@ -264,8 +277,8 @@ def decide(
     an allocation, whether the srun that started the step is alive (None: not known here)."""
     placement = _placement(info)
     expected = placement.nodes
-    if not view.job_id:
-        if now - info.created < LISTING_GRACE_SECONDS:
+    if not view.job_id:  # sbatch has not answered (for the run, or for its attempt resubmitted)
+        if now - max(info.created, info.attempt_started) < LISTING_GRACE_SECONDS:
             return SlurmVerdict(RunStatus.STARTING, "submitting to Slurm")
         return SlurmVerdict(RunStatus.LOST, "no Slurm job was recorded for it", ended=True)
     by_nodes = from_nodes(view, expected)
@@ -294,6 +307,8 @@ def decide(
             "share ended; slurm/job.out in its run directory says why",
             ended=True,
         )
+    if view.requeued and not job.state.ended:
+        return SlurmVerdict(RunStatus.PENDING, requeued_reason(view, info, job))
     if job.state == JobState.PENDING:
         expect = ""
         if job.start_time:
@@ -343,6 +358,8 @@ def slurm_summary(run_dir: RunDir, verdict: SlurmVerdict, view: SlurmView) -> Ru
         failure = root_failure_of(run_dir, verdict.status) if failed else None
         if failure is not None and failure.rank is not None:
             failure = replace(failure, node=rank_nodes(view.nodes).get(failure.rank, ""))
+        if verdict.status == RunStatus.NODE_FAILURE and view.lost is not None:
+            failure = Failure(rank=None, node=", ".join(view.lost.names), error=verdict.reason)
         summary = build_summary(run_dir, verdict.status, failure, verdict.reason)
     except (ConfigError, RunDirError, OSError):
         summary = bare_summary(run_dir, verdict.status, verdict.reason)

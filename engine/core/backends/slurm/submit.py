@@ -4,9 +4,14 @@ allocation (``salloc``, ``SLURM_JOB_ID`` set), start the step with ``srun`` in i
 
 The batch script starts one node launcher per node (``srun --ntasks-per-node=1 python -m
 engine.train.node_launch RUN_DIR``), each the same rank start as on one machine, then settles the
-run once every node reported (``node_launch --finish``). Bad input (no sbatch, an unknown
-partition, more nodes than the partition has, GPU indices Slurm cannot honour, a run directory
-only this machine can see) is a ConfigError, one sentence, before anything is made or submitted.
+run once every node reported, or starts the next attempt in the same allocation after a failure
+(``engine.core.backends.slurm.job_steps``); a run with restarts (``supervision.max_restarts``) is
+submitted ``--requeue``, so that Slurm requeues its job after a node failure, and its script's
+first step begins the next attempt (``engine.core.backends.slurm.restarts``). ``resubmit_run``
+submits an ended run again as its next attempt (``ddptui resume``). Bad input (no sbatch, an
+unknown partition, more nodes than the partition has, GPU indices Slurm cannot honour, a run
+directory only this machine can see, restarts asked of a step of your own allocation) is a
+ConfigError, one sentence, before anything is made or submitted.
 
 Plain Python: Slurm's commands on PATH, with ``SLURM_CONF`` as the user has it.
 """
@@ -35,17 +40,17 @@ from engine.core.backends.slurm.cluster import (
 from engine.core.backends.slurm.config import SlurmConfig
 from engine.core.backends.slurm.jobs import QUEUE, read_job
 from engine.core.backends.slurm.records import (
-    SLURM_DIR,
     SlurmPlacement,
     batch_script_path,
     job_output_path,
 )
 from engine.core.backends.slurm.state import LISTING_GRACE_SECONDS
 from engine.core.backends.slurm.stop import request_cancel
+from engine.core.backends.slurm.watch import SLURM_DIR
 from engine.core.common.config_error import ConfigError
 from engine.core.common.disk_space import write_failure
 from engine.core.common.run_environment import RUN_DIR_ENV, RUN_MARKER_ENV
-from engine.core.common.run_files import open_private, write_atomic
+from engine.core.common.run_files import SpaceReserve, open_private, write_atomic
 from engine.core.common.statuses import StopRequester
 from engine.core.config.devices import parse_device_spec
 from engine.core.config.schema import RunConfig
@@ -139,6 +144,14 @@ def check_request(config: RunConfig, runs_dir: Path) -> SlurmRequest:
         cluster = read_cluster()
     except SlurmUnavailable as err:
         raise ConfigError(f"--slurm: {err}", key="slurm", reason="Slurm is not reachable") from None
+    if allocation and config.supervision.max_restarts > 0:
+        raise ConfigError(
+            f"--max-restarts {config.supervision.max_restarts}: inside your allocation (job "
+            f"{allocation}, SLURM_JOB_ID) the run is a step of it, which ddptui does not start "
+            "again; submit it from outside the allocation (a batch job of its own restarts)",
+            key="supervision.max_restarts",
+            reason="restarts of a step of your allocation",
+        )
     if allocation:
         have = int(os.environ.get("SLURM_JOB_NUM_NODES", os.environ.get("SLURM_NNODES", "0")) or 0)
         if have and slurm.nodes > have:
@@ -219,8 +232,15 @@ def srun_command(run_dir: RunDir, config: RunConfig, request: SlurmRequest) -> l
     ]
 
 
+def _job_step(step: str, run_dir: RunDir) -> str:
+    """The batch script's line for one of its own steps (``job_steps``)."""
+    argv = (sys.executable, "-m", "engine.core.backends.slurm.job_steps", step, str(run_dir.path))
+    return " ".join(shlex.quote(a) for a in argv)
+
+
 def batch_script(run_dir: RunDir, config: RunConfig, request: SlurmRequest) -> str:
-    """The batch script ``sbatch`` runs on the first node of the job."""
+    """The batch script ``sbatch`` runs on the first node of the job (and again, from its
+    start, when Slurm requeues the job)."""
     slurm = SlurmConfig.of(config)
     options = [
         f"--job-name=ddptui-{config.name}",
@@ -228,7 +248,10 @@ def batch_script(run_dir: RunDir, config: RunConfig, request: SlurmRequest) -> s
         "--ntasks-per-node=1",
         *_resources(config, request),
         f"--output={job_output_path(run_dir.path.resolve())}",
+        "--open-mode=append",  # a requeued job's output goes on after the earlier run's
         f"--chdir={os.getcwd()}",
+        # restarts left: Slurm requeues the job when a node of it fails (restarts.py)
+        *(["--requeue"] if config.supervision.max_restarts > 0 else []),
     ]
     for key in ("partition", "time", "account", "qos"):
         value = getattr(slurm, key)
@@ -236,20 +259,19 @@ def batch_script(run_dir: RunDir, config: RunConfig, request: SlurmRequest) -> s
             options.append(f"--{key}={value}")
     options += [f"--{k}={v}" if v else f"--{k}" for k, v in slurm.sbatch.items()]
     step = " ".join(shlex.quote(a) for a in srun_command(run_dir, config, request))
-    finish = " ".join(
-        shlex.quote(a)
-        for a in (sys.executable, "-m", "engine.train.node_launch", "--finish", str(run_dir.path))
-    )
     return "\n".join(
         [
             "#!/bin/bash",
             *(f"#SBATCH {o}" for o in options),
-            f"# ddptui run {run_dir.run_id}: one node launcher per node, then the run's end,",
-            "# written once every node launcher has said how its share ended.",
-            step,
-            "code=$?",
-            finish,
-            "exit $code",
+            f"# ddptui run {run_dir.run_id}: a requeued job goes on as the run's next attempt",
+            "# (or ends it); then one node launcher per node, and the run's end once every",
+            "# node launcher said how its share ended, or its next attempt after a failure.",
+            f"{_job_step('begin', run_dir)} || exit 1",
+            "while :; do",
+            f"    {step}",
+            "    code=$?",
+            f"    {_job_step('finish', run_dir)} || exit $code",
+            "done",
             "",
         ]
     )
@@ -343,6 +365,22 @@ def _submit(
     return job_id, SlurmJobHandle(run_dir, job_id)
 
 
+def _submit_recorded(
+    run_dir: RunDir, config: RunConfig, request: SlurmRequest, info: RunInfo
+) -> LauncherHandle:
+    """Submit the run whose run.json is ``info`` and record its job there (and, inside an
+    allocation, the srun that started its step)."""
+    job_id, follow = _submit(run_dir, config, request)
+    placement = SlurmPlacement.of(info)
+    assert placement is not None
+    launcher: ProcessRef | None = None
+    if isinstance(follow, subprocess.Popen):
+        launcher = identify(follow.pid)
+    placed = replace(placement, job_id=job_id).placement()
+    run_dir.write_run_info(replace(info, launcher=launcher, placement=placed))
+    return follow
+
+
 def submit_run(
     config: RunConfig, runs_dir: Path, *, run_id: str | None = None
 ) -> tuple[RunDir, RunPlan, LauncherHandle]:
@@ -355,17 +393,28 @@ def submit_run(
         config, runs_dir, run_id, lambda new: _info(new, config, request), folders=(SLURM_DIR,)
     )
     try:
-        job_id, follow = _submit(run_dir, config, request)
+        follow = _submit_recorded(run_dir, config, request, info)
     except BaseException as err:
         shutil.rmtree(run_dir.path, ignore_errors=True)
         if isinstance(err, OSError):
             raise RunDirError(write_failure(run_dir.path, err)) from None
         raise
-    placement = SlurmPlacement.of(info)
-    assert placement is not None
-    launcher: ProcessRef | None = None
-    if isinstance(follow, subprocess.Popen):
-        launcher = identify(follow.pid)
-    placed = replace(placement, job_id=job_id).placement()
-    run_dir.write_run_info(replace(info, launcher=launcher, placement=placed))
     return run_dir, request.plan, follow
+
+
+def resubmit_run(
+    run_dir: RunDir, config: RunConfig, request: SlurmRequest, *, attempt: int, created: float
+) -> LauncherHandle:
+    """Submit the ended run in ``run_dir`` again as its attempt ``attempt`` (``ddptui resume``;
+    the attempt before it moved below attempts/ already): run.json for it, with the new job, and
+    the space reserve. ConfigError when Slurm refuses the job, OSError when the run directory
+    cannot be written."""
+    begun = _info(run_dir, config, request)
+    placement = SlurmPlacement.of(begun)
+    assert placement is not None
+    placed = replace(placement, attempt_start="resume").placement()
+    now = time.time()
+    info = replace(begun, created=created, attempt=attempt, attempt_started=now, placement=placed)
+    run_dir.write_run_info(info)
+    SpaceReserve(run_dir.path).make()
+    return _submit_recorded(run_dir, config, request, info)

@@ -19,12 +19,17 @@ if TYPE_CHECKING:
 SLURM = (
     "slurm"  # the backend's name: run.json's placement.backend of its runs (and older ones' key)
 )
+SLURM_DIR = "slurm"  # its own records, in the run directory (RunLayout.placement_dir)
+RENDEZVOUS_NAME = "rendezvous.json"  # in SLURM_DIR: where one attempt's ranks met
 
 
 class SlurmWatch:
     """``jobs``: Slurm's word on a job (None: ``squeue`` / ``sacct``; a stand-in in tests)."""
 
     name = SLURM
+    # One attempt's own file: where its ranks met (the node records and GPU samples, nodes/ and
+    # gpus/, are archived with every attempt)
+    attempt_files: tuple[str, ...] = (f"{SLURM_DIR}/{RENDEZVOUS_NAME}",)
 
     def __init__(self, jobs: JobReader | None = None) -> None:
         self.jobs = jobs
