@@ -12,6 +12,12 @@ from typing import Any
 import psutil
 import pytest
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # pytest-xdist's workers run with COLUMNS=80 and LINES=24 of their own; the commands the tests
+    # start would fit their output to that. A test that wants a width sets COLUMNS itself.
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
+
 
 def _marked_processes(marker_prefix: str) -> list[psutil.Process]:
     """Processes whose environment carries a DDPTUI_RUN_ID / DDPTUI_TEST_ID under this test."""

@@ -34,3 +34,11 @@ def slurm(slurm_cluster: SlurmTestCluster, monkeypatch: pytest.MonkeyPatch) -> S
         monkeypatch.setenv(name, value)
     slurm_cluster.cancel_all(keep=slurm_cluster.kept_jobs)
     return slurm_cluster
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """With several pytest-xdist workers (``--dist loadgroup``, as scripts/test.sh runs them)
+    every test of this folder goes to one worker: they share one cluster, started once."""
+    for item in items:
+        if item.nodeid.startswith("tests/slurm/"):
+            item.add_marker(pytest.mark.xdist_group("slurm"))
