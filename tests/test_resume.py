@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from engine.core.config.toml_io import load_config, to_toml
 from engine.core.plan.run_plan import plan_run
@@ -21,7 +20,6 @@ from engine.core.runs.events import CheckpointSaved, EventWriter, read_events
 from engine.core.runs.rundir import RunDir
 from engine.train.checkpoint import CheckpointMismatch
 from engine.train.training import train_rank
-from engine.train.worker import end_process
 from tests.fixtures.spawning import free_port, spawn_ranks
 from tests.test_training_equivalence import (
     final_weights,
@@ -29,6 +27,7 @@ from tests.test_training_equivalence import (
     one_thread,  # noqa: F401 (an autouse fixture: one intra-op thread, as each rank has)
     small_cnn_without_batchnorm,
     step_losses,
+    train_ddp_rank,
 )
 
 COMMON: dict[str, object] = {
@@ -65,31 +64,6 @@ def train_single(run_dir: RunDir, resume_from: Path | None = None, attempt: int 
             resume_from=resume_from,
             attempt=attempt,
         )
-
-
-def _ddp_train(local_rank: int, run_dir_path: str, port: int, resume_from: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=local_rank, world_size=2
-    )
-    try:
-        run_dir = RunDir(Path(run_dir_path))
-        config = load_config(run_dir.config_path)
-        with EventWriter(run_dir.rank_events_path(local_rank)) as events:
-            train_rank(
-                run_dir,
-                plan_run(config, 0),
-                rank=local_rank,
-                local_rank=local_rank,
-                world_size=2,
-                events=events,
-                model_factory=small_cnn_without_batchnorm,
-                resume_from=Path(resume_from) if resume_from else None,
-                attempt=2 if resume_from else 1,
-            )
-    finally:
-        dist.destroy_process_group()
-    end_process(0)
 
 
 def assert_same_weights(resumed: RunDir, whole: RunDir) -> None:
@@ -146,16 +120,16 @@ def test_a_ddp_run_stopped_and_resumed_ends_as_one_not_stopped(tmp_path: Path) -
         "training.batch_size": 16,
     }
     whole = make_run_dir(tmp_path / "whole", settings)
-    spawn_ranks(_ddp_train, (str(whole.path), free_port(), ""))
+    spawn_ranks(train_ddp_rank, (str(whole.path), free_port(), ""))
     crash = [f"crash:0:{STOP_AT}", f"crash:1:{STOP_AT}"]
     stopped = make_run_dir(tmp_path / "stopped", {**settings, "faults": crash})
     with pytest.raises(Exception, match=f"injected crash at step {STOP_AT}"):
-        spawn_ranks(_ddp_train, (str(stopped.path), free_port(), ""))
+        spawn_ranks(train_ddp_rank, (str(stopped.path), free_port(), ""))
     record = read_checkpoint_record(stopped.path)
     assert record is not None and (record.global_step, record.world_size) == (6, 2)
 
     without_faults(stopped)
-    spawn_ranks(_ddp_train, (str(stopped.path), free_port(), str(stopped.checkpoint_path)))
+    spawn_ranks(train_ddp_rank, (str(stopped.path), free_port(), str(stopped.checkpoint_path)))
     assert_same_weights(stopped, whole)
     for rank in (0, 1):
         losses = step_losses(stopped.rank_events_path(rank))

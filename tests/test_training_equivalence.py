@@ -86,8 +86,9 @@ def train_in_this_process(run_dir: RunDir) -> None:
         )
 
 
-def _ddp_train(local_rank: int, run_dir_path: str, port: int) -> None:
-    """One gloo rank of the DDP run (a spawn target: module level, picklable)."""
+def train_ddp_rank(local_rank: int, run_dir_path: str, port: int, resume_from: str = "") -> None:
+    """One gloo rank of a DDP run of 2 (a spawn target: module level, picklable); with
+    ``resume_from``, its attempt 2 going on from that checkpoint (tests/test_resume.py)."""
     torch.set_num_threads(1)
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=local_rank, world_size=2
@@ -104,6 +105,8 @@ def _ddp_train(local_rank: int, run_dir_path: str, port: int) -> None:
                 world_size=2,
                 events=events,
                 model_factory=small_cnn_without_batchnorm,
+                resume_from=Path(resume_from) if resume_from else None,
+                attempt=2 if resume_from else 1,
             )
     finally:
         dist.destroy_process_group()
@@ -140,7 +143,7 @@ def test_ddp_on_two_ranks_equals_one_process_with_twice_the_batch(tmp_path: Path
         tmp_path / "single",
         {**common, "strategy.name": "single", "devices.spec": "cpu", "training.batch_size": 32},
     )
-    spawn_ranks(_ddp_train, (str(ddp.path), free_port()))
+    spawn_ranks(train_ddp_rank, (str(ddp.path), free_port()))
     train_in_this_process(single)
 
     ddp_weights = final_weights(ddp)
