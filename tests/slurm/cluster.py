@@ -35,6 +35,7 @@ PROGRAMS = ("slurmctld", "slurmd", "sbatch", "munged")
 SBIN = ("/usr/sbin", "/usr/bin", "/sbin", "/bin")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PARTITION = "debug"
+KEEP_LOGS_ENV = "DDPTUI_TEST_SLURM_LOGS"  # a folder: stop copies the daemons' logs there first
 # Seconds Slurm gives a node to answer before it is "not responding", then DOWN (NODE_FAIL for its
 # jobs): short, so the node-failure test ends in seconds; long enough for a busy 2-core machine.
 SLURMD_TIMEOUT = 10
@@ -187,7 +188,7 @@ class SlurmTestCluster:
             "JobCompType=jobcomp/filetxt",
             f"JobCompLoc={self.root / 'state' / 'jobcomp.txt'}",
             "SlurmctldDebug=info",
-            "SlurmdDebug=info",
+            "SlurmdDebug=debug",  # what a node told slurmctld of a job's end (job_end_told)
         ]
         for node in self.nodes:
             lines.append(
@@ -364,6 +365,19 @@ class SlurmTestCluster:
         own_namespace = os.readlink("/proc/self/ns/mnt")
         return [] if self.namespace == own_namespace else found
 
+    def job_end_told(self, job_id: str, node: str) -> bool:
+        """Whether ``node``'s slurmd told slurmctld that job ``job_id`` ended there (its epilog
+        complete message, which its debug log notes). A node whose slurmd was killed tells it
+        only once its slurmd is back and the job's leftover steps ended; a requeued job let go
+        before that would have slurmctld take the message for its next run's end on the node,
+        and that run's steps never start ("Requested nodes are busy")."""
+        log = self.root / "log" / f"slurmd-{node}.log"
+        try:
+            lines = log.read_text(errors="replace").splitlines()
+        except OSError:
+            return False
+        return any("sent epilog complete msg" in line and job_id in line for line in lines)
+
     def job_processes(self, job_id: str, node: str) -> list[int]:
         """The processes of job ``job_id`` left on ``node`` (its slurmstepd and what they run),
         by the freezer cgroup proctrack/cgroup put them in. A node whose slurmd was killed keeps
@@ -396,6 +410,9 @@ class SlurmTestCluster:
         for pid in self.stray_processes():  # slurmstepd that outlived its slurmd, their jobs
             _end_pid(pid, grace=2.0)
         self._remove_cgroups()
+        keep = os.environ.get(KEEP_LOGS_ENV)
+        if keep and (self.root / "log").is_dir():  # the daemons' logs, for a failure to be read
+            shutil.copytree(self.root / "log", Path(keep) / self.root.name, dirs_exist_ok=True)
         shutil.rmtree(self.root, ignore_errors=True)
 
     def _remove_cgroups(self) -> None:

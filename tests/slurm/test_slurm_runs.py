@@ -15,7 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.core.backends.slurm.records import SlurmPlacement, read_node_records
+from engine.core.backends.slurm.records import (
+    SlurmPlacement,
+    job_output_path,
+    read_node_records,
+)
 from engine.core.runs.checkpoint_record import CheckpointRecord, read_checkpoint_record
 from engine.core.runs.events import RankStalled, StepProgress, read_events
 from engine.core.runs.node_files import read_node_gpus
@@ -103,6 +107,26 @@ def state_once_n2_is_lost(
     finally:
         slurm.start_slurmd("n2")
     return states[-1]
+
+
+def what_it_did(run_dir: RunDir, said: dict[str, object], slurm: SlurmTestCluster, job: str) -> str:
+    """For a failed wait: the state and reason ``ddptui show`` said last, the queue, and the last
+    lines of every log of the run and of what the daemons said of job ``job``, so that a CI
+    failure says where it stopped."""
+    lines = [f"state {said.get('state')!r}: {said.get('reason')!r}", f"nodes {slurm.node_states()}"]
+    lines.append("squeue: " + slurm.run("squeue", "-h", "-o", "%i %T %r %N", check=False).strip())
+    lines.append("steps: " + slurm.run("squeue", "-h", "-s", "-o", "%i %N", check=False).strip())
+    for log in [job_output_path(run_dir.path), *sorted(run_dir.layout.logs_dir.glob("*.log"))]:
+        tail = log.read_text(errors="replace").splitlines()[-8:] if log.is_file() else []
+        lines.append(f"-- {log.name}:\n" + "\n".join(tail))
+    for daemon in ("slurmctld", "slurmd-n1", "slurmd-n2"):
+        said_of_job = [
+            line
+            for line in slurm.log(daemon).read_text(errors="replace").splitlines()
+            if job in line or "n2" in line
+        ]
+        lines.append(f"-- {daemon}:\n" + "\n".join(said_of_job[-30:]))
+    return "\n".join(lines)
 
 
 def only_run(runs_dir: Path) -> RunDir:
@@ -301,11 +325,11 @@ def test_a_lost_node_with_a_restart_left_requeues_the_job_and_the_run_completes(
     """Issue 29's done-when on Slurm: a killed slurmd and --max-restarts 1. Slurm requeues the
     job; on two nodes its next run waits for the lost one to answer again, as it would for any
     two free nodes of a larger cluster; the test brings n2's slurmd back and, once nothing of
-    attempt 1 is left on n2 (a crashed node leaves nothing; a killed slurmd leaves its job
-    steps until they end, which Slurm's two-minute hold of a requeued job waits out), lets the
-    job go at once (its owner may: ``scontrol update StartTime=now``). Attempt 1 steps slowly
-    (the slow fault: 2 steps a second, attempt 1 only) so that it is still going when Slurm
-    counts n2 down."""
+    attempt 1 is left on n2 and n2 told slurmctld so (a crashed node leaves nothing; a killed
+    slurmd leaves its job steps until they end, which Slurm's two-minute hold of a requeued job
+    waits out), lets the job go at once (its owner may: ``scontrol update StartTime=now``).
+    Attempt 1 steps slowly (the slow fault: 2 steps a second, attempt 1 only) so that it is
+    still going when Slurm counts n2 down."""
     started = ddptui(
         "run", "cpu-demo", "--slurm", "--nodes", "2", "--devices", "cpu:1", "--epochs", "1",
         "--batch-size", "32", "--max-steps", "140", "--max-restarts", "1",
@@ -330,6 +354,8 @@ def test_a_lost_node_with_a_restart_left_requeues_the_job_and_the_run_completes(
         lambda: not marked(run_dir.run_id) and not slurm.job_processes(job_id, "n2"), timeout=60
     )
     assert left, f"attempt 1 still runs on n2: {slurm.job_processes(job_id, 'n2')}"
+    # and n2 told slurmctld that the job's run there ended, before its next run may begin
+    assert wait_for(lambda: slurm.job_end_told(job_id, "n2"), timeout=60), "n2 never told"
     slurm.run("scontrol", "update", f"JobId={job_id}", "StartTime=now")
 
     states = [pending]
@@ -338,7 +364,9 @@ def test_a_lost_node_with_a_restart_left_requeues_the_job_and_the_run_completes(
         states.append(show_json(run_dir, runs_dir))
         return states[-1]["state"] not in ("pending", "starting", "running")
 
-    assert wait_for(over, timeout=180, interval=2.0), states[-1:]
+    assert wait_for(over, timeout=180, interval=2.0), what_it_did(
+        run_dir, states[-1], slurm, job_id
+    )
     summary = run_dir.read_summary()
     assert summary is not None and summary.status == "completed", states[-1]
     first, second = summary.attempts
