@@ -13,7 +13,8 @@ ddptui's own cost, not the grace. Only the CLI is used, so the same script measu
 its rounds alternate with this checkout's (each round a run started and killed by that
 checkout's code), so both see the same load; the CPU time of the kill (its process and its
 children: user + system) is given beside the wall time, being less at the mercy of a busy
-machine.
+machine. Both checkouts are byte-compiled first (``compiled_checkout``), as an installed ddptui
+is.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from compiled_checkout import compile_checkout
+
+REPO = Path(__file__).resolve().parent.parent
 
 SLEEPER = "import time\nwhile True:\n    time.sleep(0.5)\n"
 RANKS = 2
@@ -120,6 +125,8 @@ def main() -> None:
     if args.against:
         checkouts["against"] = str(args.against.resolve())
     rounds: dict[str, list[tuple[float, float]]] = {name: [] for name in checkouts}
+    for checkout in (REPO, *([args.against] if args.against else [])):
+        compile_checkout(checkout)  # as installed: bytecode, not source compiled by each command
     try:
         for i in range(args.repeat):
             order = list(checkouts.items())  # each goes first every other round

@@ -26,6 +26,7 @@ on any machine. Nothing of them is going, so an ended run never changes.
   same run, their listings alternating (each first every other round) so both see the same
   load: each lists copies of its own recorded runs (made by its own ``make_runs``), warm (from
   its cache) and cold (its cache removed first), wall and CPU time (user + system) of each.
+  Both checkouts are byte-compiled first (``compiled_checkout``), as an installed ddptui is.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "bench")]  # also when loaded by path (MAKE_RUNS)
+
+from compiled_checkout import compile_checkout  # noqa: E402
 
 from engine.core.runs.observer import observe_run  # noqa: E402
 from engine.core.runs.rundir import list_runs  # noqa: E402
@@ -118,6 +121,8 @@ def against(other: Path, runs: int, repeat: int) -> dict[str, dict[str, float]]:
     ``other``, their listings alternating."""
     ddptui = str(Path(sys.executable).parent / "ddptui")
     checkouts = {"this": REPO, "against": other.resolve()}
+    for checkout in checkouts.values():
+        compile_checkout(checkout)  # as installed: bytecode, not source compiled by each command
     with tempfile.TemporaryDirectory(prefix="ddptui-runs-ab-") as tmp:
         envs, commands = {}, {}
         for name, checkout in checkouts.items():

@@ -8,6 +8,7 @@ cannot (lost, or stopped by ``ddptui kill`` / ``clean`` after its launcher was g
 
 from __future__ import annotations
 
+import functools
 import signal
 import time
 from dataclasses import asdict, dataclass, field
@@ -261,12 +262,16 @@ def _known(cls: type, data: Any) -> dict[str, Any]:
     ``engine.core.common.strict_json``) reads back as NaN."""
     if not isinstance(data, dict):
         raise TypeError(f"{cls.__name__}: expected a JSON object, found {type(data).__name__}")
+    names, floats = _fields_of(cls)
+    return {k: float_or_nan(v) if k in floats else v for k, v in data.items() if k in names}
+
+
+@functools.cache
+def _fields_of(cls: type) -> tuple[frozenset[str], frozenset[str]]:
+    """(every field, the float ones) of the dataclass ``cls``: worked out once per class, a
+    listing reads a thousand summaries."""
     fields = cls.__dataclass_fields__  # type: ignore[attr-defined]
-    return {
-        k: float_or_nan(v) if fields[k].type == "float" else v
-        for k, v in data.items()
-        if k in fields
-    }
+    return frozenset(fields), frozenset(k for k, f in fields.items() if f.type == "float")
 
 
 def exit_status(code: int | None) -> tuple[int | None, str | None]:
